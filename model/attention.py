@@ -1,0 +1,96 @@
+"""Scaled dot-product and multi-head attention (§3.2 of "Attention Is All You Need")."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout: nn.Module | None = None
+) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(QKᵀ / √d_k) V, eq. (1).
+
+    q: (..., T_q, d_k), k: (..., T_k, d_k), v: (..., T_k, d_v).
+    mask: additive bias broadcastable to (..., T_q, T_k) (see `masks.to_bias`).
+    Returns the output (..., T_q, d_v) and the weights (..., T_q, T_k); each row sums to 1.
+    """
+    d_k = q.size(-1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)  # (..., Tq, Tk)
+    if mask is not None:
+        scores = scores + mask
+    weights = scores.softmax(dim=-1)
+    probs = dropout(weights) if dropout is not None else weights
+    return torch.matmul(probs, v), weights
+
+
+class FusedWeightsError(RuntimeError):
+    """The fused kernel never materialises the weights, so it cannot return them."""
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O, §3.2.2.
+
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V). The h per-head projections d_model → d_k
+    are stored side by side as one d_model → d_model matrix per Q, K and V, which is the same
+    map and one matmul instead of h.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+        fused: bool | None = None,
+        past: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
+        """query: (B, T_q, d_model); key/value: (B, T_k, d_model); mask: additive bias.
+
+        need_weights: return every head's weights (B, H, T_q, T_k).
+        fused: use F.scaled_dot_product_attention; defaults to `not need_weights`. Asking
+            for weights from the fused path raises FusedWeightsError.
+        past: cached (K, V), each (B, H, T_past, Dh), prepended to this step's keys/values.
+        Returns (output (B, T_q, d_model), weights or None, present (K, V) for caching).
+        """
+        if fused is None:
+            fused = not need_weights
+        if fused and need_weights:
+            raise FusedWeightsError(
+                "the fused attention path does not compute weights; call with fused=False"
+            )
+        b, t_q, _ = query.shape
+        q = self.split_heads(self.w_q(query))  # (B, H, Tq, Dh)
+        k = self.split_heads(self.w_k(key))  # (B, H, Tk, Dh)
+        v = self.split_heads(self.w_v(value))  # (B, H, Tk, Dh)
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)  # (B, H, Tpast+Tk, Dh)
+            v = torch.cat([past[1], v], dim=2)
+        if fused:
+            p = self.dropout.p if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            weights = None
+        else:
+            out, weights = attention(q, k, v, mask, self.dropout)  # (B, H, Tq, Dh)
+        out = out.transpose(1, 2).reshape(b, t_q, self.n_heads * self.d_head)  # (B, Tq, D)
+        return self.w_o(out), (weights if need_weights else None), (k, v)

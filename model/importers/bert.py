@@ -1,0 +1,81 @@
+"""BERT family (BERT, MiniLM, all-MiniLM-L6-v2): post-LN encoder, learned positions,
+segment embeddings and a LayerNorm on the embeddings, erf GELU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from model.config import TransformerConfig
+from model.importers.common import (
+    CheckpointError,
+    assign,
+    read_config,
+    read_state_dict,
+    strip_prefix,
+)
+from model.transformer import Encoder
+
+MODEL_TYPES = {"bert"}
+_ACT = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu"}
+
+
+def config_from_hf(raw: dict) -> TransformerConfig:
+    if raw.get("model_type") not in MODEL_TYPES:
+        raise CheckpointError(f"not a BERT checkpoint: model_type={raw.get('model_type')!r}")
+    if raw.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(f"unsupported position_embedding_type {raw['position_embedding_type']!r}")
+    act = raw.get("hidden_act", "gelu")
+    if act not in _ACT:
+        raise CheckpointError(f"unsupported hidden_act {act!r}")
+    return TransformerConfig(
+        vocab_size=raw["vocab_size"],
+        d_model=raw["hidden_size"],
+        n_heads=raw["num_attention_heads"],
+        n_layers=raw["num_hidden_layers"],
+        d_ff=raw["intermediate_size"],
+        max_len=raw["max_position_embeddings"],
+        dropout=raw.get("hidden_dropout_prob", 0.1),
+        norm_first=False,
+        positional="learned",
+        activation=_ACT[act],
+        layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
+        scale_embedding=False,
+        type_vocab_size=raw.get("type_vocab_size", 2),
+        embedding_layer_norm=True,
+        pad_token_id=raw.get("pad_token_id", 0),
+    )
+
+
+def key_map(cfg: TransformerConfig) -> dict[str, str]:
+    m = {
+        "embeddings.tokens.weight": "embeddings.word_embeddings.weight",
+        "embeddings.positions.embedding.weight": "embeddings.position_embeddings.weight",
+        "embeddings.segments.weight": "embeddings.token_type_embeddings.weight",
+        "embeddings.norm.weight": "embeddings.LayerNorm.weight",
+        "embeddings.norm.bias": "embeddings.LayerNorm.bias",
+    }
+    for i in range(cfg.n_layers):
+        ours, theirs = f"layers.{i}.", f"encoder.layer.{i}."
+        pairs = {
+            "self_attn.w_q": "attention.self.query",
+            "self_attn.w_k": "attention.self.key",
+            "self_attn.w_v": "attention.self.value",
+            "self_attn.w_o": "attention.output.dense",
+            "attn_residual.norm": "attention.output.LayerNorm",
+            "ff.w_1": "intermediate.dense",
+            "ff.w_2": "output.dense",
+            "ff_residual.norm": "output.LayerNorm",
+        }
+        for a, b in pairs.items():
+            for p in ("weight", "bias"):
+                m[f"{ours}{a}.{p}"] = f"{theirs}{b}.{p}"
+    return m
+
+
+def load(path: Path) -> tuple[Encoder, dict]:
+    cfg = config_from_hf(read_config(path))
+    state = strip_prefix(read_state_dict(path), ("bert.", "model."))
+    model = Encoder(cfg)
+    assign(model, state, key_map(cfg))
+    model.eval()
+    return model, {"family": "bert", "architecture": "encoder"}

@@ -1,0 +1,47 @@
+"""The checkpoint's own tokenizer.json through the `tokenizers` library, truncating at max_len."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer as HFTokenizer
+from torch import Tensor
+
+
+@dataclass
+class Batch:
+    input_ids: Tensor  # (B, T) int64
+    attention_mask: Tensor  # (B, T) int64
+    token_type_ids: Tensor  # (B, T) int64
+    tokens: list[list[str]]
+    offsets: list[list[tuple[int, int]]]
+
+
+class Tokenizer:
+    def __init__(self, path: str | Path, max_len: int):
+        path = Path(path)
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if not file.is_file():
+            raise FileNotFoundError(f"{file}: no tokenizer.json")
+        self.max_len = max_len
+        self._tok = HFTokenizer.from_file(str(file))
+        # The file may carry its own padding/truncation (all-MiniLM-L6-v2 pads to 128): ours rule.
+        self._tok.no_padding()
+        self._tok.enable_truncation(max_length=max_len)
+        pad = self._tok.token_to_id("[PAD]")
+        self.pad_id = pad if pad is not None else 0
+
+    def __call__(self, texts: list[str]) -> Batch:
+        enc = self._tok.encode_batch(texts)
+        t = max(len(e.ids) for e in enc)
+        ids = torch.full((len(enc), t), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(enc), t), dtype=torch.long)
+        types = torch.zeros((len(enc), t), dtype=torch.long)
+        for i, e in enumerate(enc):
+            n = len(e.ids)
+            ids[i, :n] = torch.tensor(e.ids)
+            mask[i, :n] = 1
+            types[i, :n] = torch.tensor(e.type_ids)
+        return Batch(ids, mask, types, [e.tokens for e in enc], [list(e.offsets) for e in enc])
