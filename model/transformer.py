@@ -109,7 +109,7 @@ class Decoder(nn.Module):
     ) -> TransformerOutput:
         """input_ids: (B, T) new tokens; attention_mask: (B, T_past + T), 1 = real token;
         memory: encoder output (B, S, D) with memory_mask (B, S); past: cached K/V per layer."""
-        b, t = input_ids.shape
+        t = input_ids.size(1)
         t_past = past[0][0].size(2) if past else 0
         if position_ids is None:
             position_ids = torch.arange(t_past, t_past + t, device=input_ids.device)[None]  # (1, T)
