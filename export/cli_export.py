@@ -1,0 +1,40 @@
+"""headwise export [CHECKPOINT_DIR] --name NAME --out models/ [--int8] [--fp16]"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", nargs="?", type=Path,
+                   help="Hugging Face checkpoint directory (default: bundled all-MiniLM-L6-v2)")
+    p.add_argument("--name", help="package name (default: from the checkpoint)")
+    p.add_argument("--out", type=Path, default=Path("models"), help="output folder (default: models/)")
+    p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True, help="write fast.int8.onnx (CPU)")
+    p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True, help="write fast.fp16.onnx (GPU)")
+    p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default: on)")
+    p.add_argument("--stsb", type=Path, help="STS Benchmark dev file (default: $HEADWISE_STSB or ../shared/data/stsb)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from export.manifest import PackageError
+    from export.package import build_package
+    from export.verify import parity_table
+    from model.importers import CheckpointError
+
+    t0 = time.perf_counter()
+    try:
+        pkg = build_package(args.checkpoint, args.out, args.name, args.int8, args.fp16, args.verify, args.stsb)
+    except (PackageError, CheckpointError, FileNotFoundError, ValueError) as e:
+        print(f"headwise export: error: {e}", file=sys.stderr)
+        return 1
+    from export.manifest import read
+
+    manifest = read(pkg)
+    if manifest["parity"]:
+        print("\nparity vs torch (max abs diff; STS-B Spearman x100):\n" + parity_table(manifest["parity"]))
+    print(f"\nwrote {pkg} in {time.perf_counter() - t0:.0f} s")
+    return 0

@@ -1,0 +1,137 @@
+"""Build a model package: load → export → optimise → quantise → verify (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import onnxruntime
+import torch
+
+from export import manifest as mf
+from export.graphs import OPSET, io_spec, to_onnx
+from export.optimize import optimize, quantize_int8
+from export.verify import verify
+from model.sentence import default_checkpoint, load_sentence_model
+
+EXPORTER = "headwise 0.1.0"
+
+
+def default_name(checkpoint: Path) -> str:
+    if checkpoint.resolve() == default_checkpoint().resolve():
+        return "all-minilm-l6-v2"
+    return checkpoint.resolve().name.lower()
+
+
+class Steps:
+    """Numbered progress lines with timings: `[2/5] export ... 1.9 s`."""
+
+    def __init__(self, total: int, out: Callable[[str], None]):
+        self.total, self.n, self.out = total, 0, out
+
+    def run(self, label: str, fn: Callable, *args, **kw):
+        self.n += 1
+        t0 = time.perf_counter()
+        self.out(f"[{self.n}/{self.total}] {label} ...")
+        result = fn(*args, **kw)
+        self.out(f"      done in {time.perf_counter() - t0:.1f} s")
+        return result
+
+
+def build_package(
+    checkpoint: Path | None = None,
+    out: Path = Path("models"),
+    name: str | None = None,
+    int8: bool = True,
+    fp16: bool = True,
+    check: bool = True,
+    stsb_path: Path | None = None,
+    progress: Callable[[str], None] = print,
+) -> Path:
+    """Export `checkpoint` (default: bundled all-MiniLM-L6-v2) to out/name. Written to a
+    temporary folder and moved into place only when complete (and verified)."""
+    checkpoint = Path(checkpoint) if checkpoint is not None else default_checkpoint()
+    name = name or default_name(checkpoint)
+    final = Path(out) / name
+    work = Path(out) / f".{name}.partial"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    steps = Steps(5 if check else 4, progress)
+    try:
+        loaded = steps.run(f"load {checkpoint}", load_sentence_model, checkpoint)
+        cfg = loaded.model.config
+
+        def export_graphs() -> None:
+            to_onnx(loaded.model, work / "raw.onnx", with_attention=False)
+            to_onnx(loaded.model, work / "attention.onnx", with_attention=True)
+
+        steps.run("export to ONNX (fast + attention graphs)", export_graphs)
+        fusion = steps.run(
+            "optimise (fuse attention, SkipLayerNorm, Gelu)" + (" + fp16" if fp16 else ""),
+            optimize, work / "raw.onnx", work / "fast.onnx", cfg.n_heads, cfg.d_model,
+            work / "fast.fp16.onnx" if fp16 else None,
+        )
+        progress("      fused operators: " + ", ".join(f"{k}={v}" for k, v in sorted(fusion.items())))
+        (work / "raw.onnx").unlink()
+        if int8:
+            steps.run("quantise (dynamic int8)", quantize_int8, work / "fast.onnx", work / "fast.int8.onnx")
+        else:
+            steps.run("quantise (skipped: --no-int8)", lambda: None)
+        shutil.copyfile(checkpoint / "tokenizer.json", work / "tokenizer.json")
+        manifest = _manifest(loaded, name, work, fusion, int8, fp16)
+        mf.write(work, manifest)
+        if check:
+            steps.run("verify parity against torch", verify, work, checkpoint, stsb_path, lambda m: progress("      " + m))
+        shutil.rmtree(final, ignore_errors=True)
+        work.replace(final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return final
+
+
+def _manifest(loaded, name: str, work: Path, fusion: dict, int8: bool, fp16: bool) -> dict:
+    cfg = loaded.model.config
+    fast_outputs = ["sentence_embedding", "last_hidden_state"]
+    variants = {"fast": ("fast.onnx", "fp32", fast_outputs)}
+    if int8:
+        variants["fast.int8"] = ("fast.int8.onnx", "int8", fast_outputs)
+    if fp16:
+        variants["fast.fp16"] = ("fast.fp16.onnx", "fp16", fast_outputs)
+    variants["attention"] = ("attention.onnx", "fp32", [*fast_outputs, "attentions"])
+    inputs, outputs = {}, {}
+    for v in variants:
+        inputs[v], outputs[v] = io_spec(loaded.model, with_attention=v == "attention")
+    return {
+        "schema_version": mf.SCHEMA_VERSION,
+        "name": name,
+        "version": "1",
+        "family": loaded.family,
+        "architecture": loaded.architecture,
+        "source": loaded.source,
+        "n_layers": cfg.n_layers,
+        "n_heads": cfg.n_heads,
+        "d_model": cfg.d_model,
+        "max_len": loaded.model.max_len,
+        "vocab_size": cfg.vocab_size,
+        "pooling": loaded.model.pooling.mode,
+        "normalize": loaded.model.pooling.normalize,
+        "tokenizer": {"file": "tokenizer.json", "sha256": mf.sha256(work / "tokenizer.json"),
+                      "pad_id": loaded.tokenizer.pad_id},
+        "inputs": inputs,
+        "outputs": outputs,
+        "variants": {
+            v: {"file": f, "precision": p, "sha256": mf.sha256(work / f), "outputs": o}
+            for v, (f, p, o) in variants.items()
+        },
+        "parity": {},
+        "fusion": fusion,
+        "opset": OPSET,
+        "exporter_version": f"{EXPORTER} (torch {torch.__version__.split('+')[0]}, onnx {onnx.__version__}, "
+        f"onnxruntime {onnxruntime.__version__})",
+        "created_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+    }
