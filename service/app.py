@@ -1,0 +1,105 @@
+"""The FastAPI app: `create_app(settings=None)` builds it; nothing is read at import time.
+
+Layers: routers (HTTP) → Engine (queues, batching) → Backend (onnxruntime). Errors become
+responses only in service.errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+from fastapi import FastAPI
+from starlette.responses import FileResponse
+from starlette.staticfiles import StaticFiles
+
+from service import errors
+from service.engine import BackendFactory, Engine
+from service.errors import NotFound
+from service.metrics import Metrics
+from service.middleware import ServiceMiddleware
+from service.routers import embed, health, metrics, models, tokenize
+from service.settings import Settings, load_settings
+
+log = logging.getLogger("headwise.service")
+
+STATIC = Path(__file__).parent / "static"
+
+
+def _on_sigterm(engine: Engine) -> None:
+    """Readiness flips to 503 the moment SIGTERM arrives; uvicorn's own handler then drains."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(sig, frame):
+        engine.draining = True
+        engine.ready = False
+        if callable(previous):
+            previous(sig, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+async def _prepare(engine: Engine) -> None:
+    try:
+        await anyio.to_thread.run_sync(engine.prepare)
+    except Exception as e:
+        engine.failed = f"{type(e).__name__}: {e}"
+        log.error("model start-up failed: %s", engine.failed)
+        return
+    if not engine.draining:
+        engine.start()
+        log.info("ready: %s", ", ".join(engine.models))
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    engine: Engine = app.state.engine
+    await anyio.to_thread.run_sync(engine.load_packages)  # bad package → start-up fails
+    _on_sigterm(engine)
+    task = asyncio.get_running_loop().create_task(_prepare(engine))
+    try:
+        yield
+    finally:
+        engine.draining = True
+        engine.ready = False
+        if not task.done():
+            task.cancel()
+        await engine.close(timeout=app.state.settings.grace_seconds)
+        app.state.metrics.close()
+
+
+def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:
+    """Build the app. Settings default to the HEADWISE_* environment, validated now."""
+    settings = settings if settings is not None else load_settings()
+    m = Metrics()
+    app = FastAPI(
+        title="headwise",
+        version="0.1.0",
+        summary="Transformer embeddings over HTTP, with every attention head on request.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = m
+    app.state.engine = Engine(settings, m, backend_factory)
+    errors.install(app)
+    app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes)
+    for r in (embed, tokenize, models, health, metrics):
+        app.include_router(r.router)
+
+    @app.get("/", include_in_schema=False)
+    async def index():
+        page = STATIC / "index.html"
+        if not page.is_file():
+            raise NotFound("no viewer page installed")
+        return FileResponse(page)
+
+    if STATIC.is_dir():
+        app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app

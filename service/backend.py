@@ -1,0 +1,116 @@
+"""onnxruntime sessions for one model package: provider and variant choice, thread count, run.
+
+The engine sees only `Backend`: `provider`, `variants` (role → variant name and precision)
+and `run(role, feeds, outputs)`; tests swap in a fake with the same surface.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import numpy as np
+
+from service.package import ModelPackage, PackageError
+from service.resources import usable_cores
+from service.settings import Settings
+
+log = logging.getLogger("headwise.service")
+
+CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+
+
+class Backend(Protocol):
+    provider: str  # "cuda" | "cpu"
+    variants: dict[str, str]  # role ("embed" | "attention") → package variant name
+    precision: str  # precision of the embed variant
+
+    def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
+
+
+def choose_variant(package: ModelPackage, provider: str, precision: str) -> str:
+    have = package.variants
+    if precision == "auto":
+        preferred = ["fast.fp16", "fast"] if provider == "cuda" else ["fast.int8", "fast"]
+        return next(v for v in preferred if v in have)
+    name = {"fp32": "fast", "int8": "fast.int8", "fp16": "fast.fp16"}[precision]
+    if name not in have:
+        raise PackageError(f"{package.path}: HEADWISE_PRECISION={precision} but the package has no {name} variant")
+    return name
+
+
+class OrtBackend:
+    def __init__(self, package: ModelPackage, settings: Settings):
+        import onnxruntime as ort
+
+        self._ort = ort
+        self.package = package
+        workers = max(1, settings.workers)
+        self.threads = settings.threads or max(1, usable_cores() // workers)
+        self.provider = self._pick_provider(settings.provider)
+        self.variants = {"embed": choose_variant(package, self.provider, settings.precision)}
+        if "attention" in package.variants:
+            self.variants["attention"] = "attention"
+        self.precision = package.variants[self.variants["embed"]].precision
+        self._sessions = {}
+        for role, name in self.variants.items():
+            self._sessions[role] = self._session(package.variants[name].file, self.provider)
+        self._inputs = {r: [i.name for i in s.get_inputs()] for r, s in self._sessions.items()}
+        log.info("model %s: provider %s, %s threads, variants %s", package.name, self.provider,
+                 self.threads, self.variants)
+
+    def _options(self):
+        so = self._ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = self._ort.ExecutionMode.ORT_SEQUENTIAL
+        so.log_severity_level = 3
+        # Spinning intra-op threads would take the cores the event loop needs between batches.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return so
+
+    def _session(self, file, provider: str):
+        providers = [CUDA, CPU] if provider == "cuda" else [CPU]
+        sess = self._ort.InferenceSession(str(file), sess_options=self._options(), providers=providers)
+        if provider == "cuda" and CUDA not in sess.get_providers():
+            raise RuntimeError(f"{file}: CUDAExecutionProvider did not load")
+        return sess
+
+    def _pick_provider(self, wanted: str) -> str:
+        if wanted == "cpu":
+            return "cpu"
+        ok = CUDA in self._ort.get_available_providers() and self._cuda_works()
+        if wanted == "cuda" and not ok:
+            raise PackageError("HEADWISE_PROVIDER=cuda but onnxruntime cannot create a CUDA session here")
+        return "cuda" if ok else "cpu"
+
+    def _cuda_works(self) -> bool:
+        # The GPU wheel lists CUDA as available on machines without a GPU; only a session that
+        # really got the provider counts. The smallest variant is enough to find out.
+        variant = min(self.package.variants.values(), key=lambda v: v.file.stat().st_size)
+        self._ort.set_default_logger_severity(4)  # its "cannot load libcublas" is expected here
+        try:
+            sess = self._ort.InferenceSession(str(variant.file), sess_options=self._options(),
+                                              providers=[CUDA, CPU])
+        except Exception as e:  # any failure means "no CUDA here"
+            log.info("CUDA session failed (%s); using CPU", type(e).__name__)
+            return False
+        finally:
+            self._ort.set_default_logger_severity(2)
+        return CUDA in sess.get_providers()
+
+    def input_names(self, role: str) -> list[str]:
+        return self._inputs[role]
+
+    def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        sess = self._sessions[role]
+        feeds = {k: feeds[k] for k in self._inputs[role]}
+        if self.provider == "cuda":
+            binding = sess.io_binding()
+            for name, arr in feeds.items():
+                binding.bind_cpu_input(name, arr)
+            for name in outputs:
+                binding.bind_output(name, "cuda")
+            sess.run_with_iobinding(binding)
+            return dict(zip(outputs, binding.copy_outputs_to_cpu(), strict=True))
+        return dict(zip(outputs, sess.run(outputs, feeds), strict=True))

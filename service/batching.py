@@ -1,0 +1,249 @@
+"""Dynamic batching (DESIGN.md §5): one queue and one batcher task per (model, variant).
+
+Requests are split into entries (one per input). The batcher cuts batches by padded tokens
+and batch size, sorting by length and padding to a few length buckets, and runs them on its
+own inference thread. It waits up to `max_wait` for more only when more are on their way
+(requests being tokenised, or a recent batch served more clients than are queued): an idle
+server runs a lone request at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.errors import Disconnected, Overloaded
+
+IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
+
+
+def length_buckets(max_len: int) -> list[int]:
+    """8, 16, 24, 32, 48, 64, 96, 128, 192, 256, ... up to max_len (always included)."""
+    out, p = [], 8
+    while p < max_len:
+        out.append(p)
+        if p >= 16 and p + p // 2 < max_len:
+            out.append(p + p // 2)
+        p *= 2
+    return [*out, max_len]
+
+
+@dataclass(eq=False)
+class Job:
+    """One client request: its entries' results and the future the handler awaits."""
+
+    size: int
+    params: Any = None
+    is_disconnected: Callable[[], Awaitable[bool]] | None = None
+    future: asyncio.Future | None = None
+    results: list = field(default_factory=list)
+    left: int = 0
+    enqueued_at: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.future is None or self.future.done()
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    job: Job
+    index: int
+    ids: np.ndarray
+    type_ids: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+RunBatch = Callable[[list[Entry], int], Sequence[Any]]  # (entries, padded length) → results
+
+
+@dataclass
+class Limits:
+    max_batch_tokens: int
+    max_batch_size: int
+    max_wait_s: float
+    max_queue: int
+    # extra per-batch cap, e.g. attention's B·L·H·T² memory: (count, padded_len) → fits
+    fits: Callable[[int, int], bool] | None = None
+
+
+class Batcher:
+    def __init__(self, run_batch: RunBatch, limits: Limits, buckets: list[int], hooks=None):
+        self.run_batch = run_batch
+        self.limits = limits
+        self.buckets = buckets
+        self.hooks = hooks  # optional: on_depth(n), on_queue_wait(seconds), on_dropped(job)
+        self.incoming = 0  # requests admitted but still tokenising, bound for this queue
+        self._queue: deque[Entry] = deque()
+        self._wakeup = asyncio.Event()
+        self._recent = 0  # clients served by the last batch
+        self._last_end = 0.0
+        self._running = False
+        self._task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer")
+
+    # -- public surface -----------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    def bucket(self, length: int) -> int:
+        i = bisect.bisect_left(self.buckets, length)
+        return self.buckets[min(i, len(self.buckets) - 1)]
+
+    def check_room(self, n: int) -> None:
+        if len(self._queue) + n > self.limits.max_queue:
+            raise Overloaded(f"queue full ({self.limits.max_queue} inputs waiting); retry shortly",
+                             headers={"Retry-After": "1"})
+
+    def submit(self, job: Job, entries: list[Entry]) -> asyncio.Future:
+        self.check_room(len(entries))
+        loop = asyncio.get_running_loop()
+        job.future = loop.create_future()
+        job.results = [None] * len(entries)
+        job.left = len(entries)
+        job.enqueued_at = time.perf_counter()
+        self._queue.extend(entries)
+        self._depth_changed()
+        self._wakeup.set()
+        return job.future
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Finish what is queued and running, then stop."""
+        deadline = time.monotonic() + timeout
+        while (self._queue or self._running) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for e in self._queue:
+            if not e.job.done:
+                e.job.future.set_exception(Disconnected("server shutting down"))
+        self._queue.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- the loop -----------------------------------------------------------------------
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+            await self._gather()
+            batch, padded = self.cut()
+            batch = await self._drop_disconnected(batch)
+            if not batch:
+                continue
+            self._running = True
+            try:
+                results = await loop.run_in_executor(self._executor, self.run_batch, batch, padded)
+            except Exception as e:  # the whole batch fails; each waiting handler gets the error
+                for job in {en.job for en in batch}:
+                    if not job.done:
+                        job.future.set_exception(e)
+            else:
+                self._deliver(batch, results)
+            finally:
+                self._running = False
+                self._last_end = time.perf_counter()
+                self._recent = len({en.job for en in batch})
+
+    async def _gather(self) -> None:
+        """Wait (at most max_wait) for requests that are on their way."""
+        if self.limits.max_wait_s <= 0:
+            return
+        start = time.perf_counter()
+        recent = self._recent if start - self._last_end < IDLE_AFTER_S else 0
+        deadline = start + self.limits.max_wait_s
+        while True:
+            jobs = len({e.job for e in self._queue})
+            target = max(recent, jobs + self.incoming)
+            if jobs >= target or self._full():
+                return
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    def _full(self) -> bool:
+        n = len(self._queue)
+        if n >= self.limits.max_batch_size:
+            return True
+        longest = max(e.length for e in self._queue)
+        return n * self.bucket(longest) >= self.limits.max_batch_tokens
+
+    def _fits(self, count: int, padded: int) -> bool:
+        lim = self.limits
+        if count > lim.max_batch_size or count * padded > lim.max_batch_tokens:
+            return False
+        return lim.fits is None or lim.fits(count, padded)
+
+    def cut(self) -> tuple[list[Entry], int]:
+        """Take one batch: the oldest live entry plus its nearest neighbours by length."""
+        while self._queue and self._queue[0].job.done:
+            self._queue.popleft()
+        if not self._queue:
+            return [], 0
+        window = [e for e in list(self._queue)[: 4 * self.limits.max_batch_size] if not e.job.done]
+        head = window[0]
+        ordered = sorted(window, key=lambda e: e.length)
+        p = ordered.index(head)
+        lo, hi = p, p + 1  # take ordered[lo:hi]; shorter ones first: they add no padding
+        while lo > 0 and self._fits(hi - lo + 1, self.bucket(ordered[hi - 1].length)):
+            lo -= 1
+        while hi < len(ordered) and self._fits(hi - lo + 1, self.bucket(ordered[hi].length)):
+            hi += 1
+        batch = ordered[lo:hi]
+        taken = set(map(id, batch))
+        self._queue = deque(e for e in self._queue if id(e) not in taken and not e.job.done)
+        self._depth_changed()
+        now = time.perf_counter()
+        if self.hooks is not None:
+            for job in {e.job for e in batch}:
+                self.hooks.on_queue_wait(now - job.enqueued_at)
+        return batch, self.bucket(batch[-1].length)
+
+    async def _drop_disconnected(self, batch: list[Entry]) -> list[Entry]:
+        gone = set()
+        for job in {e.job for e in batch}:
+            if job.is_disconnected is not None and await job.is_disconnected():
+                gone.add(job)
+                if not job.done:
+                    job.future.set_exception(Disconnected("client disconnected"))
+                if self.hooks is not None:
+                    self.hooks.on_dropped(job)
+        return [e for e in batch if e.job not in gone] if gone else batch
+
+    def _deliver(self, batch: list[Entry], results: Sequence[Any]) -> None:
+        for entry, result in zip(batch, results, strict=True):
+            job = entry.job
+            if job.done:
+                continue
+            job.results[entry.index] = result
+            job.left -= 1
+            if job.left == 0:
+                job.future.set_result(job.results)
+
+    def _depth_changed(self) -> None:
+        if self.hooks is not None:
+            self.hooks.on_depth(len(self._queue))

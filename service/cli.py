@@ -1,0 +1,78 @@
+"""`headwise serve`: serve model packages with uvicorn (uvloop + httptools).
+
+Flags override HEADWISE_* variables; they are written back to the environment so that
+worker processes (--workers N) build the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import shutil
+import signal
+import sys
+import tempfile
+
+from service.package import PackageError, find_packages
+from service.settings import SettingsError, load_settings
+
+FLAGS = {"models": "HEADWISE_MODELS_DIR", "host": "HEADWISE_HOST", "port": "HEADWISE_PORT",
+         "workers": "HEADWISE_WORKERS"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", metavar="DIR", help="folder of model packages (default: models/)")
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default 8000)")
+    parser.add_argument("--workers", type=int, help="worker processes (default 1)")
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
+
+
+def _log_config(level: str) -> dict:
+    from uvicorn.config import LOGGING_CONFIG
+
+    cfg = copy.deepcopy(LOGGING_CONFIG)
+    cfg["loggers"]["headwise"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return cfg
+
+
+def main(args: argparse.Namespace) -> int:
+    for flag, env in FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            os.environ[env] = str(value)
+    try:
+        settings = load_settings()
+        # Checked here too (hashes included) so a bad package stops us with a clear message
+        # before any worker starts; the app's start-up repeats it from a cache.
+        find_packages(settings.models_dir)
+    except (SettingsError, PackageError) as e:
+        print(f"headwise serve: error: {e}", file=sys.stderr)
+        return 2
+
+    made_dir = None
+    if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        made_dir = tempfile.mkdtemp(prefix="headwise-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = made_dir  # before prometheus_client is imported
+
+    import uvicorn
+
+    # uvicorn re-raises SIGTERM once it has drained; a no-op handler here makes that an exit 0.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    options = dict(host=settings.host, port=settings.port, loop="uvloop", http="httptools",
+                   lifespan="on", timeout_graceful_shutdown=settings.grace_seconds,
+                   log_level=args.log_level, access_log=args.access_log, log_config=_log_config(args.log_level))
+    try:
+        if settings.workers == 1:
+            from service.app import create_app
+
+            server = uvicorn.Server(uvicorn.Config(create_app(settings), **options))
+            server.run()
+            return 0 if server.started else 3
+        uvicorn.run("service.app:create_app", factory=True, workers=settings.workers, **options)
+        return 0
+    finally:
+        if made_dir:
+            shutil.rmtree(made_dir, ignore_errors=True)

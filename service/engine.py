@@ -1,0 +1,252 @@
+"""The engine: loaded models, their tokenizers, backends and queues (DESIGN.md §5).
+
+Routers call `Engine.embed` / `Engine.tokenize`; those raise service.errors exceptions for
+client mistakes and never touch HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from service.backend import Backend, OrtBackend
+from service.batching import Batcher, Entry, Job, Limits, length_buckets
+from service.errors import InvalidRequest, NotFound, NotReady, TooLarge, Validation
+from service.metrics import Metrics, QueueHooks
+from service.package import ModelPackage, find_packages
+from service.postprocess import AttentionSpec, EmbedParams, attention_payload, pool
+from service.settings import Settings
+from service.tokenizer import Encoded, TextTokenizer
+
+log = logging.getLogger("headwise.service")
+
+BackendFactory = Callable[[ModelPackage, Settings], Backend]
+
+
+class ModelRuntime:
+    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
+        self.package = package
+        self.settings = settings
+        self.metrics = metrics
+        self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
+        self.buckets = length_buckets(package.max_len)
+        self.backend: Backend | None = None
+        self.batchers: dict[str, Batcher] = {}
+        self.ready = False
+
+    @property
+    def name(self) -> str:
+        return self.package.name
+
+    def info(self) -> dict:
+        p = self.package
+        b = self.backend
+        return {
+            "name": p.name, "version": p.version, "family": p.family, "architecture": p.architecture,
+            "n_layers": p.n_layers, "n_heads": p.n_heads, "d_model": p.d_model, "max_len": p.max_len,
+            "pooling": p.pooling, "normalize": p.normalize,
+            "provider": b.provider if b else None, "precision": b.precision if b else None,
+            "variants": {name: {"precision": v.precision, "outputs": list(v.outputs),
+                                "serving": b is not None and name in b.variants.values()}
+                         for name, v in p.variants.items()},
+            "attention": b is not None and "attention" in b.variants,
+            "ready": self.ready,
+        }
+
+    def attention_spec(self, layers, heads, format, top_k, dtype, encoding) -> AttentionSpec:
+        p = self.package
+        for what, sel, n in (("layers", layers, p.n_layers), ("heads", heads, p.n_heads)):
+            if sel is not None:
+                bad = [i for i in sel if not 0 <= i < n]
+                if bad or not sel:
+                    raise Validation(f"attention.{what}: each must be in 0..{n - 1} and the list non-empty")
+        return AttentionSpec(
+            layers=tuple(layers) if layers is not None else tuple(range(p.n_layers)),
+            heads=tuple(heads) if heads is not None else tuple(range(p.n_heads)),
+            all_layers=layers is None, all_heads=heads is None,
+            format=format, top_k=top_k, dtype=dtype, encoding=encoding,
+        )
+
+    # -- runs on the batcher's inference thread ---------------------------------------------
+    def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
+        pkg = self.package
+        b = len(entries)
+        ids = np.full((b, padded), pkg.pad_id, dtype=np.int64)
+        mask = np.zeros((b, padded), dtype=np.int64)
+        types = np.zeros((b, padded), dtype=np.int64)
+        for i, e in enumerate(entries):
+            n = e.length
+            ids[i, :n] = e.ids
+            mask[i, :n] = 1
+            types[i, :n] = e.type_ids
+        pooled = [self._use_pooled(e.job.params) for e in entries]
+        outputs = []
+        if any(pooled):
+            outputs.append("sentence_embedding")
+        if not all(pooled):
+            outputs.append("last_hidden_state")
+        if role == "attention":
+            outputs.append("attentions")
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        t0 = time.perf_counter()
+        out = self.backend.run(role, feeds, outputs)
+        if record:
+            variant = self.backend.variants[role]
+            m = self.metrics
+            m.inference_duration.labels(model=pkg.name, variant=variant).observe(time.perf_counter() - t0)
+            m.batch_size.labels(model=pkg.name, variant=variant).observe(b)
+            m.batch_tokens.labels(model=pkg.name, variant=variant).observe(b * padded)
+        results = []
+        for i, e in enumerate(entries):
+            p: EmbedParams = e.job.params
+            t = e.length
+            if p.output == "tokens":
+                emb = np.ascontiguousarray(out["last_hidden_state"][i, :t])
+            elif pooled[i]:
+                emb = out["sentence_embedding"][i]
+            else:
+                emb = pool(out["last_hidden_state"][i, :t], pkg.pooling, p.normalize)
+            att = attention_payload(out["attentions"][i], t, p.attention) if p.attention else None
+            results.append((emb, att))
+        return results
+
+    def _use_pooled(self, p: EmbedParams) -> bool:
+        return p.output == "sentence" and p.normalize == self.package.normalize
+
+    # -- start-up -------------------------------------------------------------------------
+    def load(self, factory: BackendFactory) -> None:
+        self.backend = factory(self.package, self.settings)
+        self.metrics.model_info.labels(model=self.name, version=self.package.version,
+                                       provider=self.backend.provider,
+                                       precision=self.backend.precision).set(1)
+
+    def warm_up(self) -> None:
+        """Run every length bucket through every variant once, so no client pays for it."""
+        ids = self.tokenizer.encode(["warm up " * self.package.max_len])[0].ids
+        for role in self.backend.variants:
+            params = EmbedParams(output="tokens", attention=(
+                self.attention_spec(None, None, "dense", 1, "float32", "json") if role == "attention" else None))
+            for n in self.buckets:
+                job = Job(1, params=params)
+                self.run_batch(role, [Entry(job, 0, ids[:n], np.zeros(n, np.int64))], n, record=False)
+
+    def start(self) -> None:
+        s, pkg = self.settings, self.package
+        cell = pkg.n_layers * pkg.n_heads * 4  # fp32 attention bytes per T² per input
+
+        for role, variant in self.backend.variants.items():
+            fits = None
+            if role == "attention":
+                def fits(count, padded, cell=cell):
+                    return count * cell * padded * padded <= s.attention_budget_bytes
+            limits = Limits(s.max_batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue, fits)
+
+            def run(entries, padded, role=role):
+                return self.run_batch(role, entries, padded)
+
+            batcher = Batcher(run, limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant))
+            batcher.start()
+            self.batchers[role] = batcher
+
+
+class Engine:
+    def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None):
+        self.settings = settings
+        self.metrics = metrics
+        self.backend_factory = backend_factory or OrtBackend
+        self.models: dict[str, ModelRuntime] = {}
+        self.ready = False
+        self.draining = False
+        self.failed: str | None = None
+        self._tok_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="headwise-tok")
+
+    def load_packages(self) -> None:
+        """Read and verify every package (hashes included); raises PackageError."""
+        for pkg in find_packages(self.settings.models_dir):
+            self.models[pkg.name] = ModelRuntime(pkg, self.settings, self.metrics)
+
+    def prepare(self) -> None:
+        """Create sessions and warm up (blocking: run it off the event loop)."""
+        for rt in self.models.values():
+            rt.load(self.backend_factory)
+            t0 = time.perf_counter()
+            rt.warm_up()
+            log.info("model %s warmed up in %.2fs", rt.name, time.perf_counter() - t0)
+
+    def start(self) -> None:
+        for rt in self.models.values():
+            rt.start()
+            rt.ready = True
+        self.ready = True
+
+    async def close(self, timeout: float = 5.0) -> None:
+        self.ready = False
+        for rt in self.models.values():
+            for b in rt.batchers.values():
+                await b.close(timeout)
+        self._tok_pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- used by routers -------------------------------------------------------------------
+    def get(self, name: str | None) -> ModelRuntime:
+        if name is None:
+            if len(self.models) == 1:
+                return next(iter(self.models.values()))
+            raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
+        rt = self.models.get(name)
+        if rt is None:
+            raise NotFound(f"no model named {name!r}" if len(name) <= 64 else "no such model")
+        return rt
+
+    def _check(self, texts: list[str]) -> None:
+        if not texts:
+            raise InvalidRequest("'inputs' is empty")
+        if len(texts) > self.settings.max_client_batch:
+            raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request")
+        if not self.ready or self.draining:
+            raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
+
+    async def _encode(self, rt: ModelRuntime, texts: list[str], truncate: bool) -> list[Encoded]:
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        encs = await loop.run_in_executor(self._tok_pool, rt.tokenizer.encode, texts, truncate)
+        self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
+        return encs
+
+    async def tokenize(self, rt: ModelRuntime, texts: list[str], truncate: bool) -> list[Encoded]:
+        self._check(texts)
+        return await self._encode(rt, texts, truncate)
+
+    async def embed(self, rt: ModelRuntime, texts: list[str], params: EmbedParams, truncate: bool,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None):
+        """→ (encodings, [(embedding, attention payload | None)] per input)."""
+        self._check(texts)
+        role = "attention" if params.attention is not None else "embed"
+        batcher = rt.batchers.get(role)
+        if batcher is None:
+            raise Validation(f"model {rt.name!r} has no attention variant")
+        batcher.check_room(len(texts))
+        batcher.incoming += 1
+        try:
+            encs = await self._encode(rt, texts, truncate)
+        finally:
+            batcher.incoming -= 1
+        hist = self.metrics.input_tokens.labels(model=rt.name)
+        for e in encs:
+            hist.observe(e.length)
+        if params.attention is not None:
+            need = sum(params.attention.nbytes(e.length) for e in encs)
+            if need > self.settings.attention_budget_bytes:
+                raise TooLarge(f"asked-for attention is {need} bytes, over the budget of "
+                               f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or inputs")
+        job = Job(len(encs), params=params, is_disconnected=is_disconnected)
+        fut = batcher.submit(job, [Entry(job, i, e.ids, e.type_ids) for i, e in enumerate(encs)])
+        results = await fut
+        if params.attention is not None:
+            self.metrics.attention_bytes.labels(model=rt.name).inc(
+                sum(params.attention.returned_bytes(e.length) for e in encs))
+        return encs, results

@@ -1,0 +1,137 @@
+"""The one place where exceptions become HTTP responses (DESIGN.md §4, errors).
+
+Body: {"error": {"message", "type", "code"}}. Messages never carry a stack trace or the
+client's input.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+log = logging.getLogger("headwise.service")
+
+
+class APIError(Exception):
+    status = 500
+    type = "internal"
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.headers = headers or {}
+
+
+class InvalidRequest(APIError):
+    status, type = 400, "invalid_request"
+
+
+class Unauthorized(APIError):
+    status, type = 401, "unauthorized"
+
+
+class NotFound(APIError):
+    status, type = 404, "not_found"
+
+
+class TooLarge(APIError):
+    status, type = 413, "too_large"
+
+
+class Validation(APIError):
+    status, type = 422, "validation"
+
+
+class Overloaded(APIError):
+    status, type = 429, "overloaded"
+
+
+class NotReady(APIError):
+    status, type = 503, "not_ready"
+
+
+class Disconnected(Exception):
+    """The client went away before its request reached inference."""
+
+
+_BY_STATUS = {c.status: c.type for c in (InvalidRequest, Unauthorized, NotFound, TooLarge,
+                                          Validation, Overloaded, NotReady)}
+
+
+def error_response(status: int, type_: str, message: str, headers: dict | None = None) -> Response:
+    body = orjson.dumps({"error": {"message": message, "type": type_, "code": status}})
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _note_failure(request: Request, reason: str) -> None:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        model = getattr(request.state, "model", "") or ""
+        metrics.request_failures.labels(model=model, reason=reason).inc()
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return 400, "invalid_request", "malformed JSON body"
+    by_field: dict[str, list[str]] = {}
+    for e in errors:
+        # Union members show up as extra loc parts ("str", "list[str]"); one field, one line.
+        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body" and not _is_tag(p))
+        if not loc:
+            by_field.setdefault("body", []).append("must be a JSON object (Content-Type: application/json)")
+            continue
+        # pydantic's `msg` describes the expected value; `input` (the client's data) is dropped.
+        msg = e.get("msg", "invalid value")
+        if msg not in by_field.setdefault(loc, []):
+            by_field[loc].append(msg)
+    parts = [f"{loc}: {' or '.join(msgs)}" for loc, msgs in list(by_field.items())[:5]]
+    if len(by_field) > 5:
+        parts.append(f"... and {len(by_field) - 5} more")
+    return 422, "validation", "; ".join(parts)
+
+
+def _is_tag(part) -> bool:
+    return isinstance(part, str) and (part in ("str", "int", "bool", "float") or "[" in part)
+
+
+async def _api_error(request: Request, exc: APIError) -> Response:
+    _note_failure(request, exc.type)
+    return error_response(exc.status, exc.type, exc.message, exc.headers)
+
+
+async def _request_validation(request: Request, exc: RequestValidationError) -> Response:
+    status, type_, message = _validation_message(exc)
+    _note_failure(request, type_)
+    return error_response(status, type_, message)
+
+
+async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:
+    type_ = _BY_STATUS.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "internal")
+    if exc.status_code == 404:
+        message = "no such route"
+    elif exc.status_code == 405:
+        message = f"method {request.method} not allowed on this route"
+        type_ = "method_not_allowed"
+    else:
+        message = exc.detail if isinstance(exc.detail, str) else type_
+    _note_failure(request, type_)
+    return error_response(exc.status_code, type_, message, getattr(exc, "headers", None))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    _note_failure(request, "internal")
+    return error_response(500, "internal", "internal server error")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(RequestValidationError, _request_validation)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,95 @@
+"""Prometheus metrics of DESIGN.md §6 (prefix headwise_).
+
+One `Metrics` per app, on its own registry. With several workers the CLI sets
+PROMETHEUS_MULTIPROC_DIR before prometheus_client is imported; values then live in files
+that `render()` merges.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+LATENCY = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+FAST = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
+COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        p = "headwise_"
+        self.requests = Counter(p + "requests_total", "HTTP requests", ["route", "model", "code"], registry=r)
+        self.request_duration = Histogram(p + "request_duration_seconds", "HTTP request latency",
+                                          ["route", "model"], buckets=LATENCY, registry=r)
+        self.request_failures = Counter(p + "request_failures_total", "failed requests by reason",
+                                        ["model", "reason"], registry=r)
+        self.queue_duration = Histogram(p + "queue_duration_seconds", "time from enqueue to batch start",
+                                        ["model", "variant"], buckets=(*FAST, 2.0, 5.0), registry=r)
+        self.tokenize_duration = Histogram(p + "tokenize_duration_seconds", "batch encode time per request",
+                                           ["model"], buckets=FAST, registry=r)
+        self.inference_duration = Histogram(p + "inference_duration_seconds", "onnxruntime run time per batch",
+                                            ["model", "variant"], buckets=LATENCY, registry=r)
+        self.batch_size = Histogram(p + "batch_size", "inputs per inference batch", ["model", "variant"],
+                                    buckets=COUNTS, registry=r)
+        self.batch_tokens = Histogram(p + "batch_tokens", "padded tokens per inference batch",
+                                      ["model", "variant"], buckets=TOKENS, registry=r)
+        self.input_tokens = Histogram(p + "input_tokens", "tokens per input", ["model"],
+                                      buckets=TOKENS[:7], registry=r)
+        self.queue_depth = Gauge(p + "queue_depth", "inputs waiting in a queue", ["model", "variant"],
+                                 multiprocess_mode="livesum", registry=r)
+        self.inflight = Gauge(p + "inflight_requests", "HTTP requests being served",
+                              multiprocess_mode="livesum", registry=r)
+        self.attention_bytes = Counter(p + "attention_bytes_total", "attention bytes returned", ["model"],
+                                       registry=r)
+        self.model_info = Gauge(p + "model_info", "served model (value 1)",
+                                ["model", "version", "provider", "precision"], multiprocess_mode="max",
+                                registry=r)
+
+    def render(self) -> bytes:
+        if multiprocess_dir():
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+    def close(self) -> None:
+        if multiprocess_dir():
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid())
+
+
+class QueueHooks:
+    """What a Batcher reports, bound to its (model, variant) labels."""
+
+    def __init__(self, metrics: Metrics, model: str, variant: str):
+        self._depth = metrics.queue_depth.labels(model=model, variant=variant)
+        self._wait = metrics.queue_duration.labels(model=model, variant=variant)
+        self._dropped = metrics.request_failures.labels(model=model, reason="disconnected")
+
+    def on_depth(self, n: int) -> None:
+        self._depth.set(n)
+
+    def on_queue_wait(self, seconds: float) -> None:
+        self._wait.observe(seconds)
+
+    def on_dropped(self, job) -> None:
+        self._dropped.inc()

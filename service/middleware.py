@@ -1,0 +1,78 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): body size
+limit, in-flight gauge, per-route request counts and latency."""
+
+from __future__ import annotations
+
+import time
+
+from service.errors import error_response
+from service.metrics import Metrics
+
+
+class ServiceMiddleware:
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int):
+        self.app = app
+        self.metrics = metrics
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        m = self.metrics
+        status = 500
+        t0 = time.perf_counter()
+        m.inflight.inc()
+
+        async def send_wrapper(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            too_large, receive = await self._limit_body(scope, receive)
+            if too_large:
+                status = 413
+                m.request_failures.labels(model="", reason="too_large").inc()
+                resp = error_response(413, "too_large", f"request body over {self.max_body} bytes")
+                await resp(scope, receive, send)
+            else:
+                await self.app(scope, receive, send_wrapper)
+        finally:
+            m.inflight.dec()
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            model = (scope.get("state") or {}).get("model", "")
+            m.requests.labels(route=route, model=model, code=str(status)).inc()
+            m.request_duration.labels(route=route, model=model).observe(time.perf_counter() - t0)
+
+    async def _limit_body(self, scope, receive):
+        """(over the limit?, receive to pass on). Chunked bodies are read here, up to the limit."""
+        headers = dict(scope.get("headers") or ())
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                return int(length) > self.max_body, receive
+            except ValueError:
+                return False, receive  # the server rejects a bad Content-Length itself
+        if b"chunked" not in headers.get(b"transfer-encoding", b""):
+            return False, receive
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return False, receive
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.max_body:
+                return True, receive
+        body, sent = b"".join(chunks), False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return False, replay

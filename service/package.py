@@ -1,0 +1,122 @@
+"""Reading model packages (docs/model-package.md): manifest.json plus files checked by sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REQUIRED = ("name", "version", "architecture", "n_layers", "n_heads", "d_model", "max_len",
+            "pooling", "normalize", "tokenizer", "variants")
+
+
+class PackageError(ValueError):
+    """A model package that cannot be served; the message names the folder and file."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    file: Path
+    precision: str
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelPackage:
+    path: Path
+    name: str
+    version: str
+    family: str
+    architecture: str
+    n_layers: int
+    n_heads: int
+    d_model: int
+    max_len: int
+    pooling: str
+    normalize: bool
+    tokenizer_file: Path
+    pad_id: int
+    variants: dict[str, Variant]
+    manifest: dict = field(repr=False)
+
+
+_hash_cache: dict[tuple[str, int, int], str] = {}
+
+
+def sha256_file(path: Path) -> str:
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _hash_cache:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        _hash_cache[key] = h.hexdigest()
+    return _hash_cache[key]
+
+
+def _checked_file(folder: Path, entry: dict, what: str) -> Path:
+    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+        raise PackageError(f"{folder}/manifest.json: {what} has no 'file'")
+    path = folder / entry["file"]
+    if not path.is_file():
+        raise PackageError(f"{path}: file missing ({what})")
+    want = entry.get("sha256")
+    if not isinstance(want, str):
+        raise PackageError(f"{folder}/manifest.json: {what} has no 'sha256'")
+    got = sha256_file(path)
+    if got != want.lower():
+        raise PackageError(f"{path}: sha256 mismatch ({what}): manifest says {want}, file is {got}")
+    return path
+
+
+def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
+    folder = Path(folder)
+    mf = folder / "manifest.json"
+    try:
+        m = json.loads(mf.read_text())
+    except FileNotFoundError:
+        raise PackageError(f"{mf}: no manifest.json") from None
+    except (OSError, ValueError) as e:
+        raise PackageError(f"{mf}: unreadable ({e})") from None
+    missing = [k for k in REQUIRED if k not in m]
+    if missing:
+        raise PackageError(f"{mf}: missing fields {', '.join(missing)}")
+    if m["architecture"] != "encoder":
+        raise PackageError(f"{mf}: architecture {m['architecture']!r} is not served yet (encoder only)")
+    if "fast" not in m["variants"]:
+        raise PackageError(f"{mf}: no 'fast' variant")
+    tok = m["tokenizer"]
+    tok_file = _checked_file(folder, tok, "tokenizer") if verify else folder / tok["file"]
+    variants = {}
+    for name, v in m["variants"].items():
+        path = _checked_file(folder, v, f"variant {name}") if verify else folder / v["file"]
+        variants[name] = Variant(name, path, str(v.get("precision", "fp32")), tuple(v.get("outputs", ())))
+    return ModelPackage(
+        path=folder, name=str(m["name"]), version=str(m["version"]), family=str(m.get("family", "")),
+        architecture=m["architecture"], n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]),
+        d_model=int(m["d_model"]), max_len=int(m["max_len"]), pooling=str(m["pooling"]),
+        normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=int(tok.get("pad_id", 0)),
+        variants=variants, manifest=m,
+    )
+
+
+def find_packages(models_dir: str | Path, verify: bool = True) -> list[ModelPackage]:
+    """Every package under models_dir (or models_dir itself when it is one); names must be unique."""
+    root = Path(models_dir)
+    if not root.is_dir():
+        raise PackageError(f"{root}: models folder not found")
+    if (root / "manifest.json").is_file():
+        folders = [root]
+    else:
+        folders = sorted(p.parent for p in root.glob("*/manifest.json"))
+    if not folders:
+        raise PackageError(f"{root}: no model package (no */manifest.json); run `headwise export --out {root}`")
+    packages = [load_package(f, verify) for f in folders]
+    names = [p.name for p in packages]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise PackageError(f"{root}: several packages named {', '.join(sorted(dup))}")
+    return packages

@@ -1,0 +1,95 @@
+"""Per-input results cut out of a padded batch: pooled or token embeddings, and attention
+un-padded to the input's own T, with layer/head selection, top-k, dtype and encoding."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import numpy as np
+
+DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+INDEX_DTYPE = np.dtype("<i4")
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    layers: tuple[int, ...]
+    heads: tuple[int, ...]
+    all_layers: bool
+    all_heads: bool
+    format: str  # dense | topk
+    top_k: int
+    dtype: str  # float32 | float16
+    encoding: str  # json | base64
+
+    def item_size(self) -> int:
+        return DTYPES[self.dtype].itemsize
+
+    def nbytes(self, t: int) -> int:
+        """Bytes of the dense [L, H, T, T] array this spec asks for (the budget's measure)."""
+        return len(self.layers) * len(self.heads) * t * t * self.item_size()
+
+    def returned_bytes(self, t: int) -> int:
+        if self.format == "dense":
+            return self.nbytes(t)
+        k = min(self.top_k, t)
+        return len(self.layers) * len(self.heads) * t * k * (self.item_size() + INDEX_DTYPE.itemsize)
+
+
+@dataclass(frozen=True)
+class EmbedParams:
+    output: str = "sentence"  # sentence | tokens
+    normalize: bool = True
+    attention: AttentionSpec | None = None
+
+
+def encode_array(a: np.ndarray, encoding: str):
+    """json: the array itself (orjson writes it); base64: little-endian C-order bytes."""
+    a = np.ascontiguousarray(a)
+    if encoding == "base64":
+        return base64.b64encode(a.tobytes()).decode("ascii")
+    return a
+
+
+def select_attention(att: np.ndarray, t: int, spec: AttentionSpec) -> np.ndarray:
+    """att: one input's padded [L, H, Tp, Tp] → [L', H', T, T] float32, contiguous."""
+    a = att[:, :, :t, :t]
+    if not spec.all_layers:
+        a = a[list(spec.layers)]
+    if not spec.all_heads:
+        a = a[:, list(spec.heads)]
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def topk(a: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest keys per query row, largest first; ties go to the lower index."""
+    k = min(k, a.shape[-1])
+    idx = np.argsort(-a, axis=-1, kind="stable")[..., :k]
+    return idx.astype(INDEX_DTYPE), np.take_along_axis(a, idx, axis=-1)
+
+
+def attention_payload(att: np.ndarray, t: int, spec: AttentionSpec) -> dict:
+    a = select_attention(att, t, spec)
+    dtype = DTYPES[spec.dtype]
+    out = {"layers": list(spec.layers), "heads": list(spec.heads), "format": spec.format,
+           "dtype": spec.dtype, "encoding": spec.encoding}
+    if spec.format == "dense":
+        out["shape"] = list(a.shape)
+        out["data"] = encode_array(a.astype(dtype, copy=False), spec.encoding)
+    else:
+        idx, vals = topk(a, spec.top_k)
+        out["shape"] = list(idx.shape)
+        out["index_dtype"] = "int32"
+        out["data"] = {"indices": encode_array(idx, spec.encoding),
+                       "values": encode_array(vals.astype(dtype, copy=False), spec.encoding)}
+    return out
+
+
+def pool(hidden: np.ndarray, mode: str, normalize: bool) -> np.ndarray:
+    """hidden: one input's un-padded [T, D] → [D] float32."""
+    v = hidden[0] if mode == "cls" else hidden.mean(axis=0, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    if normalize:
+        v = v / max(np.linalg.norm(v), 1e-12)
+    return v.astype(np.float32)

@@ -1,0 +1,32 @@
+"""How many cores this process may really use: affinity and the cgroup CPU quota, not the host."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+
+def _cgroup_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    try:  # cgroup v2
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    quota = _cgroup_quota(cgroup_root)
+    if quota is not None:
+        n = min(n, max(1, math.ceil(quota)))
+    return max(1, n)

@@ -1,0 +1,51 @@
+"""POST /v1/embed: sentence or token embeddings, optionally with per-head attention."""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from service.deps import get_engine, require_api_key
+from service.engine import Engine
+from service.postprocess import EmbedParams
+from service.schemas import EmbedRequest, EmbedResponse, error_responses
+
+router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
+
+DUMPS = orjson.OPT_SERIALIZE_NUMPY
+BIG = 1 << 16  # attention bytes above which the JSON is written off the event loop
+
+
+def json_response(payload: dict) -> Response:
+    return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
+
+
+@router.post("/v1/embed", response_model=EmbedResponse,
+             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def embed(body: EmbedRequest, request: Request, engine: Engine = Depends(get_engine)):
+    """Embed one text or a list; with `attention`, also return every asked-for head's weights,
+    un-padded to each input's own token count."""
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    spec = None
+    if body.attention is not None:
+        a = body.attention
+        spec = rt.attention_spec(a.layers, a.heads, a.format, a.top_k, a.dtype, a.encoding)
+    params = EmbedParams(output=body.output, normalize=body.normalize, attention=spec)
+    encs, results = await engine.embed(rt, texts, params, body.truncate, request.is_disconnected)
+    data = []
+    n_tokens = 0
+    for i, (enc, (emb, att)) in enumerate(zip(encs, results, strict=True)):
+        item = {"index": i, "embedding": emb, "tokens": enc.tokens, "offsets": enc.offsets}
+        if att is not None:
+            item["attention"] = att
+        data.append(item)
+        n_tokens += enc.length
+    payload = {"model": rt.name, "data": data,
+               "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+    if spec is not None and sum(spec.returned_bytes(e.length) for e in encs) > BIG:
+        return await run_in_threadpool(json_response, payload)
+    return json_response(payload)

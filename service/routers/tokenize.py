@@ -1,0 +1,28 @@
+"""POST /v1/tokenize: tokens, ids and character offsets, as the model sees the text."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+
+from service.deps import get_engine, require_api_key
+from service.engine import Engine
+from service.routers.embed import json_response
+from service.schemas import TokenizeRequest, TokenizeResponse, error_responses
+
+router = APIRouter(tags=["tokenize"], dependencies=[Depends(require_api_key)])
+
+
+@router.post("/v1/tokenize", response_model=TokenizeResponse,
+             responses=error_responses(400, 401, 404, 413, 422, 503))
+async def tokenize(body: TokenizeRequest, request: Request, engine: Engine = Depends(get_engine)):
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    encs = await engine.tokenize(rt, texts, body.truncate)
+    n = sum(e.length for e in encs)
+    return json_response({
+        "model": rt.name,
+        "data": [{"index": i, "tokens": e.tokens, "ids": e.ids, "offsets": e.offsets}
+                 for i, e in enumerate(encs)],
+        "usage": {"prompt_tokens": n, "total_tokens": n},
+    })

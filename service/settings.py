@@ -1,0 +1,54 @@
+"""Runtime settings (DESIGN.md §7): environment variables prefixed HEADWISE_, read and
+validated when the app is created, never at import time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1 << 20
+
+
+class SettingsError(ValueError):
+    """A setting with a bad value; the message names the environment variable."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HEADWISE_", extra="ignore", frozen=True)
+
+    models_dir: Path = Field(Path("models"), description="folder of model packages")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    workers: int = Field(1, ge=1, le=256)
+    api_key: SecretStr | None = Field(None, description="bearer token required on /v1 routes")
+    provider: Literal["auto", "cuda", "cpu"] = "auto"
+    precision: Literal["auto", "fp32", "int8", "fp16"] = "auto"
+    threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads; default: usable cores")
+    max_batch_tokens: int = Field(16384, ge=1)
+    max_batch_size: int = Field(64, ge=1)
+    max_wait_ms: float = Field(2.0, ge=0, le=10_000)
+    max_client_batch: int = Field(256, ge=1)
+    max_body_bytes: int = Field(4 * MiB, ge=1)
+    max_queue: int = Field(4096, ge=1, description="queued inputs per queue before 429")
+    attention_budget_bytes: int = Field(64 * MiB, ge=1)
+    grace_seconds: float = Field(25.0, ge=0)
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, v):
+        return None if v in ("", None) else v
+
+
+def load_settings(**overrides) -> Settings:
+    """Settings from the environment (and overrides), or SettingsError naming each bad variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors(include_input=False, include_url=False):
+            name = "HEADWISE_" + "_".join(str(p) for p in err["loc"]).upper()
+            lines.append(f"{name}: {err['msg']}")
+        raise SettingsError("invalid settings: " + "; ".join(lines)) from None

@@ -1,0 +1,52 @@
+"""The package's tokenizer.json through `tokenizers`, with our own padding/truncation rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from service.errors import Validation
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    ids: np.ndarray  # (T,) int64
+    type_ids: np.ndarray  # (T,) int64
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+class TextTokenizer:
+    def __init__(self, file: str | Path, max_len: int):
+        self.max_len = max_len
+        # The file may carry its own padding and truncation (all-MiniLM-L6-v2 pads to 128);
+        # they are switched off here and ours apply.
+        self._truncating = Tokenizer.from_file(str(file))
+        self._truncating.no_padding()
+        self._truncating.enable_truncation(max_length=max_len)
+        self._full = Tokenizer.from_file(str(file))
+        self._full.no_padding()
+        self._full.no_truncation()
+
+    def encode(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
+        """Batch-encode; with truncate=False an input over max_len raises Validation (422)."""
+        tok = self._truncating if truncate else self._full
+        encs = tok.encode_batch(texts)
+        out = []
+        for i, e in enumerate(encs):
+            n = len(e.ids)
+            if n > self.max_len:
+                raise Validation(
+                    f"inputs[{i}] has {n} tokens, over this model's limit of {self.max_len} "
+                    "(send truncate: true to cut it)"
+                )
+            out.append(Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
+                               e.tokens, e.offsets))
+        return out
