@@ -250,6 +250,11 @@
     box.dataset.type = err.type || "";
     box.hidden = false;
     document.body.dataset.state = "error";
+    if (state.results.length) { // keep the last good result on screen, marked as such
+      $("#tokens-section").classList.add("stale");
+      $("#views").classList.add("stale");
+      $("#status").textContent = "Below: the last result that worked, not the text above.";
+    }
   }
 
   function clearError() {
@@ -265,7 +270,6 @@
       state.models = (res.data || res.models || []).filter((m) => modelId(m));
       if (!state.models.length) throw new ApiError("The server has no model loaded.", "not_ready", 503);
       select.replaceChildren(...state.models.map((m) => h("option", { value: modelId(m) }, modelId(m))));
-      select.disabled = state.models.length < 2 && false;
       describeModel();
       return true;
     } catch (err) {
@@ -296,7 +300,6 @@
 
   // ---------------------------------------------------------------- run
   async function run() {
-    const model = $("#model").value;
     const texts = [$("#text-a").value];
     if ($("#compare").checked) texts.push($("#text-b").value);
     const empty = texts.findIndex((t) => !t.trim());
@@ -311,6 +314,12 @@
     const t0 = performance.now();
     try {
       if (!state.models.length && !(await loadModels())) return;
+      const model = $("#model").value;
+      const card = selectedModel();
+      if (card && card.attention === false) {
+        throw new ApiError(`The model package “${modelId(card)}” has no attention graph (attention.onnx), `
+          + "so this page cannot show its attention. Re-export it with headwise export.", "no_attention", 0);
+      }
       const body = {
         inputs: texts,
         attention: { layers: null, heads: null, format: "dense", dtype: "float16", encoding: "base64" },
@@ -324,6 +333,8 @@
       const ms = performance.now() - t0;
       state.modelName = res.model || model;
       adoptResults(results);
+      $("#tokens-section").classList.remove("stale");
+      $("#views").classList.remove("stale");
       const m = selectedModel();
       const maxLen = m && modelFact(m, "max_len");
       const truncated = maxLen && results.some((r) => r.T >= maxLen);
@@ -562,6 +573,11 @@
     ctx.globalAlpha = 1;
   }
 
+  /** The token whose lines are isolated: the one last hovered or focused, while it still is. */
+  function isolated() {
+    return state.lastIso === "focus" ? state.focus || state.hover : state.hover || state.focus;
+  }
+
   function drawHeadLines() {
     if (!hvGeom) return;
     const r = current();
@@ -575,7 +591,7 @@
     const ctx = canvas.getContext("2d");
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, width, height);
-    const iso = state.hover || state.focus;
+    const iso = isolated();
     paintLines(ctx, 4, width - 8, rowH, iso);
     // mark the isolated token and show the weights it gives / receives on the other column
     $$("#head-view .hv-tok").forEach((b) => {
@@ -610,6 +626,7 @@
     const tok = { side: b.dataset.side, i: Number(b.dataset.index) };
     if (e.type === "mouseover") state.hover = tok;
     else if (e.type === "focusin") state.focus = tok;
+    state.lastIso = e.type === "focusin" ? "focus" : "hover";
     drawHeadLines();
   }
 
@@ -666,7 +683,7 @@
     const ctx0 = canvas.getContext("2d");
     ctx0.font = "12px system-ui, sans-serif";
     const labelW = Math.min(110, 10 + Math.max(...r.tokens.map((t) => ctx0.measureText(t).width)));
-    let cell = clamp(Math.floor((avail - labelW - 4) / T), 2, 34);
+    const cell = clamp(Math.floor(Math.min(avail - labelW - 4, 620) / T), 2, 32);
     const labels = cell >= 9;
     const left = labels ? labelW : 4, top = labels ? labelW : 4;
     const width = left + T * cell + 4, height = top + T * cell + 4;
@@ -687,7 +704,7 @@
         ctx.fillRect(left + k * cell, top + q * cell, cell, cell);
       }
     }
-    if (cell >= 30) { // big enough to print the values
+    if (cell >= 28) { // big enough to print the values
       ctx.font = "10px system-ui, sans-serif";
       ctx.textAlign = "center";
       ctx.textBaseline = "middle";
@@ -748,7 +765,7 @@
     const v = r.att[((state.layer * r.H + state.heatHead) * T + q) * T + k];
     ctx.fillStyle = cmapCss(v / max);
     ctx.fillRect(left + k * cell, top + q * cell, cell, cell);
-    if (cell >= 30) {
+    if (cell >= 28) {
       ctx.font = "10px system-ui, sans-serif";
       ctx.textAlign = "center";
       ctx.textBaseline = "middle";
@@ -829,7 +846,7 @@
     const r = current();
     const mv = $("#model-view");
     const avail = Math.max(300, $("#panel-model").clientWidth);
-    const size = clamp(Math.floor((avail - 40) / r.H) - 6, 30, 84);
+    const size = clamp(Math.floor((avail - 34) / r.H) - 4, 18, 84);
     mv.style.setProperty("--cell", `${size}px`);
     mv.style.setProperty("--cols", r.H);
     const selected = new Set([...state.heads]);
@@ -1037,7 +1054,7 @@
       ctx.textAlign = "left";
       ctx.fillText(t, pad + colW + mid + 6, i * rowH + rowH / 2);
     });
-    paintLines(ctx, pad + colW, mid, rowH, state.hover || state.focus);
+    paintLines(ctx, pad + colW, mid, rowH, isolated());
     ctx.restore();
     return c;
   }

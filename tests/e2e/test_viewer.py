@@ -1,0 +1,509 @@
+"""Browser tests of the attention viewer at `GET /` (issue #6).
+
+Headless Debian chromium driven by Playwright for Python (sync API) through `executable_path`;
+`playwright install` is never run. Every test talks to a real `headwise serve` process on a
+loopback port, serving the real default model package, and compares what the page shows with
+what the API returns.
+
+Screenshots go to tests/e2e/artifacts/ (git-ignored). docs/img/viewer.png, the README's
+picture, is written when it is missing or when HEADWISE_UPDATE_DOCS_IMG=1.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
+DOCS_IMG = REPO / "docs" / "img" / "viewer.png"
+CHROMIUM = os.environ.get("HEADWISE_CHROMIUM", "/usr/bin/chromium")
+# Without the background-networking flags chromium tries to reach the internet on its own.
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SENTENCE = "Headwise shows what every attention head looks at, unbelievably."
+SPECIAL = {"[CLS]", "[SEP]", "<s>", "</s>"}  # as in service/static/app.js
+F16_ATOL = 1e-3  # float16 keeps 11 significant bits: |error| <= 2**-11 for weights <= 1
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+# ---------------------------------------------------------------- browser
+
+def _no_browser(reason: str):
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the browser tests must run)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _no_browser("playwright (Python) is not installed")
+    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if not exe:
+        _no_browser(f"no chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+# ---------------------------------------------------------------- server
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _models_dir(request) -> Path:
+    given = os.environ.get("HEADWISE_TEST_PACKAGE")
+    if given:
+        return Path(given).parent
+    local = REPO / "models"
+    if any(local.glob("*/manifest.json")):
+        return local
+    return Path(request.getfixturevalue("minilm_package")).parent
+
+
+@contextlib.contextmanager
+def _serve(models_dir: Path, **env_extra: str):
+    """`headwise serve` on a free loopback port; yields its base URL once /health/ready is 200."""
+    port = _free_port()
+    env = {**os.environ, "HEADWISE_PROVIDER": "cpu", **env_extra}
+    env.pop("HEADWISE_API_KEY", None)
+    exe = Path(sys.executable).with_name("headwise")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "headwise.cli"]
+    cmd += ["serve", "--models", str(models_dir), "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "warning"]
+    log = ARTIFACTS / f"server-{port}.log"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    ok = False
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"headwise serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"headwise serve not ready after 180 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.25)
+        yield url
+        ok = True
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if ok:
+            log.unlink(missing_ok=True)  # kept only when something went wrong
+
+
+@pytest.fixture(scope="module")
+def server(request):
+    with _serve(_models_dir(request)) as url:
+        yield url
+
+
+# ---------------------------------------------------------------- page
+
+@pytest.fixture
+def page(browser, server):
+    """A fresh page at 1280×800 that has loaded the viewer; fails if it ever requests another host."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.requests = []
+    pg.errors = []
+    pg.on("request", lambda r: pg.requests.append(r.url))
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    pg.goto(server + "/")
+    _wait_ready(pg, 0)  # the page runs its example sentence once on load
+    yield pg
+    ctx.close()
+    assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
+    assert _foreign(pg.requests, server) == []
+
+
+def _foreign(urls, base):
+    origin = urlsplit(base)
+    out = []
+    for u in urls:
+        p = urlsplit(u)
+        if p.scheme in ("data", "blob"):
+            continue
+        if (p.scheme, p.netloc) != (origin.scheme, origin.netloc):
+            out.append(u)
+    return out
+
+
+def _wait_ready(pg, after_run: int) -> int:
+    pg.wait_for_function(
+        "n => document.body.dataset.state === 'ready' && Number(document.body.dataset.run) > n",
+        arg=after_run, timeout=60_000)
+    return int(pg.evaluate("document.body.dataset.run"))
+
+
+def _show(pg, text: str, second: str | None = None) -> int:
+    """Type the sentence(s), run, wait for the views; returns the run number."""
+    run = int(pg.evaluate("document.body.dataset.run"))
+    pg.fill("#text-a", text)
+    if second is not None:
+        pg.check("#compare")
+        pg.fill("#text-b", second)
+    pg.click("#run")
+    return _wait_ready(pg, run)
+
+
+def _api_attention(server: str, texts, dtype="float16"):
+    body = {"inputs": texts, "attention": {"layers": None, "heads": None, "format": "dense",
+                                           "dtype": dtype, "encoding": "base64"}}
+    r = httpx.post(f"{server}/v1/embed", json=body, timeout=60)
+    r.raise_for_status()
+    out = []
+    for item in sorted(r.json()["data"], key=lambda d: d["index"]):
+        a = item["attention"]
+        arr = np.frombuffer(base64.b64decode(a["data"]), dtype="<f2" if dtype == "float16" else "<f4")
+        out.append((item, arr.reshape(a["shape"]).astype(np.float64)))
+    return out
+
+
+def _hover_cell(pg, q: int, k: int) -> None:
+    """Move the mouse over heatmap cell (query q, key k), scrolling it into the viewport first."""
+    canvas = pg.locator("#heatmap")
+    left, top, cell = (float(canvas.get_attribute(f"data-{a}")) for a in ("left", "top", "cell"))
+    x, y = left + (k + 0.5) * cell, top + (q + 0.5) * cell
+    pg.evaluate("""([x, y]) => {
+        const r = document.querySelector('#heatmap').getBoundingClientRect();
+        window.scrollBy(r.left + x - innerWidth / 2, r.top + y - innerHeight / 2);
+    }""", [x, y])
+    box = canvas.bounding_box()
+    pg.mouse.move(box["x"] + x, box["y"] + y)
+
+
+def _shot(pg, name: str, full_page=False) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    pg.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+# ---------------------------------------------------------------- tests
+
+def test_token_list_matches_tokenize(page, server):
+    _show(page, SENTENCE)
+    r = httpx.post(f"{server}/v1/tokenize", json={"inputs": SENTENCE}, timeout=30)
+    r.raise_for_status()
+    want = r.json()["data"][0]
+    shown = page.eval_on_selector_all(
+        "#tokens-0 li", "els => els.map(e => [e.dataset.token, +e.dataset.start, +e.dataset.end])")
+    assert [s[0] for s in shown] == want["tokens"]
+    assert [[s[1], s[2]] for s in shown] == [list(o) for o in want["offsets"]]
+    assert any(t.startswith("##") for t in want["tokens"]), "the sentence should split a word"
+    # the head view's token columns are the same tokens
+    cols = page.eval_on_selector_all("#head-view .hv-q .hv-tok", "els => els.map(e => e.textContent)")
+    assert cols == want["tokens"]
+    _shot(page, "viewer-head-1280x800")
+
+
+def test_heatmap_values_equal_api(page, server):
+    _show(page, SENTENCE)
+    [(item, att)] = _api_attention(server, [SENTENCE], dtype="float32")
+    T = len(item["tokens"])
+    layer, head = 3, 7
+    page.select_option("#layer", str(layer))
+    page.select_option("#heat-head", str(head))
+    canvas = page.locator("#heatmap")
+    assert canvas.get_attribute("data-layer") == str(layer)
+    assert canvas.get_attribute("data-head") == str(head)
+    readout = page.locator("#heatmap-readout")
+    cells = [(0, 0), (2, 5), (T - 1, 0), (T // 2, T - 1), (5, 4)]
+    for q, k in cells:
+        _hover_cell(page, q, k)
+        assert readout.get_attribute("data-query") == str(q)
+        assert readout.get_attribute("data-key") == str(k)
+        assert readout.get_attribute("data-layer") == str(layer)
+        assert readout.get_attribute("data-head") == str(head)
+        want = att[layer, head, q, k]
+        got = float(readout.get_attribute("data-value"))
+        assert got == pytest.approx(want, abs=F16_ATOL, rel=2**-10), (q, k)
+        shown = float(readout.locator(".value").inner_text())  # the number a person reads
+        assert shown == pytest.approx(want, abs=F16_ATOL, rel=2**-10), (q, k)
+    # keyboard: focus the heatmap and move the cursor with the arrow keys
+    canvas.focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowDown")
+    q, k = cells[-1][0] + 1, cells[-1][1] + 1
+    assert readout.get_attribute("data-query") == str(q)
+    assert readout.get_attribute("data-key") == str(k)
+    assert float(readout.get_attribute("data-value")) == pytest.approx(att[layer, head, q, k], abs=F16_ATOL)
+
+
+def test_model_view_click_opens_head(page):
+    _show(page, SENTENCE)
+    page.click("#tab-model")
+    cells = page.locator("#model-view .mv-cell")
+    assert cells.count() == 6 * 12
+    _shot(page, "viewer-model-1280x800")
+    page.click("#model-view .mv-cell[data-layer='4'][data-head='9']")
+    assert page.get_attribute("#tab-head", "aria-selected") == "true"
+    assert page.is_visible("#panel-head") and not page.is_visible("#panel-model")
+    hv = page.locator("#head-view")
+    assert hv.get_attribute("data-layer") == "4"
+    assert hv.get_attribute("data-heads") == "9"
+    assert page.input_value("#layer") == "4"
+    assert page.input_value("#heat-head") == "9"
+    checked = page.eval_on_selector_all("#head-checks input:checked", "els => els.map(e => e.value)")
+    assert checked == ["9"]
+    assert page.get_attribute("#heatmap", "data-layer") == "4"
+    assert page.get_attribute("#heatmap", "data-head") == "9"
+    caption = page.inner_text("#head-caption")
+    assert "Layer 4" in caption and "head 9" in caption
+
+    # the same by keyboard: arrows move in the grid, Enter opens
+    page.click("#tab-model")
+    page.focus("#model-view .mv-cell[data-layer='4'][data-head='9']")
+    for key in ("ArrowUp", "ArrowUp", "ArrowLeft", "ArrowLeft", "ArrowLeft", "Enter"):
+        page.keyboard.press(key)
+    assert hv.get_attribute("data-layer") == "2"
+    assert hv.get_attribute("data-heads") == "6"
+
+
+def _numpy_summary(A: np.ndarray, tokens: list[str]) -> dict[tuple[int, int], dict[str, float]]:
+    """The definitions of the page's help text, in numpy."""
+    L, H, T, _ = A.shape
+    q = np.arange(T)[:, None]
+    k = np.arange(T)[None, :]
+    special = np.array([t in SPECIAL for t in tokens])
+    out = {}
+    for layer in range(L):
+        for head in range(H):
+            a = A[layer, head]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                plogp = np.where(a > 0, a * np.log2(np.where(a > 0, a, 1)), 0.0)
+            out[layer, head] = {
+                "entropy": float(np.mean(-plogp.sum(axis=1))),
+                "special": float(np.mean(a[:, special].sum(axis=1))),
+                "distance": float(np.mean((a * np.abs(q - k)).sum(axis=1))),
+                "prev": float(np.mean(np.diagonal(a, offset=-1))),
+                "next": float(np.mean(np.diagonal(a, offset=1))),
+            }
+    return out
+
+
+def test_summary_equals_numpy(page, server):
+    _show(page, SENTENCE)
+    [(item, att)] = _api_attention(server, [SENTENCE], dtype="float16")
+    want = _numpy_summary(att, item["tokens"])
+    page.click("#tab-summary")
+    rows = page.eval_on_selector_all("#summary tbody tr", """trs => trs.map(tr => ({
+        layer: +tr.dataset.layer, head: +tr.dataset.head,
+        values: Object.fromEntries([...tr.querySelectorAll('td[data-key]')].map(td => [td.dataset.key, +td.dataset.value])),
+        shown: Object.fromEntries([...tr.querySelectorAll('td[data-key]')].map(td => [td.dataset.key, +td.textContent])),
+    }))""")
+    assert len(rows) == len(want) == 72
+    for row in rows:
+        expect = want[row["layer"], row["head"]]
+        for key, value in expect.items():
+            assert row["values"][key] == pytest.approx(value, abs=1e-3), (row["layer"], row["head"], key)
+            assert row["shown"][key] == pytest.approx(value, abs=6e-3), (row["layer"], row["head"], key)
+
+    # sorting: first click on a statistic sorts descending, the second ascending
+    page.click("#summary button.sort[data-key='entropy']")
+    assert page.get_attribute("#summary th:nth-child(3)", "aria-sort") == "descending"
+    ent = page.eval_on_selector_all("#summary td[data-key='entropy']", "t => t.map(x => +x.dataset.value)")
+    assert ent == sorted(ent, reverse=True)
+    page.click("#summary button.sort[data-key='entropy']")
+    ent = page.eval_on_selector_all("#summary td[data-key='entropy']", "t => t.map(x => +x.dataset.value)")
+    assert ent == sorted(ent)
+    page.click("#summary button.sort[data-key='prev']")
+    top = page.locator("#summary tbody tr").first
+    best = max(want, key=lambda lh: want[lh]["prev"])
+    assert (int(top.get_attribute("data-layer")), int(top.get_attribute("data-head"))) == best
+    _shot(page, "viewer-summary-1280x800")
+    # a head's button opens it in the head view
+    top.locator("button.open").click()
+    assert page.get_attribute("#head-view", "data-layer") == str(best[0])
+    assert page.get_attribute("#head-view", "data-heads") == str(best[1])
+
+
+def test_hover_isolates_a_tokens_lines(page, server):
+    _show(page, SENTENCE)
+    [(item, att)] = _api_attention(server, [SENTENCE], dtype="float32")
+    page.select_option("#layer", "1")
+    page.click("#heads-none")
+    page.check("#head-4")
+    q = 3
+    page.hover(f"#head-view .hv-q .hv-tok[data-index='{q}']")
+    assert "iso" in page.get_attribute(f"#head-view .hv-q .hv-tok[data-index='{q}']", "class")
+    # each key token now carries the weight query q gives it, in its tooltip
+    for k in (0, 2, len(item["tokens"]) - 1):
+        title = page.get_attribute(f"#head-view .hv-k .hv-tok[data-index='{k}']", "title")
+        got = float(title.split("head 4:")[1].split()[0])
+        assert got == pytest.approx(att[1, 4, q, k], abs=F16_ATOL)
+    # focus does the same from the keyboard; Arrow keys move between tokens
+    page.focus("#head-view .hv-k .hv-tok[data-index='0']")
+    page.keyboard.press("ArrowDown")
+    assert page.evaluate("document.activeElement.dataset.index") == "1"
+    assert "iso" in page.get_attribute("#head-view .hv-k .hv-tok[data-index='1']", "class")
+
+
+def test_compare_two_sentences_and_exports(page, server):
+    first, second = "The bank raised interest rates.", "We sat on the river bank."
+    _show(page, first, second)
+    results = _api_attention(server, [first, second])
+    for i, (item, _) in enumerate(results):
+        shown = page.eval_on_selector_all(f"#tokens-{i} li", "els => els.map(e => e.dataset.token)")
+        assert shown == item["tokens"]
+    page.check("#sentence-pick input[value='1']")
+    assert page.get_attribute("#head-view", "data-sentence") == "B"
+    assert page.eval_on_selector_all("#head-view .hv-q .hv-tok", "e => e.length") == len(results[1][0]["tokens"])
+
+    with page.expect_download() as dl:
+        page.click("#export-json")
+    doc = json.loads(Path(dl.value.path()).read_text())
+    assert [s["tokens"] for s in doc["sentences"]] == [it["tokens"] for it, _ in results]
+    for s, (item, att) in zip(doc["sentences"], results, strict=True):
+        got = np.array(s["attention"]["data"])
+        assert got.shape == att.shape == tuple(s["attention"]["shape"])
+        np.testing.assert_allclose(got, att, atol=F16_ATOL)
+
+    for tab in ("head", "model", "summary"):
+        page.click(f"#tab-{tab}")
+        with page.expect_download() as dl:
+            page.click("#export-png")
+        data = Path(dl.value.path()).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", tab
+        assert dl.value.suggested_filename.endswith(".png")
+
+
+def test_no_request_leaves_the_server(page, server):
+    """Everything the page loads or calls is on the server's own origin, whatever the user does."""
+    _show(page, SENTENCE, "A second sentence.")
+    for tab in ("model", "summary", "head"):
+        page.click(f"#tab-{tab}")
+    page.click("#help summary")
+    with page.expect_download():
+        page.click("#export-png")
+    assert page.requests, "the page made no request at all?"
+    assert _foreign(page.requests, server) == []
+    paths = {urlsplit(u).path for u in page.requests if urlsplit(u).scheme.startswith("http")}
+    assert {"/", "/static/app.js", "/static/style.css", "/v1/models", "/v1/embed"} <= paths
+    # the page and its assets name no other host either
+    for asset in ("/", "/static/app.js", "/static/style.css"):
+        text = httpx.get(server + asset, timeout=10).text
+        assert "http://" not in text and "https://" not in text, asset
+
+
+def test_controls_are_labelled_and_keyboard_reachable(page):
+    unlabelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea, button, canvas[tabindex]')]
+        .filter(e => e.offsetParent !== null)
+        .filter(e => !((e.labels && e.labels.length) || e.getAttribute('aria-label') || e.getAttribute('aria-labelledby')
+                       || (e.tagName === 'BUTTON' && e.textContent.trim())))
+        .map(e => e.outerHTML.slice(0, 80))""")
+    assert unlabelled == []
+    # tabs move with arrow keys
+    page.focus("#tab-head")
+    page.keyboard.press("ArrowRight")
+    assert page.get_attribute("#tab-model", "aria-selected") == "true"
+    page.keyboard.press("ArrowRight")
+    assert page.get_attribute("#tab-summary", "aria-selected") == "true"
+    # Ctrl+Enter in the text box runs the model
+    run = int(page.evaluate("document.body.dataset.run"))
+    page.fill("#text-a", "Keyboard only.")
+    page.focus("#text-a")
+    page.keyboard.press("Control+Enter")
+    _wait_ready(page, run)
+    assert page.eval_on_selector_all("#tokens-0 li", "e => e.map(x => x.dataset.token)")[1:3] == ["keyboard", "only"]
+
+
+def test_narrow_screen(browser, server):
+    ctx = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+    pg = ctx.new_page()
+    try:
+        pg.goto(server + "/")
+        _wait_ready(pg, 0)
+        for tab in ("head", "model", "summary"):
+            pg.click(f"#tab-{tab}")
+            overflow = pg.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            assert overflow <= 0, f"{tab}: page wider than the screen by {overflow}px"
+            _shot(pg, f"viewer-{tab}-390x844", full_page=True)
+        pg.click("#tab-model")
+        pg.click("#model-view .mv-cell[data-layer='1'][data-head='2']")
+        assert pg.get_attribute("#head-view", "data-layer") == "1"
+    finally:
+        ctx.close()
+
+
+def test_error_message_when_over_attention_budget(browser, request):
+    """A small attention budget: a long input gets a clear 413 message, then a short one works."""
+    with _serve(_models_dir(request), HEADWISE_ATTENTION_BUDGET_BYTES="200000") as url:
+        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+        pg = ctx.new_page()
+        try:
+            pg.goto(url + "/")
+            _wait_ready(pg, 0)  # the example sentence fits: 6·12·13²·2 bytes
+            long_text = " ".join(["attention"] * 60)
+            pg.fill("#text-a", long_text)
+            pg.click("#run")
+            pg.wait_for_selector("#error:not([hidden])")
+            assert pg.get_attribute("#error", "data-status") == "413"
+            text = pg.inner_text("#error")
+            assert "attention budget" in text.lower()
+            assert "Shorten the text" in text
+            assert pg.get_attribute("body", "data-state") == "error"
+            assert pg.get_attribute("#error", "role") == "alert"
+            _shot(pg, "viewer-error-413-1280x800")
+            _show(pg, "Short again.")
+            assert pg.is_hidden("#error")
+            # an empty box is caught before any request
+            pg.fill("#text-a", "  ")
+            pg.click("#run")
+            assert "empty" in pg.inner_text("#error")
+        finally:
+            ctx.close()
+
+
+def test_readme_screenshot(page, server):
+    """The picture of the README: the head where "it" looks most at "animal", its layer's
+    heads as lines with "it" isolated, and its heatmap."""
+    text = "The animal didn't cross the street because it was too tired."
+    _show(page, text)
+    [(item, att)] = _api_attention(server, [text])
+    it, animal = item["tokens"].index("it"), item["tokens"].index("animal")
+    layer, head = np.unravel_index(np.argmax(att[:, :, it, animal]), att.shape[:2])
+    page.select_option("#layer", str(layer))
+    page.select_option("#heat-head", str(head))
+    _hover_cell(page, it, animal)  # the heatmap's cursor stays on the last cell hovered
+    assert page.get_attribute("#heatmap-readout", "data-value") == str(float(att[layer, head, it, animal]))
+    page.evaluate("window.scrollTo(0, document.querySelector('#views').getBoundingClientRect().top + scrollY - 8)")
+    page.hover(f"#head-view .hv-q .hv-tok[data-index='{it}']")
+    assert page.get_attribute("#heatmap", "data-head") == str(head)
+    path = _shot(page, "viewer-readme-1280x800")
+    if not DOCS_IMG.exists() or os.environ.get("HEADWISE_UPDATE_DOCS_IMG") == "1":
+        DOCS_IMG.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, DOCS_IMG)
