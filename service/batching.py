@@ -126,7 +126,8 @@ class Batcher:
     async def close(self, timeout: float = 5.0) -> None:
         """Finish what is queued and running, then stop."""
         deadline = time.monotonic() + timeout
-        while (self._queue or self._running) and time.monotonic() < deadline:
+        alive = self._task is not None and not self._task.done()
+        while alive and (self._queue or self._running) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()

@@ -199,7 +199,7 @@ class Engine:
             raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
         rt = self.models.get(name)
         if rt is None:
-            raise NotFound(f"no model named {name!r}" if len(name) <= 64 else "no such model")
+            raise NotFound(f"no model by that name; served: {', '.join(sorted(self.models))}")
         return rt
 
     def _check(self, texts: list[str]) -> None:

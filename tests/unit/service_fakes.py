@@ -1,0 +1,92 @@
+"""A tiny model package (real tokenizer.json, placeholder graphs) and a deterministic fake
+backend, so the service's HTTP, engine and batching layers are tested without onnxruntime."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "hello", "world", "is", "was", "and", "of", "to", "in", "quick", "brown", "fox", "jumps", "over", "lazy"]
+N_LAYERS, N_HEADS, D_MODEL = 2, 3, 8
+
+
+def make_package(root: Path, name: str = "tiny", max_len: int = 32, normalize: bool = True) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *WORDS, ",", ".", "!"])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tok.enable_padding(length=128)  # the package's own padding must be ignored by the service
+    tok.save(str(folder / "tokenizer.json"))
+    variants = {}
+    for v in ("fast", "attention"):
+        (folder / f"{v}.onnx").write_bytes(f"placeholder {v}".encode())
+        variants[v] = {"file": f"{v}.onnx", "precision": "fp32", "sha256": _sha(folder / f"{v}.onnx"),
+                       "outputs": ["sentence_embedding", "last_hidden_state"] + (["attentions"] if v == "attention" else [])}
+    manifest = {
+        "schema_version": 1, "name": name, "version": "1", "family": "bert", "architecture": "encoder",
+        "n_layers": N_LAYERS, "n_heads": N_HEADS, "d_model": D_MODEL, "max_len": max_len,
+        "pooling": "mean", "normalize": normalize,
+        "tokenizer": {"file": "tokenizer.json", "sha256": _sha(folder / "tokenizer.json"), "pad_id": 0},
+        "variants": variants,
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def fake_hidden(ids: np.ndarray) -> np.ndarray:
+    """[B, T] → [B, T, D]: depends only on each token and its position, never on padding."""
+    t = np.arange(ids.shape[1])[None, :, None]
+    d = np.arange(D_MODEL)[None, None, :]
+    return np.sin(ids[..., None] * (d + 1) * 0.37 + t * 0.11).astype(np.float32)
+
+
+def fake_attention(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """[B, L, H, T, T]; padded keys get exactly 0, real rows sum to 1."""
+    q = ids[:, None, None, :, None].astype(np.float64)
+    k = ids[:, None, None, None, :].astype(np.float64)
+    layer = np.arange(N_LAYERS)[None, :, None, None, None] + 1
+    head = np.arange(N_HEADS)[None, None, :, None, None] + 1
+    pos = np.arange(ids.shape[1])
+    scores = np.cos(q * layer * 0.3 + k * head * 0.7 + (pos[:, None] - pos[None, :]) * 0.2)
+    scores = np.where(mask[:, None, None, None, :] > 0, scores, -np.inf)
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)).astype(np.float32)
+
+
+class FakeBackend:
+    provider = "cpu"
+    precision = "fp32"
+    delay = 0.0  # seconds per run, to let queues build up
+
+    def __init__(self, package, settings):
+        self.package = package
+        self.variants = {"embed": "fast", "attention": "attention"}
+        self.calls: list[tuple[str, tuple[int, int]]] = []
+
+    def run(self, role, feeds, outputs):
+        ids, mask = feeds["input_ids"], feeds["attention_mask"]
+        self.calls.append((role, ids.shape))
+        if self.delay:
+            time.sleep(self.delay)
+        hidden = fake_hidden(ids)
+        m = mask[..., None].astype(np.float32)
+        pooled = (hidden * m).sum(1) / m.sum(1)
+        if self.package.normalize:
+            pooled /= np.linalg.norm(pooled, axis=-1, keepdims=True)
+        out = {"sentence_embedding": pooled, "last_hidden_state": hidden}
+        if role == "attention":
+            out["attentions"] = fake_attention(ids, mask)
+        return {k: out[k] for k in outputs}

@@ -1,0 +1,209 @@
+"""The batcher with a fake run function: batch cuts, waiting rules, overload, disconnects."""
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from service.batching import Batcher, Entry, Job, Limits
+from service.errors import Disconnected, Overloaded
+
+
+class Recorder:
+    def __init__(self, delay=0.0):
+        self.delay = delay
+        self.batches = []
+
+    def __call__(self, entries, padded):
+        self.batches.append(([e.length for e in entries], padded))
+        if self.delay:
+            time.sleep(self.delay)
+        return [(e.job.params, e.index, e.length) for e in entries]
+
+
+class Hooks:
+    def __init__(self):
+        self.dropped, self.depths, self.waits = [], [], []
+
+    def on_depth(self, n):
+        self.depths.append(n)
+
+    def on_queue_wait(self, s):
+        self.waits.append(s)
+
+    def on_dropped(self, job):
+        self.dropped.append(job)
+
+
+def make(run, max_tokens=1024, max_size=64, wait_s=0.0, max_queue=100, buckets=(8, 16, 32, 64), hooks=None):
+    return Batcher(run, Limits(max_tokens, max_size, wait_s, max_queue), list(buckets), hooks)
+
+
+def submit(b, lengths, tag=None, is_disconnected=None):
+    job = Job(len(lengths), params=tag, is_disconnected=is_disconnected)
+    entries = [Entry(job, i, np.ones(n, np.int64), np.zeros(n, np.int64)) for i, n in enumerate(lengths)]
+    return b.submit(job, entries)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+def test_idle_server_runs_a_lone_request_at_once():
+    async def main():
+        b = make(Recorder(), wait_s=1.0)  # a long max wait must not be spent when idle
+        b.start()
+        t0 = time.perf_counter()
+        res = await submit(b, [5], "a")
+        elapsed = time.perf_counter() - t0
+        await b.close()
+        return res, elapsed
+
+    res, elapsed = run(main())
+    assert res == [("a", 0, 5)]
+    assert elapsed < 0.2
+
+
+def test_requests_arriving_during_a_run_share_the_next_batch():
+    async def main():
+        rec = Recorder(delay=0.05)
+        b = make(rec)
+        b.start()
+        first = submit(b, [5], 0)
+        await asyncio.sleep(0.01)  # the first batch is running now
+        rest = [submit(b, [5], i) for i in range(1, 11)]
+        results = await asyncio.gather(first, *rest)
+        await b.close()
+        return rec, results
+
+    rec, results = run(main())
+    assert [len(x[0]) for x in rec.batches] == [1, 10]
+    assert [r[0][0] for r in results] == list(range(11))  # each got its own result
+
+
+def test_waits_for_requests_still_tokenising_but_no_longer_than_max_wait():
+    async def main():
+        rec = Recorder()
+        b = make(rec, wait_s=0.3)
+        b.start()
+        b.incoming = 1
+        t0 = time.perf_counter()
+        first = submit(b, [5], "a")
+        await asyncio.sleep(0.05)
+        b.incoming = 0
+        second = submit(b, [6], "b")
+        await asyncio.gather(first, second)
+        together = time.perf_counter() - t0
+        b.incoming = 5  # never arrive: the batch still goes after max_wait
+        t0 = time.perf_counter()
+        await submit(b, [5], "c")
+        alone = time.perf_counter() - t0
+        await b.close()
+        return rec, together, alone
+
+    rec, together, alone = run(main())
+    assert rec.batches[0] == ([5, 6], 8)
+    assert together < 0.25
+    assert 0.25 < alone < 1.0
+
+
+def test_cut_by_padded_tokens_and_size():
+    async def main():
+        rec = Recorder()
+        b = make(rec, max_tokens=64, max_size=6)
+        futs = [submit(b, [5] * 20, "many")]  # bucket 8: at most 64/8 = 8, size cap 6
+        b.start()
+        await asyncio.gather(*futs)
+        await b.close()
+        return rec
+
+    rec = run(main())
+    assert [len(x[0]) for x in rec.batches] == [6, 6, 6, 2]
+    assert all(p == 8 for _, p in rec.batches)
+
+
+def test_sorted_by_length_oldest_first():
+    async def main():
+        rec = Recorder()
+        b = make(rec, max_tokens=64)
+        futs = [submit(b, [30], "old"), submit(b, [3], "s1"), submit(b, [28], "l2"), submit(b, [4], "s2")]
+        b.start()
+        await asyncio.gather(*futs)
+        await b.close()
+        return rec
+
+    rec = run(main())
+    # the oldest (30) goes first with its nearest length (28); the short ones pad to 8 together.
+    assert rec.batches == [([28, 30], 32), ([3, 4], 8)]
+
+
+def test_multi_input_job_split_across_batches_gets_results_in_order():
+    async def main():
+        b = make(Recorder(), max_tokens=16)
+        fut = submit(b, [9, 3, 12, 2], "j")
+        b.start()
+        res = await fut
+        await b.close()
+        return res
+
+    assert [r[1:] for r in run(main())] == [(0, 9), (1, 3), (2, 12), (3, 2)]
+
+
+def test_full_queue_is_overloaded_with_retry_after():
+    async def main():
+        b = make(Recorder(), max_queue=3)
+        submit(b, [5, 5])
+        with pytest.raises(Overloaded) as e:
+            submit(b, [5, 5])
+        b.check_room(1)
+        await b.close()
+        return e.value
+
+    err = run(main())
+    assert err.status == 429 and err.headers["Retry-After"]
+
+
+def test_disconnected_clients_are_dropped_before_inference():
+    async def gone():
+        return True
+
+    async def here():
+        return False
+
+    async def main():
+        rec, hooks = Recorder(), Hooks()
+        b = make(rec, hooks=hooks)
+        dropped = submit(b, [7], "gone", is_disconnected=gone)
+        kept = submit(b, [5], "here", is_disconnected=here)
+        b.start()
+        res = await kept
+        with pytest.raises(Disconnected):
+            await dropped
+        await b.close()
+        return rec, hooks, res
+
+    rec, hooks, res = run(main())
+    assert rec.batches == [([5], 8)]
+    assert len(hooks.dropped) == 1 and res == [("here", 0, 5)]
+    assert hooks.waits and hooks.depths[-1] == 0
+
+
+def test_a_failing_batch_fails_its_requests_only():
+    calls = []
+
+    def flaky(entries, padded):
+        calls.append(len(entries))
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return [None] * len(entries)
+
+    async def main():
+        b = make(flaky)
+        b.start()
+        with pytest.raises(RuntimeError):
+            await submit(b, [5])
+        assert await submit(b, [5]) == [None]
+        await b.close()
+
+    run(main())
