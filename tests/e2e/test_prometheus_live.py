@@ -19,12 +19,11 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from tests.unit.test_deploy_dashboard import dashboard_queries, substitute
-
-httpx = pytest.importorskip("httpx") if os.environ.get("CI") != "true" else __import__("httpx")
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"
