@@ -84,14 +84,14 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, within: float) -> No
 
 
 def _models_dir(request) -> Path:
-    """The real package in models/ when the lead exported it there, else the tiny test
-    package (tests/conftest.py) built in this session."""
+    """The real default package: models/ when it was exported there, else the one
+    tests/conftest.py exports once per session (as the other e2e tests do)."""
     given = os.environ.get("HEADWISE_TEST_PACKAGE")
     if given:
         return Path(given).parent
     if list((ROOT / "models").glob("*/manifest.json")):
         return ROOT / "models"
-    return request.getfixturevalue("tiny_package").parent
+    return Path(request.getfixturevalue("minilm_package")).parent
 
 
 @pytest.fixture(scope="module")
