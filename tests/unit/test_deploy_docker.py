@@ -299,3 +299,25 @@ def test_grafana_provisioning_matches_dashboard():
     mounts = dict(v.split(":")[:2] for v in grafana["volumes"])
     assert mounts["./grafana/dashboards"] == provider["options"]["path"]
     assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+
+
+@pytest.mark.parametrize("kind", DOCKERFILES)
+def test_image_commands_match_the_cli(kind):
+    """The export flags and the serve arguments the images use are accepted by headwise's CLI."""
+    import argparse
+
+    from export import cli_export
+    from service import cli as serve_cli
+
+    text = DOCKERFILES[kind].read_text()
+    (export_args,) = re.findall(r'^ARG EXPORT_ARGS="([^"]*)"$', text, re.M)
+    p = argparse.ArgumentParser()
+    cli_export.add_arguments(p)
+    p.parse_args(["--out", "/models", *export_args.split()])
+    p.parse_args(["/context/checkpoints/x", "--name", "x", "--out", "/models", *export_args.split()])
+
+    (cmd,) = [a for i, a in _stages(DOCKERFILES[kind])[-1] if i == "CMD"]
+    p = argparse.ArgumentParser()
+    serve_cli.add_arguments(p)
+    args = p.parse_args(json.loads(cmd))
+    assert (args.models, args.host, args.port) == ("/models", "0.0.0.0", 8000)

@@ -206,3 +206,19 @@ def test_inferenceservice_pod_part_validates(version):
     pod_spec = {k: v for k, v in isvc["spec"]["predictor"].items() if k not in KSERVE_COMPONENT_FIELDS}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "headwise-predictor"}, "spec": pod_spec}
     kubernetes_validate.validate(pod, desired_version=version, strict=True)
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "InferenceService"])
+def test_container_args_are_headwise_serve_arguments(kind):
+    import argparse
+
+    from service import cli as serve_cli
+
+    doc = _one(kind)
+    spec = doc["spec"]["template"]["spec"] if kind == "Deployment" else doc["spec"]["predictor"]
+    (c,) = spec["containers"]
+    p = argparse.ArgumentParser()
+    serve_cli.add_arguments(p)
+    args = p.parse_args(c["args"])
+    assert args.models == "/models" and args.host == "0.0.0.0"
+    assert args.port == c["ports"][0]["containerPort"]
