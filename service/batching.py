@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from service.errors import Disconnected, Overloaded
+from service.errors import Disconnected, NotReady, Overloaded
 
 IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
 
@@ -135,7 +135,7 @@ class Batcher:
                 await self._task
         for e in self._queue:
             if not e.job.done:
-                e.job.future.set_exception(Disconnected("server shutting down"))
+                e.job.future.set_exception(NotReady("server shutting down"))
         self._queue.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
 

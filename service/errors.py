@@ -124,6 +124,11 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> Resp
     return error_response(exc.status_code, type_, message, getattr(exc, "headers", None))
 
 
+async def _disconnected(request: Request, exc: Disconnected) -> Response:
+    # Nobody reads this; the batcher has counted it (reason="disconnected"). 499 as nginx logs it.
+    return error_response(499, "disconnected", "client closed the connection")
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     _note_failure(request, "internal")
@@ -134,4 +139,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(Disconnected, _disconnected)
     app.add_exception_handler(Exception, _unexpected)

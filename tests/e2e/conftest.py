@@ -1,0 +1,137 @@
+"""End-to-end fixtures: the real default model package and real `headwise serve` processes.
+
+- `default_package` (session): folder of the real all-MiniLM-L6-v2 package. HEADWISE_TEST_PACKAGE
+  names one; else models/all-minilm-l6-v2 is used, exported once with `headwise export --out
+  models/` when missing.
+- `start_server` (session): factory `start_server(models=None, env=None, args=(), wait="ready",
+  timeout=180) -> HeadwiseServer` running `headwise serve` on a free 127.0.0.1 port with a clean
+  HEADWISE_* environment (provider cpu unless `env` says otherwise). Every server it started is
+  stopped (SIGTERM, then SIGKILL) at the end of the session, or earlier with `.stop()`.
+- `server` (session): one fp32 CPU server on the default package, for tests that need nothing special.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_NAME = "all-minilm-l6-v2"
+
+
+@dataclass
+class HeadwiseServer:
+    url: str
+    port: int
+    proc: subprocess.Popen
+    log: Path
+    env: dict = field(repr=False, default_factory=dict)
+
+    def get(self, path: str, **kw) -> httpx.Response:
+        return httpx.get(self.url + path, timeout=kw.pop("timeout", 60), **kw)
+
+    def post(self, path: str, json=None, **kw) -> httpx.Response:
+        return httpx.post(self.url + path, json=json, timeout=kw.pop("timeout", 120), **kw)
+
+    def metrics(self) -> str:
+        return self.get("/metrics").text
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def wait(self, path: str = "/health/ready", timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"headwise serve exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + path, timeout=5).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.url}{path} not 200 within {timeout:.0f} s:\n{self.log_tail()}")
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, wait, then SIGKILL the process group; returns the exit code."""
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("HEADWISE_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["HEADWISE_PROVIDER"] = "cpu"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+@pytest.fixture(scope="session")
+def default_package() -> Path:
+    given = os.environ.get("HEADWISE_TEST_PACKAGE")
+    if given:
+        return Path(given)
+    folder = REPO / "models" / DEFAULT_NAME
+    if not (folder / "manifest.json").is_file():
+        r = subprocess.run([sys.executable, "-m", "headwise.cli", "export", "--out", str(folder.parent)],
+                           cwd=REPO, capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, f"headwise export failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    return folder
+
+
+@pytest.fixture(scope="session")
+def start_server(default_package, tmp_path_factory):
+    started: list[HeadwiseServer] = []
+    logs = tmp_path_factory.mktemp("server-logs")
+
+    def start(models: Path | None = None, env: dict | None = None, args=(), wait: str | None = "ready",
+              timeout: float = 180) -> HeadwiseServer:
+        port = free_port()
+        log = logs / f"serve-{port}.log"
+        cmd = [sys.executable, "-m", "headwise.cli", "serve", "--models", str(models or default_package),
+               "--host", "127.0.0.1", "--port", str(port), *args]
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(**(env or {})), stdout=fh,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        srv = HeadwiseServer(f"http://127.0.0.1:{port}", port, proc, log, env or {})
+        started.append(srv)
+        if wait:
+            srv.wait("/health/" + wait, timeout)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def server(start_server) -> HeadwiseServer:
+    return start_server(env={"HEADWISE_PRECISION": "fp32"})
