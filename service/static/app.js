@@ -67,8 +67,10 @@
     }
     return out;
   })();
-  const cmap = (v) => CMAP[clamp(Math.round(v * 255), 0, 255) | 0];
-  const cmapCss = (v) => `rgb(${cmap(v).join(",")})`;
+  const CMAP_CSS = CMAP.map((c) => `rgb(${c.join(",")})`);
+  const cmapIndex = (v) => (v > 0 ? (v < 1 ? Math.round(v * 255) : 255) : 0);
+  const cmap = (v) => CMAP[cmapIndex(v)];
+  const cmapCss = (v) => CMAP_CSS[cmapIndex(v)];
 
   // ---------------------------------------------------------------- decoding
   // float16 bits → value, as a 65536-entry table built on first use.
@@ -995,6 +997,7 @@
 
   function exportJson() {
     if (!state.results.length) return;
+    $("#status").textContent = "Preparing the JSON download…";
     const sentences = state.results.map((r) => {
       const values = [];
       for (let li = 0; li < r.L; li++) {
@@ -1003,7 +1006,8 @@
           const head = [];
           for (let q = 0; q < r.T; q++) {
             const off = ((li * r.H + hi) * r.T + q) * r.T;
-            head.push(Array.from(r.att.subarray(off, off + r.T)));
+            // 5 significant digits identify every float16 exactly, at half the size of full doubles
+            head.push(Array.from(r.att.subarray(off, off + r.T), (v) => Number(v.toPrecision(5))));
           }
           layer.push(head);
         }
@@ -1021,11 +1025,13 @@
     const doc = {
       model: state.modelName,
       exported_at: new Date().toISOString(),
-      note: "attention[layer][head][query][key]; float16 values as sent by the server, widened exactly",
+      note: "attention data[layer][head][query][key]: the server's float16 weights, written with 5 significant digits (enough to recover each float16 exactly)",
       sentences,
     };
-    download(new Blob([JSON.stringify(doc)], { type: "application/json" }),
-      `headwise-attention-${safeName(state.modelName)}.json`);
+    const blob = new Blob([JSON.stringify(doc)], { type: "application/json" });
+    download(blob, `headwise-attention-${safeName(state.modelName)}.json`);
+    $("#status").textContent = `Downloaded the attention of ${sentences.length} sentence${sentences.length > 1 ? "s" : ""}`
+      + ` as JSON (${(blob.size / 1048576).toFixed(1)} MiB).`;
   }
 
   function headViewPng() {

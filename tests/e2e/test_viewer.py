@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -96,8 +97,12 @@ def _serve(models_dir: Path, **env_extra: str):
             "--log-level", "warning"]
     log = ARTIFACTS / f"server-{port}.log"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    timeout = shutil.which("timeout")  # coreutils: the server cannot outlive a crashed test run
+    if timeout:
+        cmd = [timeout, "--signal=TERM", "--kill-after=10", "900", *cmd]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     ok = False
     try:
@@ -114,12 +119,13 @@ def _serve(models_dir: Path, **env_extra: str):
         yield url
         ok = True
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # its own session: the server and its workers
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
         if ok:
             log.unlink(missing_ok=True)  # kept only when something went wrong
 
@@ -391,6 +397,10 @@ def test_compare_two_sentences_and_exports(page, server):
         got = np.array(s["attention"]["data"])
         assert got.shape == att.shape == tuple(s["attention"]["shape"])
         np.testing.assert_allclose(got, att, atol=F16_ATOL)
+        # written with 5 significant digits: each value still recovers a float16 exactly
+        recovered = got.astype(np.float16)
+        assert np.all(np.abs(recovered.astype(np.float64) - got) <= np.abs(got) * 5e-5 + 1e-12)
+        assert float(np.abs(recovered.astype(np.float64) - att).max()) <= F16_ATOL
 
     for tab in ("head", "model", "summary"):
         page.click(f"#tab-{tab}")
