@@ -12,15 +12,9 @@ picture, is written when it is missing or when HEADWISE_UPDATE_DOCS_IMG=1.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -68,72 +62,8 @@ def browser():
 
 
 # ---------------------------------------------------------------- server
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _models_dir(request) -> Path:
-    given = os.environ.get("HEADWISE_TEST_PACKAGE")
-    if given:
-        return Path(given).parent
-    local = REPO / "models"
-    if any(local.glob("*/manifest.json")):
-        return local
-    return Path(request.getfixturevalue("minilm_package")).parent
-
-
-@contextlib.contextmanager
-def _serve(models_dir: Path, **env_extra: str):
-    """`headwise serve` on a free loopback port; yields its base URL once /health/ready is 200."""
-    port = _free_port()
-    env = {**os.environ, "HEADWISE_PROVIDER": "cpu", **env_extra}
-    env.pop("HEADWISE_API_KEY", None)
-    exe = Path(sys.executable).with_name("headwise")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "headwise.cli"]
-    cmd += ["serve", "--models", str(models_dir), "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "warning"]
-    log = ARTIFACTS / f"server-{port}.log"
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    timeout = shutil.which("timeout")  # coreutils: the server cannot outlive a crashed test run
-    if timeout:
-        cmd = [timeout, "--signal=TERM", "--kill-after=10", "900", *cmd]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    ok = False
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"headwise serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"headwise serve not ready after 180 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.25)
-        yield url
-        ok = True
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # its own session: the server and its workers
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        if ok:
-            log.unlink(missing_ok=True)  # kept only when something went wrong
-
-
-@pytest.fixture(scope="module")
-def server(request):
-    with _serve(_models_dir(request)) as url:
-        yield url
+# `server` (session, one fp32 CPU `headwise serve` on the real default package) and
+# `start_server` (a factory for servers with other settings) come from tests/e2e/conftest.py.
 
 
 # ---------------------------------------------------------------- page
@@ -147,12 +77,12 @@ def page(browser, server):
     pg.errors = []
     pg.on("request", lambda r: pg.requests.append(r.url))
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    pg.goto(server + "/")
+    pg.goto(server.url + "/")
     _wait_ready(pg, 0)  # the page runs its example sentence once on load
     yield pg
     ctx.close()
     assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
-    assert _foreign(pg.requests, server) == []
+    assert _foreign(pg.requests, server.url) == []
 
 
 def _foreign(urls, base):
@@ -185,10 +115,10 @@ def _show(pg, text: str, second: str | None = None) -> int:
     return _wait_ready(pg, run)
 
 
-def _api_attention(server: str, texts, dtype="float16"):
+def _api_attention(server, texts, dtype="float16"):
     body = {"inputs": texts, "attention": {"layers": None, "heads": None, "format": "dense",
                                            "dtype": dtype, "encoding": "base64"}}
-    r = httpx.post(f"{server}/v1/embed", json=body, timeout=60)
+    r = httpx.post(f"{server.url}/v1/embed", json=body, timeout=60)
     r.raise_for_status()
     out = []
     for item in sorted(r.json()["data"], key=lambda d: d["index"]):
@@ -222,7 +152,7 @@ def _shot(pg, name: str, full_page=False) -> Path:
 
 def test_token_list_matches_tokenize(page, server):
     _show(page, SENTENCE)
-    r = httpx.post(f"{server}/v1/tokenize", json={"inputs": SENTENCE}, timeout=30)
+    r = httpx.post(f"{server.url}/v1/tokenize", json={"inputs": SENTENCE}, timeout=30)
     r.raise_for_status()
     want = r.json()["data"][0]
     shown = page.eval_on_selector_all(
@@ -393,7 +323,7 @@ def test_compare_two_sentences_and_exports(page, server):
         page.click("#export-json")
     doc = json.loads(Path(dl.value.path()).read_text())
     assert [s["tokens"] for s in doc["sentences"]] == [it["tokens"] for it, _ in results]
-    for s, (item, att) in zip(doc["sentences"], results, strict=True):
+    for s, (_, att) in zip(doc["sentences"], results, strict=True):
         got = np.array(s["attention"]["data"])
         assert got.shape == att.shape == tuple(s["attention"]["shape"])
         np.testing.assert_allclose(got, att, atol=F16_ATOL)
@@ -420,12 +350,12 @@ def test_no_request_leaves_the_server(page, server):
     with page.expect_download():
         page.click("#export-png")
     assert page.requests, "the page made no request at all?"
-    assert _foreign(page.requests, server) == []
+    assert _foreign(page.requests, server.url) == []
     paths = {urlsplit(u).path for u in page.requests if urlsplit(u).scheme.startswith("http")}
     assert {"/", "/static/app.js", "/static/style.css", "/v1/models", "/v1/embed"} <= paths
     # the page and its assets name no other host either
     for asset in ("/", "/static/app.js", "/static/style.css"):
-        text = httpx.get(server + asset, timeout=10).text
+        text = httpx.get(server.url + asset, timeout=10).text
         assert "http://" not in text and "https://" not in text, asset
 
 
@@ -455,7 +385,7 @@ def test_narrow_screen(browser, server):
     ctx = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
     pg = ctx.new_page()
     try:
-        pg.goto(server + "/")
+        pg.goto(server.url + "/")
         _wait_ready(pg, 0)
         for tab in ("head", "model", "summary"):
             pg.click(f"#tab-{tab}")
@@ -469,9 +399,11 @@ def test_narrow_screen(browser, server):
         ctx.close()
 
 
-def test_error_message_when_over_attention_budget(browser, request):
+def test_error_message_when_over_attention_budget(browser, start_server):
     """A small attention budget: a long input gets a clear 413 message, then a short one works."""
-    with _serve(_models_dir(request), HEADWISE_ATTENTION_BUDGET_BYTES="200000") as url:
+    small = start_server(env={"HEADWISE_ATTENTION_BUDGET_BYTES": "200000"})
+    url = small.url
+    try:
         ctx = browser.new_context(viewport={"width": 1280, "height": 800})
         pg = ctx.new_page()
         try:
@@ -496,6 +428,8 @@ def test_error_message_when_over_attention_budget(browser, request):
             assert "empty" in pg.inner_text("#error")
         finally:
             ctx.close()
+    finally:
+        small.stop()
 
 
 def test_readme_screenshot(page, server):
