@@ -4,8 +4,10 @@ Prometheus (Debian's package) runs with a temporary data folder on a free 127.0.
 scrapes headwise every second and loads docker/prometheus/alerts.yml. After some traffic
 (inference, attention, tokenisation and client errors) the test asks Prometheus's HTTP API
 for `headwise_requests_total > 0`, for every query of the Grafana dashboard (each must
-return data) and for the alert rules' health. Both processes are killed at the end, and
-each runs under `timeout` so that neither can outlive a crashed test run.
+return data) and for the alert rules' health. Both processes are stopped at the end;
+Prometheus also runs under `timeout` so that it cannot outlive a crashed test run, and the
+headwise server comes from tests/e2e/conftest.py's `start_server`, which stops every server
+it started.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"
 LOOPBACK = "127.0.0.1"
 SCRAPE_S = 1
-LIFETIME_S = 600  # hard cap on each child process (coreutils `timeout`)
+LIFETIME_S = 600  # hard cap on the Prometheus process (coreutils `timeout`)
 RATE_INTERVAL = "30s"  # what Grafana's $__rate_interval becomes here (traffic lasts ~8 s)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -83,34 +84,16 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, within: float) -> No
 # ------------------------------------------------------------------ headwise
 
 
-def _models_dir(request) -> Path:
-    """The real default package: models/ when it was exported there, else the one
-    tests/conftest.py exports once per session (as the other e2e tests do)."""
-    given = os.environ.get("HEADWISE_TEST_PACKAGE")
-    if given:
-        return Path(given).parent
-    if list((ROOT / "models").glob("*/manifest.json")):
-        return ROOT / "models"
-    return Path(request.getfixturevalue("minilm_package")).parent
-
-
-@pytest.fixture(scope="module")
-def headwise_url(request, tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("headwise") / "headwise.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HEADWISE_", "PROMETHEUS_MULTIPROC"))}
-    env["HEADWISE_WORKERS"] = "1"
-    cmd = [sys.executable, "-m", "headwise.cli", "serve", "--models", str(_models_dir(request)),
-           "--host", LOOPBACK, "--port", str(port)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(_bounded(cmd), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                cwd=ROOT, start_new_session=True)
-    url = f"http://{LOOPBACK}:{port}"
+@pytest.fixture(scope="module", params=[1, 2], ids=lambda n: f"workers{n}")
+def headwise_url(request, start_server):
+    """A real `headwise serve` on the real default package (tests/e2e/conftest.py), with one
+    worker and with two (prometheus-client's multiprocess mode, as HEADWISE_WORKERS=2 in
+    compose gives)."""
+    srv = start_server(env={"HEADWISE_WORKERS": str(request.param)})
     try:
-        _wait_http(url + "/health/ready", proc, log, within=180)
-        yield url
+        yield srv.url
     finally:
-        _stop(proc)
+        srv.stop()
 
 
 # ------------------------------------------------------------------ Prometheus
