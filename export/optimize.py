@@ -14,12 +14,58 @@ def _quiet() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def scale_as_div(src: Path, dst: Path) -> int:
+    """Rewrite softmax(QKᵀ · s + mask) as softmax(QKᵀ / (1/s) + mask).
+
+    model/ multiplies by 1/√d_k as Hugging Face does (bit-identical weights), but the fuser's
+    mask matcher takes the first Mul feeding the Add for the mask's Mul, so a Mul scale hides
+    every Attention from it. Returns the number of nodes rewritten.
+    """
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(src))
+    g = model.graph
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    rewritten = 0
+    for n in g.node:
+        if n.op_type != "Mul" or len(n.input) != 2:
+            continue
+        src_node, const = producer.get(n.input[0]), producer.get(n.input[1])
+        users = consumers.get(n.output[0], [])
+        if not (src_node and src_node.op_type == "MatMul" and const and const.op_type == "Constant"
+                and len(users) == 1 and users[0].op_type == "Add"
+                and any(u.op_type == "Softmax" for u in consumers.get(users[0].output[0], []))):
+            continue
+        value = numpy_helper.to_array(const.attribute[0].t)
+        if value.size != 1:
+            continue
+        inv = onnx.helper.make_node(
+            "Constant", [], [n.input[1] + "_inv"],
+            value=numpy_helper.from_array(np.asarray(1.0 / value, dtype=value.dtype)),
+        )
+        g.node.insert(list(g.node).index(n), inv)
+        n.op_type = "Div"
+        n.input[1] = inv.output[0]
+        if len(consumers.get(const.output[0], [])) == 1:
+            g.node.remove(const)
+        rewritten += 1
+    onnx.save(model, str(dst))
+    return rewritten
+
+
 def optimize(src: Path, dst: Path, n_heads: int, d_model: int, fp16_dst: Path | None = None) -> dict[str, int]:
     """Fuse attention, SkipLayerNorm, EmbedLayerNorm and Gelu; write dst (fp32) and, when
     asked, an fp16 copy. Returns the non-zero fused-operator counts."""
     from onnxruntime.transformers import optimizer
 
     _quiet()
+    scale_as_div(src, src)
     opt = optimizer.optimize_model(
         str(src), model_type="bert", num_heads=n_heads, hidden_size=d_model
     )

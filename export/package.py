@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -51,13 +52,14 @@ def build_package(
     check: bool = True,
     stsb_path: Path | None = None,
     progress: Callable[[str], None] = print,
+    quality: bool = True,
 ) -> Path:
     """Export `checkpoint` (default: bundled all-MiniLM-L6-v2) to out/name. Written to a
     temporary folder and moved into place only when complete (and verified)."""
     checkpoint = Path(checkpoint) if checkpoint is not None else default_checkpoint()
     name = name or default_name(checkpoint)
     final = Path(out) / name
-    work = Path(out) / f".{name}.partial"
+    work = Path(out) / f".{name}.{os.getpid()}.partial"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     steps = Steps(5 if check else 4, progress)
@@ -85,7 +87,10 @@ def build_package(
         manifest = _manifest(loaded, name, work, fusion, int8, fp16)
         mf.write(work, manifest)
         if check:
-            steps.run("verify parity against torch", verify, work, checkpoint, stsb_path, lambda m: progress("      " + m))
+            steps.run(
+                "verify parity against torch", verify, work, checkpoint, stsb_path,
+                lambda m: progress("      " + m), quality,
+            )
         shutil.rmtree(final, ignore_errors=True)
         work.replace(final)
     except BaseException:

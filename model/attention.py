@@ -18,8 +18,8 @@ def attention(
     mask: additive bias broadcastable to (..., T_q, T_k) (see `masks.to_bias`).
     Returns the output (..., T_q, d_v) and the weights (..., T_q, T_k); each row sums to 1.
     """
-    d_k = q.size(-1)
-    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d_k)  # (..., Tq, Tk)
+    scale = 1.0 / math.sqrt(q.size(-1))  # multiplied, not divided: bit-identical to HF eager
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
     if mask is not None:
         scores = scores + mask
     weights = scores.softmax(dim=-1)
