@@ -40,7 +40,7 @@ def test_importer_names_missing_key(tmp_path):
     state = load_file(str(ckpt / "model.safetensors"))
     del state["encoder.layer.0.attention.self.key.weight"]
     save_file(state, str(ckpt / "model.safetensors"))
-    with pytest.raises(CheckpointError, match="encoder.layer.0.attention.self.key.weight"):
+    with pytest.raises(CheckpointError, match=r"encoder\.layer\.0\.attention\.self\.key\.weight"):
         load_checkpoint(ckpt)
 
 
@@ -55,5 +55,5 @@ def test_importer_names_shape_mismatch(tmp_path):
 
 def test_importer_refuses_unknown_architecture(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "mamba"}')
-    with pytest.raises(CheckpointError, match="unknown architecture.*mamba"):
+    with pytest.raises(CheckpointError, match=r"unknown architecture.*mamba"):
         load_checkpoint(tmp_path)

@@ -35,7 +35,7 @@ def test_dynamic_batch_and_sequence(tiny_package, tiny_checkpoint):
         b = loaded.tokenizer(texts)
         feeds = {"input_ids": b.input_ids.numpy(), "attention_mask": b.attention_mask.numpy(),
                  "token_type_ids": b.token_type_ids.numpy()}
-        emb, hidden, att = s.run(None, feeds)
+        emb, _, att = s.run(None, feeds)
         t = b.input_ids.shape[1]
         assert att.shape == (len(texts), 2, 2, t, t)
         with torch.no_grad():
@@ -58,7 +58,7 @@ def test_tampering_fails_verify_naming_the_file(tiny_package, tiny_checkpoint, t
     data = bytearray((pkg / "fast.onnx").read_bytes())
     data[len(data) // 2] ^= 0x01
     (pkg / "fast.onnx").write_bytes(bytes(data))
-    with pytest.raises(PackageError, match="fast.onnx"):
+    with pytest.raises(PackageError, match=r"fast\.onnx"):
         verify(pkg, tiny_checkpoint, progress=lambda m: None, quality=False)
 
 
@@ -66,7 +66,7 @@ def test_missing_file_fails_verify(tiny_package, tiny_checkpoint, tmp_path):
     pkg = tmp_path / "missing"
     shutil.copytree(tiny_package, pkg)
     (pkg / "attention.onnx").unlink()
-    with pytest.raises(PackageError, match="attention.onnx: missing"):
+    with pytest.raises(PackageError, match=r"attention\.onnx: missing"):
         verify(pkg, tiny_checkpoint, progress=lambda m: None, quality=False)
 
 
