@@ -211,7 +211,6 @@
   }
 
   const ERROR_TITLES = {
-    0: "The server could not be reached",
     400: "The request was not accepted",
     401: "This server needs an API key",
     404: "Not found",
@@ -220,17 +219,26 @@
     429: "The server is busy",
     503: "The model is not ready yet",
   };
+  // errors found in the page itself (status 0)
+  const LOCAL_TITLES = {
+    network: "The server could not be reached",
+    validation: "Nothing to send",
+    no_attention: "This model cannot show attention",
+    bad_response: "The server's answer was not understood",
+  };
 
   function showError(err) {
     const box = $("#error");
     const status = err.status || 0;
-    let title = ERROR_TITLES[status] || "Something went wrong";
+    let title = (status ? ERROR_TITLES[status] : LOCAL_TITLES[err.type]) || "Something went wrong";
     let hint = "";
-    if (status === 413) {
-      title = err.type === "too_large" && /attention/i.test(err.message)
-        ? "Too long for the attention budget" : "Too large";
+    if (status === 413 && /attention/i.test(err.message)) {
+      title = "Too long for the attention budget";
       hint = "Attention grows with layers × heads × tokens². Shorten the text, compare one sentence at a time, "
         + "or ask the operator to raise HEADWISE_ATTENTION_BUDGET_BYTES.";
+    } else if (status === 413) {
+      hint = "Shorten the text: the request is over the server's size limits "
+        + "(HEADWISE_MAX_BODY_BYTES, HEADWISE_MAX_CLIENT_BATCH).";
     } else if (status === 401) {
       hint = "Enter the key in the API key field and try again.";
       $("#field-key").hidden = false;
@@ -1034,22 +1042,47 @@
       + ` as JSON (${(blob.size / 1048576).toFixed(1)} MiB).`;
   }
 
+  const PNG_SCALE = 2; // exported images are drawn at twice their layout size, for crisp text
+
+  /** A white canvas of `width` × `height` layout pixels, drawn at PNG_SCALE. */
+  function pngCanvas(width, height) {
+    const c = document.createElement("canvas");
+    c.width = Math.ceil(width * PNG_SCALE);
+    c.height = Math.ceil(height * PNG_SCALE);
+    c.layoutWidth = width;
+    c.layoutHeight = height;
+    const ctx = c.getContext("2d");
+    ctx.scale(PNG_SCALE, PNG_SCALE);
+    ctx.fillStyle = "#fff";
+    ctx.fillRect(0, 0, width, height);
+    return [c, ctx];
+  }
+
   function headViewPng() {
     const r = current();
     const rowH = 20, pad = 16, colW = 150, mid = 320;
-    const titleH = 28;
+    const titleH = 46;
+    const heads = [...state.heads].sort((a, b) => a - b);
     const width = pad * 2 + colW * 2 + mid, height = titleH + pad * 2 + r.T * rowH;
-    const c = document.createElement("canvas");
-    c.width = width;
-    c.height = height;
-    const ctx = c.getContext("2d");
-    ctx.fillStyle = "#fff";
-    ctx.fillRect(0, 0, width, height);
+    const [c, ctx] = pngCanvas(width, height);
     ctx.fillStyle = "#222";
     ctx.font = "bold 14px system-ui, sans-serif";
     ctx.textBaseline = "middle";
-    ctx.fillText(`${state.modelName} · sentence ${r.label} · layer ${r.layers[state.layer]} · heads `
-      + `${[...state.heads].sort((a, b) => a - b).map((hi) => r.heads[hi]).join(",") || "none"}`, pad, pad + 6);
+    ctx.fillText(`${state.modelName} · sentence ${r.label} · layer ${r.layers[state.layer]}`, pad, pad + 6);
+    // legend: one colour per head
+    ctx.font = "12px system-ui, sans-serif";
+    let x = pad;
+    ctx.fillText(heads.length ? "heads" : "no heads selected", x, pad + 28);
+    x += ctx.measureText("heads").width + 10;
+    for (const hi of heads) {
+      ctx.fillStyle = headColour(r.heads[hi], r.H);
+      ctx.beginPath();
+      ctx.arc(x + 5, pad + 28, 5, 0, 2 * Math.PI);
+      ctx.fill();
+      ctx.fillStyle = "#222";
+      ctx.fillText(String(r.heads[hi]), x + 13, pad + 28);
+      x += 13 + ctx.measureText(String(r.heads[hi])).width + 10;
+    }
     ctx.font = "13px system-ui, sans-serif";
     ctx.save();
     ctx.translate(0, titleH + pad);
@@ -1069,31 +1102,23 @@
     const lines = headViewPng();
     const heat = $("#heatmap");
     const gap = 16;
-    const c = document.createElement("canvas");
-    c.width = lines.width + gap + heat.width;
-    c.height = Math.max(lines.height, heat.height + 44);
-    const ctx = c.getContext("2d");
-    ctx.fillStyle = "#fff";
-    ctx.fillRect(0, 0, c.width, c.height);
-    ctx.drawImage(lines, 0, 0);
+    const lw = lines.layoutWidth, lh = lines.layoutHeight;
+    const hw = heat.clientWidth || heat.width, hh = heat.clientHeight || heat.height; // layout size
+    const [c, ctx] = pngCanvas(lw + gap + hw, Math.max(lh, hh + 44));
+    ctx.drawImage(lines, 0, 0, lw, lh);
     const r = current();
     ctx.fillStyle = "#222";
     ctx.font = "bold 14px system-ui, sans-serif";
     ctx.textBaseline = "middle";
-    ctx.fillText(`heatmap · layer ${r.layers[state.layer]} · head ${r.heads[state.heatHead]}`, lines.width + gap, 22);
-    ctx.drawImage(heat, lines.width + gap, 44);
+    ctx.fillText(`heatmap · layer ${r.layers[state.layer]} · head ${r.heads[state.heatHead]}`, lw + gap, 22);
+    ctx.drawImage(heat, lw + gap, 44, hw, hh);
     return c;
   }
 
   function modelViewPng() {
     const r = current();
     const cell = clamp(Math.round(600 / Math.max(r.L, r.H)), 32, 96), gap = 4, label = 28, titleH = 30;
-    const c = document.createElement("canvas");
-    c.width = label + r.H * (cell + gap) + 8;
-    c.height = titleH + label + r.L * (cell + gap) + 8;
-    const ctx = c.getContext("2d");
-    ctx.fillStyle = "#fff";
-    ctx.fillRect(0, 0, c.width, c.height);
+    const [c, ctx] = pngCanvas(label + r.H * (cell + gap) + 8, titleH + label + r.L * (cell + gap) + 8);
     ctx.fillStyle = "#222";
     ctx.font = "bold 14px system-ui, sans-serif";
     ctx.textBaseline = "middle";
@@ -1118,12 +1143,7 @@
     const rows = [COLUMNS.map((c) => c.label)];
     for (const tr of table.tBodies[0].rows) rows.push(Array.from(tr.cells).map((td) => td.textContent));
     const colW = 120, rowH = 20;
-    const c = document.createElement("canvas");
-    c.width = colW * COLUMNS.length + 16;
-    c.height = rowH * rows.length + 16;
-    const ctx = c.getContext("2d");
-    ctx.fillStyle = "#fff";
-    ctx.fillRect(0, 0, c.width, c.height);
+    const [c, ctx] = pngCanvas(colW * COLUMNS.length + 16, rowH * rows.length + 16);
     ctx.textBaseline = "middle";
     rows.forEach((row, i) => {
       ctx.font = i === 0 ? "bold 12px system-ui, sans-serif" : "12px system-ui, sans-serif";
