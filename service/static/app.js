@@ -1159,7 +1159,8 @@
     let canvas, what;
     if (state.tab === "head") {
       canvas = composeHeadPng();
-      what = `L${r.layers[state.layer]}-H${[...state.heads].sort((a, b) => a - b).map((hi) => r.heads[hi]).join("_")}`;
+      const heads = [...state.heads].sort((a, b) => a - b).map((hi) => r.heads[hi]);
+      what = `L${r.layers[state.layer]}-${heads.length === r.H ? "all-heads" : `H${heads.join("_")}`}`;
     } else if (state.tab === "model") {
       canvas = modelViewPng();
       what = "model-view";
