@@ -415,9 +415,11 @@
   // ---------------------------------------------------------------- tokens
   function renderTokens() {
     const lists = state.results.map((r, si) => {
+      // the server's offsets count Unicode code points (Python str indices), not UTF-16 units
+      const chars = Array.from(r.text);
       const items = r.tokens.map((tok, i) => {
         const [s, e] = r.offsets[i] || [0, 0];
-        const span = r.text.slice(s, e);
+        const span = chars.slice(s, e).join("");
         return h("li", {
           class: r.special[i] ? "tok special" : "tok",
           dataset: { index: i, token: tok, start: s, end: e },

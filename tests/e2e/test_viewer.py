@@ -166,6 +166,18 @@ def test_token_list_matches_tokenize(page, server):
     _shot(page, "viewer-head-1280x800")
 
 
+def test_offsets_are_code_points(page, server):
+    """The API's offsets index Unicode code points; the page must not read them as UTF-16 units."""
+    text = "😀 naïve café 🚀 rocket"
+    _show(page, text)
+    want = httpx.post(f"{server.url}/v1/tokenize", json={"inputs": text}, timeout=30).json()["data"][0]
+    titles = page.eval_on_selector_all("#tokens-0 li", "els => els.map(e => e.title)")
+    assert len(titles) == len(want["tokens"])
+    for title, (s, e) in zip(titles, want["offsets"], strict=True):
+        if e > s:
+            assert f"“{text[s:e]}”" in title, title
+
+
 def test_heatmap_values_equal_api(page, server):
     _show(page, SENTENCE)
     [(item, att)] = _api_attention(server, [SENTENCE], dtype="float32")
