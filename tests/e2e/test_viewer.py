@@ -444,6 +444,29 @@ def test_error_message_when_over_attention_budget(browser, start_server):
         small.stop()
 
 
+def test_api_key_is_asked_for_and_sent(browser, start_server):
+    """With HEADWISE_API_KEY set the page still loads, says a key is needed, and works with it."""
+    locked = start_server(env={"HEADWISE_API_KEY": "s3cret-key"})
+    try:
+        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+        pg = ctx.new_page()
+        try:
+            pg.goto(locked.url + "/")
+            pg.wait_for_selector("#error:not([hidden])")
+            assert pg.get_attribute("#error", "data-status") == "401"
+            assert "API key" in pg.inner_text("#error")
+            assert pg.is_visible("#api-key")
+            pg.fill("#api-key", "s3cret-key")
+            pg.click("#run")
+            _wait_ready(pg, 0)
+            assert pg.is_hidden("#error")
+            assert pg.eval_on_selector_all("#tokens-0 li", "e => e.length") > 2
+        finally:
+            ctx.close()
+    finally:
+        locked.stop()
+
+
 def test_readme_screenshot(page, server):
     """The picture of the README: the head where "it" looks most at "animal", its layer's
     heads as lines with "it" isolated, and its heatmap."""
