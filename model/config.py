@@ -11,6 +11,9 @@ from typing import Literal
 
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 Positional = Literal["sinusoidal", "learned"]
+# Where the sinusoids go in the vector: the paper interleaves them (sin at even dimensions,
+# cos at odd); Marian (and fairseq) put all the sines first, then all the cosines.
+SinusoidalLayout = Literal["interleaved", "split"]
 
 
 class ConfigError(ValueError):
@@ -29,6 +32,7 @@ class TransformerConfig:
     # Paper defaults: post-LN, sinusoidal positions, ReLU feed-forward.
     norm_first: bool = False
     positional: Positional = "sinusoidal"
+    sinusoidal_layout: SinusoidalLayout = "interleaved"
     activation: Activation = "relu"
     layer_norm_eps: float = 1e-5
     # Multiply token embeddings by sqrt(d_model) (§3.4). BERT does not, the paper does.
@@ -58,6 +62,10 @@ class TransformerConfig:
         )
         need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
         need(self.positional in ("sinusoidal", "learned"), f"unknown positional {self.positional!r}")
+        need(
+            self.sinusoidal_layout in ("interleaved", "split"),
+            f"unknown sinusoidal_layout {self.sinusoidal_layout!r}",
+        )
         need(
             self.activation in ("relu", "gelu", "gelu_tanh", "silu"),
             f"unknown activation {self.activation!r}",

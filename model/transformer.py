@@ -30,7 +30,7 @@ class Embeddings(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=None)
-        self.positions = positional_encoding(cfg.positional, cfg.max_len, cfg.d_model)
+        self.positions = positional_encoding(cfg.positional, cfg.max_len, cfg.d_model, cfg.sinusoidal_layout)
         self.segments = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_layer_norm else None
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
@@ -49,6 +49,18 @@ class Embeddings(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return self.dropout(x)
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """Positions that count real tokens only, for left-padded batches: (B, T) → (B, T).
+
+    Left padding shifts every real token right; with arange positions the first real token
+    of a short prompt would sit at position 3, not 0, and a model with learned positions
+    (GPT-2) would see a different input than it was trained on. Position = number of real
+    tokens before it, and 0 on padding, as Hugging Face's generate() computes it.
+    """
+    positions = attention_mask.long().cumsum(-1) - 1  # (B, T)
+    return positions.masked_fill(attention_mask == 0, 0)
 
 
 class Encoder(nn.Module):

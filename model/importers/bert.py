@@ -16,6 +16,7 @@ from model.importers.common import (
 from model.transformer import Encoder
 
 MODEL_TYPES = {"bert"}
+ARCHITECTURE = "encoder"
 _ACT = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu"}
 
 

@@ -22,6 +22,12 @@ def read_config(path: Path) -> dict:
     return json.loads(cfg.read_text())
 
 
+def read_generation_config(path: Path) -> dict:
+    """generation_config.json when the checkpoint has one (special tokens, banned ids), else {}."""
+    f = path / "generation_config.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
 def weights_file(path: Path) -> Path:
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (path / name).is_file():
@@ -93,15 +99,31 @@ def assign(
             dst.copy_(src.to(dst.dtype))
 
 
-def load_checkpoint(path: str | Path):
-    """Import any supported checkpoint directory; returns (model, info dict)."""
-    from model.importers import bert
+def _importers() -> list:
+    from model.importers import bert, gpt2, marian
 
-    path = Path(path)
+    return [bert, gpt2, marian]
+
+
+def _importer_for(path: Path):
     raw = read_config(path)
     model_type = raw.get("model_type")
-    if model_type in bert.MODEL_TYPES:
-        return bert.load(path)
-    raise CheckpointError(
-        f"{path}: unknown architecture model_type={model_type!r}; supported: {sorted(bert.MODEL_TYPES)}"
-    )
+    for importer in _importers():
+        if model_type in importer.MODEL_TYPES:
+            return importer
+    supported = sorted(t for importer in _importers() for t in importer.MODEL_TYPES)
+    raise CheckpointError(f"{path}: unknown architecture model_type={model_type!r}; supported: {supported}")
+
+
+def checkpoint_architecture(path: str | Path) -> str:
+    """"encoder" | "decoder" | "encoder-decoder", from config.json alone (no weights read)."""
+    return _importer_for(Path(path)).ARCHITECTURE
+
+
+def load_checkpoint(path: str | Path):
+    """Import any supported checkpoint directory; returns (model, info dict).
+
+    info: family, architecture, and for generative models special_tokens (bos, eos, pad,
+    decoder_start) and suppress_token_ids."""
+    path = Path(path)
+    return _importer_for(path).load(path)
