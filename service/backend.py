@@ -65,8 +65,6 @@ class OrtBackend:
         so.inter_op_num_threads = 1
         so.execution_mode = self._ort.ExecutionMode.ORT_SEQUENTIAL
         so.log_severity_level = 3
-        # Spinning intra-op threads would take the cores the event loop needs between batches.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return so
 
     def _session(self, file, provider: str):

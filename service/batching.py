@@ -1,10 +1,11 @@
 """Dynamic batching (DESIGN.md §5): one queue and one batcher task per (model, variant).
 
-Requests are split into entries (one per input). The batcher cuts batches by padded tokens
-and batch size, sorting by length and padding to a few length buckets, and runs them on its
-own inference thread. It waits up to `max_wait` for more only when more are on their way
-(requests being tokenised, or a recent batch served more clients than are queued): an idle
-server runs a lone request at once.
+Requests arrive as raw texts. On its own inference thread the batcher batch-encodes every
+request waiting (one thread hop per batch, not one per request), splits them into entries
+(one per input), cuts batches by padded tokens and batch size, sorting by length and padding
+to a few length buckets, and runs them there. It waits up to `max_wait` for more only when a
+recent batch served more clients than are now queued: an idle server runs a lone request at
+once.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come 
 
 
 def length_buckets(max_len: int) -> list[int]:
-    """8, 16, 24, 32, 48, 64, 96, 128, 192, 256, ... up to max_len (always included)."""
+    """8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, ... up to max_len (always included):
+    padding costs at most half an input, and a 9-12 token sentence pays none beyond 12."""
     out, p = [], 8
     while p < max_len:
         out.append(p)
-        if p >= 16 and p + p // 2 < max_len:
+        if p + p // 2 < max_len:
             out.append(p + p // 2)
         p *= 2
     return [*out, max_len]
@@ -41,9 +43,11 @@ def length_buckets(max_len: int) -> list[int]:
 class Job:
     """One client request: its entries' results and the future the handler awaits."""
 
-    size: int
+    size: int  # inputs
+    inputs: Any = None  # raw texts, for `prepare`
     params: Any = None
     is_disconnected: Callable[[], Awaitable[bool]] | None = None
+    prepared: Any = None  # what `prepare` attached (the encodings)
     future: asyncio.Future | None = None
     results: list = field(default_factory=list)
     left: int = 0
@@ -67,6 +71,8 @@ class Entry:
 
 
 RunBatch = Callable[[list[Entry], int], Sequence[Any]]  # (entries, padded length) → results
+# jobs → per job its entries, or the exception to fail it with (e.g. 422, 413)
+Prepare = Callable[[list[Job]], Sequence["list[Entry] | Exception"]]
 
 
 @dataclass
@@ -80,12 +86,15 @@ class Limits:
 
 
 class Batcher:
-    def __init__(self, run_batch: RunBatch, limits: Limits, buckets: list[int], hooks=None):
+    def __init__(self, run_batch: RunBatch, limits: Limits, buckets: list[int], hooks=None,
+                 prepare: Prepare | None = None):
         self.run_batch = run_batch
+        self.prepare = prepare
         self.limits = limits
         self.buckets = buckets
         self.hooks = hooks  # optional: on_depth(n), on_queue_wait(seconds), on_dropped(job)
-        self.incoming = 0  # requests admitted but still tokenising, bound for this queue
+        self._pending: deque[Job] = deque()  # not yet tokenised
+        self._pending_inputs = 0
         self._queue: deque[Entry] = deque()
         self._wakeup = asyncio.Event()
         self._recent = 0  # clients served by the last batch
@@ -100,25 +109,27 @@ class Batcher:
 
     @property
     def depth(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + self._pending_inputs
 
     def bucket(self, length: int) -> int:
         i = bisect.bisect_left(self.buckets, length)
         return self.buckets[min(i, len(self.buckets) - 1)]
 
     def check_room(self, n: int) -> None:
-        if len(self._queue) + n > self.limits.max_queue:
+        if self.depth + n > self.limits.max_queue:
             raise Overloaded(f"queue full ({self.limits.max_queue} inputs waiting); retry shortly",
                              headers={"Retry-After": "1"})
 
-    def submit(self, job: Job, entries: list[Entry]) -> asyncio.Future:
-        self.check_room(len(entries))
-        loop = asyncio.get_running_loop()
-        job.future = loop.create_future()
-        job.results = [None] * len(entries)
-        job.left = len(entries)
+    def submit(self, job: Job, entries: list[Entry] | None = None) -> asyncio.Future:
+        """Queue a job: its entries, or (None) its raw inputs for `prepare` to tokenise."""
+        self.check_room(job.size)
+        job.future = asyncio.get_running_loop().create_future()
         job.enqueued_at = time.perf_counter()
-        self._queue.extend(entries)
+        if entries is None:
+            self._pending.append(job)
+            self._pending_inputs += job.size
+        else:
+            self._admit(job, entries)
         self._depth_changed()
         self._wakeup.set()
         return job.future
@@ -127,26 +138,29 @@ class Batcher:
         """Finish what is queued and running, then stop."""
         deadline = time.monotonic() + timeout
         alive = self._task is not None and not self._task.done()
-        while alive and (self._queue or self._running) and time.monotonic() < deadline:
+        while alive and (self._queue or self._pending or self._running) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for e in self._queue:
-            if not e.job.done:
-                e.job.future.set_exception(NotReady("server shutting down"))
+        for job in [*self._pending, *(e.job for e in self._queue)]:
+            if not job.done:
+                job.future.set_exception(NotReady("server shutting down"))
         self._queue.clear()
+        self._pending.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- the loop -----------------------------------------------------------------------
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            while not self._queue:
+            while not (self._queue or self._pending):
                 self._wakeup.clear()
                 await self._wakeup.wait()
             await self._gather()
+            if self._pending:
+                await self._tokenize(loop)
             batch, padded = self.cut()
             batch = await self._drop_disconnected(batch)
             if not batch:
@@ -165,17 +179,38 @@ class Batcher:
                 self._last_end = time.perf_counter()
                 self._recent = len({en.job for en in batch})
 
+    def _admit(self, job: Job, entries: list[Entry]) -> None:
+        job.results = [None] * len(entries)
+        job.left = len(entries)
+        self._queue.extend(entries)
+
+    async def _tokenize(self, loop) -> None:
+        jobs = [j for j in self._pending if not j.done]
+        self._pending.clear()
+        self._pending_inputs = 0
+        try:
+            outcome = await loop.run_in_executor(self._executor, self.prepare, jobs)
+        except Exception as e:
+            outcome = [e] * len(jobs)
+        for job, res in zip(jobs, outcome, strict=True):
+            if job.done:
+                continue
+            if isinstance(res, BaseException):
+                job.future.set_exception(res)
+            else:
+                self._admit(job, res)
+        self._depth_changed()
+
     async def _gather(self) -> None:
-        """Wait (at most max_wait) for requests that are on their way."""
+        """Wait (at most max_wait) for the clients a recent batch served to come back."""
         if self.limits.max_wait_s <= 0:
             return
         start = time.perf_counter()
         recent = self._recent if start - self._last_end < IDLE_AFTER_S else 0
         deadline = start + self.limits.max_wait_s
         while True:
-            jobs = len({e.job for e in self._queue})
-            target = max(recent, jobs + self.incoming)
-            if jobs >= target or self._full():
+            jobs = len(self._pending) + len({e.job for e in self._queue})
+            if jobs >= recent or self._full():
                 return
             left = deadline - time.perf_counter()
             if left <= 0:
@@ -187,10 +222,10 @@ class Batcher:
                 return
 
     def _full(self) -> bool:
-        n = len(self._queue)
+        n = self.depth
         if n >= self.limits.max_batch_size:
             return True
-        longest = max(e.length for e in self._queue)
+        longest = max((e.length for e in self._queue), default=0)
         return n * self.bucket(longest) >= self.limits.max_batch_tokens
 
     def _fits(self, count: int, padded: int) -> bool:
@@ -247,4 +282,4 @@ class Batcher:
 
     def _depth_changed(self) -> None:
         if self.hooks is not None:
-            self.hooks.on_depth(len(self._queue))
+            self.hooks.on_depth(self.depth)

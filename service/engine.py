@@ -115,6 +115,45 @@ class ModelRuntime:
             results.append((emb, att))
         return results
 
+    def prepare(self, jobs: list[Job]) -> list:
+        """Batch-encode every waiting job (inference thread) → per job its entries, or the
+        client error that ends it: 422 over max_len without truncation, 413 over the budget."""
+        m = self.metrics
+        out: list = [None] * len(jobs)
+        for truncate in (True, False):
+            group = [i for i, j in enumerate(jobs) if j.params.truncate is truncate]
+            if not group:
+                continue
+            texts = [t for i in group for t in jobs[i].inputs]
+            t0 = time.perf_counter()
+            encs = self.tokenizer.encode_unchecked(texts, truncate)
+            m.tokenize_duration.labels(model=self.name).observe(time.perf_counter() - t0)
+            at = 0
+            for i in group:
+                job = jobs[i]
+                mine = encs[at:at + job.size]
+                at += job.size
+                try:
+                    out[i] = self._entries(job, mine)
+                except Exception as e:
+                    out[i] = e
+        return out
+
+    def _entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
+        self.tokenizer.check(encs)
+        spec = job.params.attention
+        if spec is not None:
+            need = sum(spec.nbytes(e.length) for e in encs)
+            budget = self.settings.attention_budget_bytes
+            if need > budget:
+                raise TooLarge(f"asked-for attention is {need} bytes, over the budget of {budget}; "
+                               "ask for fewer layers, heads or inputs")
+        hist = self.metrics.input_tokens.labels(model=self.name)
+        for e in encs:
+            hist.observe(e.length)
+        job.prepared = encs
+        return [Entry(job, i, e.ids, e.type_ids) for i, e in enumerate(encs)]
+
     def _use_pooled(self, p: EmbedParams) -> bool:
         return p.output == "sentence" and p.normalize == self.package.normalize
 
@@ -149,7 +188,8 @@ class ModelRuntime:
             def run(entries, padded, role=role):
                 return self.run_batch(role, entries, padded)
 
-            batcher = Batcher(run, limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant))
+            batcher = Batcher(run, limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant),
+                              prepare=self.prepare)
             batcher.start()
             self.batchers[role] = batcher
 
@@ -221,31 +261,18 @@ class Engine:
         self._check(texts)
         return await self._encode(rt, texts, truncate)
 
-    async def embed(self, rt: ModelRuntime, texts: list[str], params: EmbedParams, truncate: bool,
+    async def embed(self, rt: ModelRuntime, texts: list[str], params: EmbedParams,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None):
-        """→ (encodings, [(embedding, attention payload | None)] per input)."""
+        """→ (encodings, [(embedding, attention payload | None)] per input). Tokenised on the
+        batcher's thread together with whatever else is waiting."""
         self._check(texts)
         role = "attention" if params.attention is not None else "embed"
         batcher = rt.batchers.get(role)
         if batcher is None:
             raise Validation(f"model {rt.name!r} has no attention variant")
-        batcher.check_room(len(texts))
-        batcher.incoming += 1
-        try:
-            encs = await self._encode(rt, texts, truncate)
-        finally:
-            batcher.incoming -= 1
-        hist = self.metrics.input_tokens.labels(model=rt.name)
-        for e in encs:
-            hist.observe(e.length)
-        if params.attention is not None:
-            need = sum(params.attention.nbytes(e.length) for e in encs)
-            if need > self.settings.attention_budget_bytes:
-                raise TooLarge(f"asked-for attention is {need} bytes, over the budget of "
-                               f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or inputs")
-        job = Job(len(encs), params=params, is_disconnected=is_disconnected)
-        fut = batcher.submit(job, [Entry(job, i, e.ids, e.type_ids) for i, e in enumerate(encs)])
-        results = await fut
+        job = Job(len(texts), inputs=texts, params=params, is_disconnected=is_disconnected)
+        results = await batcher.submit(job)
+        encs = job.prepared
         if params.attention is not None:
             self.metrics.attention_bytes.labels(model=rt.name).inc(
                 sum(params.attention.returned_bytes(e.length) for e in encs))

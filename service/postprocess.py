@@ -41,6 +41,7 @@ class AttentionSpec:
 class EmbedParams:
     output: str = "sentence"  # sentence | tokens
     normalize: bool = True
+    truncate: bool = True
     attention: AttentionSpec | None = None
 
 

@@ -35,18 +35,22 @@ class TextTokenizer:
         self._full.no_padding()
         self._full.no_truncation()
 
-    def encode(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
-        """Batch-encode; with truncate=False an input over max_len raises Validation (422)."""
+    def encode_unchecked(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
         tok = self._truncating if truncate else self._full
-        encs = tok.encode_batch(texts)
-        out = []
+        return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
+                        e.tokens, e.offsets) for e in tok.encode_batch(texts)]
+
+    def check(self, encs: list[Encoded]) -> None:
+        """An input over max_len (only possible with truncate=False) raises Validation (422)."""
         for i, e in enumerate(encs):
-            n = len(e.ids)
-            if n > self.max_len:
+            if e.length > self.max_len:
                 raise Validation(
-                    f"inputs[{i}] has {n} tokens, over this model's limit of {self.max_len} "
+                    f"inputs[{i}] has {e.length} tokens, over this model's limit of {self.max_len} "
                     "(send truncate: true to cut it)"
                 )
-            out.append(Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
-                               e.tokens, e.offsets))
-        return out
+
+    def encode(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
+        """Batch-encode; with truncate=False an input over max_len raises Validation (422)."""
+        encs = self.encode_unchecked(texts, truncate)
+        self.check(encs)
+        return encs

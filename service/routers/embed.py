@@ -34,8 +34,8 @@ async def embed(body: EmbedRequest, request: Request, engine: Engine = Depends(g
     if body.attention is not None:
         a = body.attention
         spec = rt.attention_spec(a.layers, a.heads, a.format, a.top_k, a.dtype, a.encoding)
-    params = EmbedParams(output=body.output, normalize=body.normalize, attention=spec)
-    encs, results = await engine.embed(rt, texts, params, body.truncate, request.is_disconnected)
+    params = EmbedParams(output=body.output, normalize=body.normalize, truncate=body.truncate, attention=spec)
+    encs, results = await engine.embed(rt, texts, params, request.is_disconnected)
     data = []
     n_tokens = 0
     for i, (enc, (emb, att)) in enumerate(zip(encs, results, strict=True)):

@@ -84,7 +84,7 @@ def test_metrics_parse_and_count_the_traffic(server):
     assert delta("headwise_input_tokens_count", model=model) == 21
     assert delta("headwise_batch_size_sum", model=model) == 21
     assert delta("headwise_batch_size_sum", variant="attention") == 1
-    assert delta("headwise_tokenize_duration_seconds_count", model=model) == 14
+    assert 4 <= delta("headwise_tokenize_duration_seconds_count", model=model) <= 14  # one per batch encode
     assert delta("headwise_attention_bytes_total", model=model) == 1 * 2 * t * t * 2
     assert delta("headwise_queue_duration_seconds_count", variant="fast") >= 1
     assert total(after, "headwise_model_info", model=model, provider="cpu", precision="fp32") == 1

@@ -82,30 +82,71 @@ def test_requests_arriving_during_a_run_share_the_next_batch():
     assert [r[0][0] for r in results] == list(range(11))  # each got its own result
 
 
-def test_waits_for_requests_still_tokenising_but_no_longer_than_max_wait():
+def test_waits_for_recent_clients_to_come_back_but_no_longer_than_max_wait():
     async def main():
         rec = Recorder()
         b = make(rec, wait_s=0.3)
+        futs = [submit(b, [5], i) for i in range(3)]
         b.start()
-        b.incoming = 1
+        await asyncio.gather(*futs)  # one batch served 3 clients
         t0 = time.perf_counter()
         first = submit(b, [5], "a")
-        await asyncio.sleep(0.05)
-        b.incoming = 0
-        second = submit(b, [6], "b")
-        await asyncio.gather(first, second)
+        await asyncio.sleep(0.02)
+        rest = [submit(b, [6], "b"), submit(b, [7], "c")]
+        await asyncio.gather(first, *rest)
         together = time.perf_counter() - t0
-        b.incoming = 5  # never arrive: the batch still goes after max_wait
         t0 = time.perf_counter()
-        await submit(b, [5], "c")
+        await submit(b, [5], "d")  # the other two never come back: it goes after max_wait
         alone = time.perf_counter() - t0
+        await asyncio.sleep(0.1)  # quiet for a while: idle again, no wait at all
+        t0 = time.perf_counter()
+        await submit(b, [5], "e")
+        idle = time.perf_counter() - t0
         await b.close()
-        return rec, together, alone
+        return rec, together, alone, idle
 
-    rec, together, alone = run(main())
-    assert rec.batches[0] == ([5, 6], 8)
+    rec, together, alone, idle = run(main())
+    assert [x[0] for x in rec.batches[:2]] == [[5, 5, 5], [5, 6, 7]]
     assert together < 0.25
     assert 0.25 < alone < 1.0
+    assert idle < 0.1
+
+
+def test_raw_inputs_are_tokenised_together_on_the_batcher_thread():
+    seen = []
+
+    def prepare(jobs):
+        seen.append([j.params for j in jobs])
+        out = []
+        for j in jobs:
+            if j.params == "bad":
+                out.append(ValueError("too long"))
+            else:
+                j.prepared = [len(t) for t in j.inputs]
+                out.append([Entry(j, i, np.ones(len(t), np.int64), np.zeros(len(t), np.int64))
+                            for i, t in enumerate(j.inputs)])
+        return out
+
+    async def main():
+        rec = Recorder()
+        b = Batcher(rec, Limits(1024, 64, 0.0, 100), [8, 16], None, prepare=prepare)
+        jobs = [Job(2, inputs=["abc", "de"], params="x"), Job(1, inputs=["z" * 9], params="bad"),
+                Job(1, inputs=["hello"], params="y")]
+        futs = [b.submit(j) for j in jobs]
+        assert b.depth == 4
+        b.start()
+        ok1 = await futs[0]
+        with pytest.raises(ValueError):
+            await futs[1]
+        ok2 = await futs[2]
+        await b.close()
+        return rec, ok1, ok2, jobs
+
+    rec, ok1, ok2, jobs = run(main())
+    assert seen == [["x", "bad", "y"]]  # one batch encode for all three requests
+    assert rec.batches == [([2, 3, 5], 8)]
+    assert [r[1:] for r in ok1] == [(0, 3), (1, 2)] and jobs[0].prepared == [3, 2]
+    assert [r[1:] for r in ok2] == [(0, 5)]
 
 
 def test_cut_by_padded_tokens_and_size():

@@ -73,6 +73,7 @@ def test_pool_mean_and_cls():
 
 
 def test_length_buckets():
-    assert length_buckets(256) == [8, 16, 24, 32, 48, 64, 96, 128, 192, 256]
-    assert length_buckets(100) == [8, 16, 24, 32, 48, 64, 96, 100]
+    assert length_buckets(256) == [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+    assert length_buckets(100) == [8, 12, 16, 24, 32, 48, 64, 96, 100]
     assert length_buckets(8) == [8]
+    assert length_buckets(10) == [8, 10]
