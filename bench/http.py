@@ -1,0 +1,181 @@
+"""headwise (and any server taking the same JSON) over HTTP, loaded by `wrk` with
+bench/wrk/embed.lua: one request shape per run, N keep-alive connections (clients), closed
+loop, loopback only. Falls back to bench/loadgen.py where no `wrk` is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.common import Row, Sample
+from bench.workload import Workload
+
+HERE = Path(__file__).resolve().parent
+LUA = HERE / "wrk" / "embed.lua"
+HOST = "127.0.0.1"
+PRECISION = {"fp32": "fp32", "int8": "int8", "fp16": "fp16"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server process on loopback, started and stopped by the harness (its own process group)."""
+
+    def __init__(self, name: str, argv: list[str], env: dict, port: int, ready_path: str,
+                 log_dir: Path):
+        self.name = name
+        self.port = port
+        self.url = f"http://{HOST}:{port}"
+        self.ready_path = ready_path
+        self.log = log_dir / f"{name}.log"
+        self._log = self.log.open("wb")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if httpx.get(self.url + self.ready_path, timeout=5).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name}: {self.ready_path} not 200 within {timeout:.0f} s\n{self.tail()}")
+
+    def tail(self, n: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+    def metrics_text(self) -> str:
+        try:
+            r = httpx.get(self.url + "/metrics", timeout=10)
+            return r.text if r.status_code == 200 else ""
+        except httpx.TransportError:
+            return ""
+
+
+def start_headwise(workload: Workload, precision: str, provider: str, log_dir: Path,
+                   extra_env: dict | None = None) -> Server:
+    """`headwise serve` on a free port with a clean HEADWISE_* environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
+    env.update(HEADWISE_PROVIDER=provider, HEADWISE_PRECISION=PRECISION[precision])
+    env.update(extra_env or {})
+    port = free_port()
+    argv = [sys.executable, "-m", "headwise.cli", "serve", "--models", str(workload.dir),
+            "--host", HOST, "--port", str(port), "--log-level", "warning"]
+    return Server(f"headwise-{precision}", argv, env, port, "/health/ready", log_dir)
+
+
+BATCH_RE = re.compile(r'^headwise_batch_size_(sum|count)\{[^}]*\}\s+([0-9.eE+-]+)$', re.M)
+
+
+def batch_totals(metrics_text: str) -> tuple[float, float]:
+    """(sum, count) of headwise_batch_size over every variant: inputs and inference calls."""
+    tot = {"sum": 0.0, "count": 0.0}
+    for kind, value in BATCH_RE.findall(metrics_text):
+        tot[kind] += float(value)
+    return tot["sum"], tot["count"]
+
+
+def probe(url: str, body: bytes, expect_attention: bool) -> None:
+    """One request before timing: it must answer 200 with an embedding (and attention if asked)."""
+    r = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=120)
+    if r.status_code != 200:
+        raise RuntimeError(f"{url} answered {r.status_code}: {r.text[:300]}")
+    item = r.json()["data"][0]
+    if not item.get("embedding"):
+        raise RuntimeError(f"{url}: no embedding in the answer")
+    if expect_attention and "attention" not in item:
+        raise RuntimeError(f"{url}: attention asked for but not returned")
+
+
+def have_wrk() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def load(url: str, body: bytes, connections: int, seconds: float, timeout: float = 60) -> dict:
+    """Run one load cell; → wrk's numbers (latency in µs)."""
+    if not have_wrk():
+        from bench import loadgen
+
+        return loadgen.load(url, body, connections, seconds, timeout)
+    with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
+        f.write(body)
+        body_file = f.name
+    try:
+        env = dict(os.environ, HEADWISE_BENCH_BODY=body_file)
+        argv = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
+                f"--timeout={int(timeout)}s", "-s", str(LUA), url]
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=seconds + timeout + 30)
+    finally:
+        os.unlink(body_file)
+    return parse_wrk(out.stdout, out.stderr)
+
+
+def parse_wrk(stdout: str, stderr: str = "") -> dict:
+    for line in stdout.splitlines():
+        if line.startswith("HEADWISE_JSON "):
+            return json.loads(line[len("HEADWISE_JSON "):])
+    raise RuntimeError(f"wrk gave no result line:\n{stdout[-1500:]}\n{stderr[-1500:]}")
+
+
+def sample_from(res: dict, inputs_per_request: int = 1) -> Sample:
+    n = res.get("requests", 0)
+    dur = res.get("duration_us", 0) / 1e6
+    errors = sum(res.get(k, 0) for k in ("connect", "read", "write", "status", "timeout"))
+    ok = n > 0 and "p50" in res
+    return Sample(
+        throughput=(n * inputs_per_request / dur) if dur else 0.0,
+        p50=res["p50"] / 1000 if ok else float("nan"),
+        p95=res["p95"] / 1000 if ok else float("nan"),
+        p99=res["p99"] / 1000 if ok else float("nan"),
+        requests=n, errors=errors,
+    )
+
+
+def measure(server: Server, path: str, body: bytes, connections: int, seconds: float,
+            timeout: float = 60) -> Sample:
+    """One repetition of one cell, with the server's mean batch size over it when it has one."""
+    before = batch_totals(server.metrics_text())
+    s = sample_from(load(server.url + path, body, connections, seconds, timeout))
+    after = batch_totals(server.metrics_text())
+    calls = after[1] - before[1]
+    if calls > 0:
+        s.extra["mean_batch"] = (after[0] - before[0]) / calls
+        s.extra["calls"] = calls
+    return s
+
+
+def headwise_row(workload: Workload, variant: str, tokens: int, clients: int) -> Row:
+    return Row("headwise", variant, tokens, workload.effective(tokens), concurrency=clients)

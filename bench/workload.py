@@ -1,0 +1,83 @@
+"""What every suite sends: one model package, texts of an exact token length, and the request
+bodies built from them. Shared so that the ceiling, headwise and the peers see the same inputs."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import VARIANT_FILES, text_of_length
+
+ATTENTION_ALL = {"dtype": "float16", "encoding": "base64"}  # every layer and head
+
+
+def find_package(path: str | Path) -> Path:
+    """A package folder (has manifest.json), or a models folder holding exactly one package."""
+    p = Path(path)
+    if (p / "manifest.json").is_file():
+        return p
+    found = sorted(m.parent for m in p.glob("*/manifest.json"))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise FileNotFoundError(
+            f"no model package under {p}; build one with `headwise export --out {p}`")
+    raise ValueError(f"{p} holds several packages ({', '.join(f.name for f in found)}); name one")
+
+
+class Workload:
+    def __init__(self, package_dir: str | Path):
+        from tokenizers import Tokenizer
+
+        self.dir = find_package(package_dir)
+        self.manifest = json.loads((self.dir / "manifest.json").read_text())
+        self.name = self.manifest["name"]
+        self.max_len = int(self.manifest["max_len"])
+        self.n_layers = int(self.manifest["n_layers"])
+        self.n_heads = int(self.manifest["n_heads"])
+        tok_file = self.dir / self.manifest.get("tokenizer", {}).get("file", "tokenizer.json")
+        self._full = Tokenizer.from_file(str(tok_file))  # for building texts: no truncation
+        self._trunc = Tokenizer.from_file(str(tok_file))  # what the service feeds the graph
+        self._trunc.no_padding()
+        self._trunc.enable_truncation(max_length=self.max_len)
+
+    def variant_file(self, variant: str) -> Path:
+        name = VARIANT_FILES[variant]
+        v = self.manifest["variants"].get(name)
+        if v is None:
+            raise KeyError(f"package {self.name} has no {name} variant")
+        return self.dir / v["file"]
+
+    def has(self, variant: str) -> bool:
+        return VARIANT_FILES.get(variant) in self.manifest["variants"]
+
+    def effective(self, tokens: int) -> int:
+        return min(tokens, self.max_len)
+
+    @cache  # noqa: B019 - one Workload per run
+    def text(self, tokens: int) -> str:
+        return text_of_length(self._full, tokens)
+
+    def ids(self, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        enc = self._trunc.encode(self.text(tokens))
+        return np.asarray(enc.ids, np.int64), np.asarray(enc.type_ids, np.int64)
+
+    def feeds(self, tokens: int, batch: int, names: list[str]) -> dict[str, np.ndarray]:
+        ids, types = self.ids(tokens)
+        all_ = {"input_ids": np.tile(ids, (batch, 1)),
+                "attention_mask": np.ones((batch, len(ids)), np.int64),
+                "token_type_ids": np.tile(types, (batch, 1))}
+        return {n: all_[n] for n in names}
+
+    def attention_bytes(self, tokens: int, batch: int, itemsize: int = 4) -> int:
+        t = self.effective(tokens)
+        return batch * self.n_layers * self.n_heads * t * t * itemsize
+
+    def body(self, tokens: int, attention: bool = False) -> bytes:
+        req: dict = {"inputs": self.text(tokens)}
+        if attention:
+            req["attention"] = dict(ATTENTION_ALL)
+        return json.dumps(req).encode()

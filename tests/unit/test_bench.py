@@ -1,0 +1,225 @@
+"""The benchmark harness's pure parts: statistics, length-exact texts, the report, the wrk
+output parser, the targets arithmetic. No timing is asserted here (speed is measured by
+`headwise bench`, not by tests)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+import pytest
+
+from bench import cli
+from bench.common import (
+    Row,
+    Sample,
+    ceiling_for,
+    count_tokens,
+    latency_summary,
+    markdown_table,
+    median,
+    percentile,
+    report_markdown,
+    spread,
+    targets,
+    text_of_length,
+)
+from bench.http import batch_totals, parse_wrk, sample_from
+from tests.fixtures.tiny import tiny_tokenizer
+
+
+# -- statistics ------------------------------------------------------------------------------
+@pytest.mark.parametrize("q", [0, 1, 10, 25, 50, 75, 90, 95, 99, 100])
+def test_percentile_matches_numpy(q):
+    rng = np.random.default_rng(0)
+    xs = rng.exponential(3.0, size=257).tolist()
+    assert percentile(xs, q) == pytest.approx(np.percentile(xs, q))
+
+
+def test_percentile_small_and_bad_inputs():
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([1.0, 3.0], 50) == 2.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+
+
+def test_median_and_spread_ignore_nan():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([1.0, math.nan, 3.0]) == 2.0
+    assert math.isnan(median([]))
+    assert spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
+    assert spread([100.0]) == 0.0
+
+
+def test_latency_summary_is_in_milliseconds():
+    s = latency_summary([0.001] * 98 + [0.010, 0.020])
+    assert s["p50"] == pytest.approx(1.0)
+    assert s["p99"] > s["p95"] >= s["p50"]
+
+
+# -- texts of an exact token length ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tokenizers import Tokenizer
+
+    d = tmp_path_factory.mktemp("tok")
+    tiny_tokenizer(d)
+    return Tokenizer.from_file(str(d / "tokenizer.json"))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 16, 20, 57, 128, 512])
+def test_text_of_length_is_exact(tokenizer, n):
+    text = text_of_length(tokenizer, n)
+    assert count_tokens(tokenizer, text) == n
+    assert len(tokenizer.encode(text).ids) == n  # specials included, no truncation
+
+
+def test_text_of_length_handles_multi_token_words(tokenizer):
+    # "quick"... are whole words in the tiny vocabulary; "zebra" is spelt out in pieces
+    words = ["zebra", "quick", "xylophone", "fox"]
+    for n in (4, 9, 10, 11, 33):
+        assert count_tokens(tokenizer, text_of_length(tokenizer, n, words)) == n
+
+
+def test_text_of_length_refuses_fewer_than_the_specials(tokenizer):
+    with pytest.raises(ValueError):
+        text_of_length(tokenizer, 1)
+
+
+# -- rows, ceiling references, the table, the targets -------------------------------------------------
+def _row(suite, variant, tokens, thr, p50, batch=None, conc=None, reps=3, **extra):
+    r = Row(suite, variant, tokens, min(tokens, 256), batch=batch, concurrency=conc)
+    for i in range(reps):  # medians: the middle repetition gives thr and p50
+        k = (i - reps // 2) * 0.1
+        r.samples.append(Sample(thr * (1 + k), p50 * (1 - k), p50 * 2, p50 * 3, 10, 0, dict(extra)))
+    return r
+
+
+@pytest.fixture
+def rows():
+    return [
+        _row("ceiling", "fp32", 20, 450, 2.2, batch=1),
+        _row("ceiling", "fp32", 20, 600, 26.0, batch=16),
+        _row("ceiling", "fp32", 20, 620, 50.0, batch=32),
+        _row("ceiling", "int8", 20, 800, 1.2, batch=1),
+        _row("ceiling", "int8", 20, 1500, 10.0, batch=16),
+        _row("ceiling", "fp32", 128, 100, 150.0, batch=16),
+        _row("headwise", "fp32", 20, 300, 3.0, conc=1, mean_batch=1.0),
+        _row("headwise", "fp32", 20, 540, 30.0, conc=16, mean_batch=15.5),
+        _row("headwise", "fp32", 20, 560, 110.0, conc=64),
+        _row("headwise", "int8", 20, 400, 2.9, conc=1),
+        _row("headwise", "int8", 20, 900, 17.0, conc=16),
+        _row("headwise", "attention", 20, 200, 5.0, conc=1),
+        _row("headwise", "attention", 20, 300, 50.0, conc=16),
+        _row("headwise", "fp32", 128, 70, 220.0, conc=16),
+        _row("sentence-transformers", "fp32", 20, 400, 80.0, batch=32),
+    ]
+
+
+def test_ceiling_reference_is_same_graph_and_length_at_nearest_batch_below(rows):
+    by = {(r.suite, r.variant, r.tokens, r.batch, r.concurrency): r for r in rows}
+    assert ceiling_for(rows, by[("headwise", "fp32", 20, None, 16)]).batch == 16
+    assert ceiling_for(rows, by[("headwise", "fp32", 20, None, 64)]).batch == 32
+    assert ceiling_for(rows, by[("headwise", "int8", 20, None, 1)]).variant == "int8"
+    assert ceiling_for(rows, by[("sentence-transformers", "fp32", 20, 32, None)]).batch == 32
+    assert ceiling_for(rows, by[("headwise", "attention", 20, None, 1)]) is None  # not measured
+    assert ceiling_for(rows, by[("ceiling", "fp32", 20, 1, None)]) is None
+
+
+def test_markdown_table_has_one_line_per_cell_and_the_ratio(rows):
+    md = markdown_table(rows)
+    lines = md.strip().splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert all(line.count("|") == lines[0].count("|") for line in lines)
+    fp32_c16 = next(line for line in lines if "| headwise | fp32 | 20 | – | 16 |" in line)
+    assert "540.0" in fp32_c16 and "| 90% |" in fp32_c16 and "fp32 b16" in fp32_c16
+    assert "15.5" in fp32_c16  # the server's mean batch
+    # ceiling rows come first, then headwise, then the peers
+    suites = [line.split("|")[1].strip() for line in lines[2:]]
+    assert suites.index("ceiling") < suites.index("headwise") < suites.index("sentence-transformers")
+
+
+def test_targets_arithmetic(rows):
+    ts = {t.name.split(" [")[0]: t for t in targets(rows)}
+    t = ts["fp32, 16 clients vs ceiling batch 16"]
+    assert t.value == pytest.approx(0.9) and t.ok4 and t.ok9
+    t = ts["int8, 16 clients vs ceiling batch 16"]
+    assert t.value == pytest.approx(0.6) and not t.ok4 and not t.ok9
+    t = ts["int8, 16 clients vs sentence-transformers batch 32"]
+    assert t.value == pytest.approx(2.25) and t.ok9
+    t = ts["fp32, 1 client p50 vs ceiling batch-1 latency"]
+    assert t.value == pytest.approx(0.8) and t.ok9
+    t = ts["int8, 1 client p50 vs ceiling batch-1 latency"]
+    assert t.value == pytest.approx(1.7) and t.ok4 and not t.ok9
+    t = ts["attention (all heads, base64 fp16) vs none, 1 client p50"]
+    assert t.value == pytest.approx(5.0 / 3.0) and t.ok9
+    t = ts["fp32, 128 tokens, 16 clients vs ceiling batch 16"]
+    assert t.value == pytest.approx(0.7) and not t.ok9
+
+
+def test_report_has_facts_targets_table_and_plot(rows):
+    md = report_markdown("headwise bench: test", {"cores usable (affinity, cgroup)": 2}, rows,
+                         "test.png", "headwise bench --quick", ["a note"])
+    for part in ("## Machine", "cores usable", "## Targets", "## Results", "![", "test.png",
+                 "headwise bench --quick", "- a note"):
+        assert part in md
+
+
+def test_plot_writes_a_png(rows, tmp_path):
+    from bench.plot import plot
+
+    out = plot(rows, tmp_path / "p.png", "test")
+    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- wrk output and server metrics ------------------------------------------------------------------
+WRK_OUT = """Running 2s test @ http://127.0.0.1:8000/v1/embed
+  1 threads and 16 connections
+HEADWISE_JSON {"requests": 1000, "duration_us": 2000000, "bytes": 5000000, "connect": 0, "read": 0, "write": 0, "status": 2, "timeout": 1, "p50": 25000, "p90": 30000, "p95": 31000, "p99": 40000, "mean": 25500.0, "max": 50000}
+"""
+
+
+def test_parse_wrk_and_sample():
+    res = parse_wrk(WRK_OUT)
+    s = sample_from(res)
+    assert s.throughput == pytest.approx(500.0)
+    assert (s.p50, s.p95, s.p99) == (25.0, 31.0, 40.0)
+    assert s.errors == 3 and s.requests == 1000
+    with pytest.raises(RuntimeError):
+        parse_wrk("no result here")
+    empty = sample_from({"requests": 0, "duration_us": 2000000})
+    assert empty.throughput == 0 and math.isnan(empty.p50)
+
+
+def test_batch_totals_sums_every_variant():
+    text = """# HELP headwise_batch_size inputs per inference call
+headwise_batch_size_bucket{le="1.0",model="m",variant="fast"} 3.0
+headwise_batch_size_count{model="m",variant="fast"} 10.0
+headwise_batch_size_sum{model="m",variant="fast"} 100.0
+headwise_batch_size_count{model="m",variant="attention"} 2.0
+headwise_batch_size_sum{model="m",variant="attention"} 6.0
+headwise_batch_tokens_sum{model="m",variant="fast"} 9999.0
+"""
+    assert batch_totals(text) == (106.0, 12.0)
+    assert batch_totals("") == (0.0, 0.0)
+
+
+# -- the command line -----------------------------------------------------------------------------------
+def _args(*argv):
+    p = argparse.ArgumentParser()
+    cli.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_plan_defaults_quick_and_overrides():
+    full = cli.plan(_args())
+    assert full["concurrency"] == [1, 16, 64] and full["reps"] >= 3
+    assert full["variants"] == ["fp32", "int8", "attention"]
+    quick = cli.plan(_args("--quick", "--lengths", "20"))
+    assert quick["lengths"] == [20] and quick["reps"] >= 3 and quick["seconds"] < full["seconds"]
+    assert cli.plan(_args("--provider", "cuda"))["variants"] == ["fp16", "attention"]
+    with pytest.raises(SystemExit):
+        cli.plan(_args("--suites", "ceiling,nope"))
