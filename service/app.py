@@ -71,7 +71,8 @@ async def lifespan(app: FastAPI):
         engine.ready = False
         if not task.done():
             task.cancel()
-        await engine.close(timeout=app.state.settings.grace_seconds)
+        # uvicorn has already waited (up to the grace period) for requests in flight.
+        await engine.close(timeout=min(5.0, app.state.settings.grace_seconds))
         app.state.metrics.close()
 
 

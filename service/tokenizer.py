@@ -10,6 +10,8 @@ from tokenizers import Tokenizer
 
 from service.errors import Validation
 
+CHARS_PER_TOKEN = 64
+
 
 @dataclass(frozen=True, slots=True)
 class Encoded:
@@ -37,6 +39,16 @@ class TextTokenizer:
 
     def encode_unchecked(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
         tok = self._truncating if truncate else self._full
+        # Truncation happens after the whole text is tokenised, so a text far longer than
+        # max_len tokens could span is cut first: a 4 MB input then costs what a long
+        # sentence does. With truncation the cut changes nothing kept; without, the cut is
+        # at a space, so its tokens are the text's first ones and already show it is too long.
+        cap = self.max_len * CHARS_PER_TOKEN
+        if truncate:
+            texts = [t if len(t) <= cap else t[:cap] for t in texts]
+        else:
+            texts = [t if len(t) <= cap or t.rfind(" ", 0, cap) <= 0 else t[:t.rfind(" ", 0, cap)]
+                     for t in texts]
         return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
                         e.tokens, e.offsets) for e in tok.encode_batch(texts)]
 
@@ -45,8 +57,8 @@ class TextTokenizer:
         for i, e in enumerate(encs):
             if e.length > self.max_len:
                 raise Validation(
-                    f"inputs[{i}] has {e.length} tokens, over this model's limit of {self.max_len} "
-                    "(send truncate: true to cut it)"
+                    f"inputs[{i}] has {e.length} tokens or more, over this model's limit of "
+                    f"{self.max_len} (send truncate: true to cut it)"
                 )
 
     def encode(self, texts: list[str], truncate: bool = True) -> list[Encoded]:

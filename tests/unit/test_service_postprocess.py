@@ -77,3 +77,20 @@ def test_length_buckets():
     assert length_buckets(100) == [8, 12, 16, 24, 32, 48, 64, 96, 100]
     assert length_buckets(8) == [8]
     assert length_buckets(10) == [8, 10]
+
+
+def test_huge_inputs_cost_what_a_long_sentence_costs(tmp_path):
+    import time
+
+    from service.errors import Validation
+    from service.tokenizer import TextTokenizer
+    from tests.unit.service_fakes import make_package
+
+    tok = TextTokenizer(make_package(tmp_path) / "tokenizer.json", 32)
+    big = "the cat sat on the mat " * 100_000
+    t0 = time.perf_counter()
+    assert tok.encode([big])[0].length == 32
+    with pytest.raises(Validation, match="limit of 32"):
+        tok.encode([big], truncate=False)
+    assert time.perf_counter() - t0 < 1.0
+    assert tok.encode(["the cat " * 5], truncate=False)[0].length == 12
