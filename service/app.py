@@ -24,6 +24,7 @@ from service.errors import NotFound
 from service.metrics import Metrics
 from service.middleware import ServiceMiddleware
 from service.routers import embed, health, metrics, models, tokenize
+from service.schemas import BODY_MODELS
 from service.settings import Settings, load_settings
 
 log = logging.getLogger("headwise.service")
@@ -76,6 +77,24 @@ async def lifespan(app: FastAPI):
         app.state.metrics.close()
 
 
+def _document_bodies(app: FastAPI) -> None:
+    """Request bodies parsed by deps.json_body are invisible to FastAPI; add their schemas."""
+    base = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = base()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in BODY_MODELS:
+            s = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(s.pop("$defs", {}))
+            components[model.__name__] = s
+        return schema
+
+    app.openapi = openapi
+
+
 def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:
     """Build the app. Settings default to the HEADWISE_* environment, validated now."""
     settings = settings if settings is not None else load_settings()
@@ -101,6 +120,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
             raise NotFound("no viewer page installed")
         return FileResponse(page)
 
+    _document_bodies(app)
     if STATIC.is_dir():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

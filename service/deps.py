@@ -6,12 +6,42 @@ All async, so FastAPI does not hop to a thread for them.
 from __future__ import annotations
 
 import hmac
+from typing import TypeVar
 
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 
 from service.engine import Engine
 from service.errors import Unauthorized
 from service.settings import Settings
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def json_body(model: type[M]):
+    """A dependency that parses and validates the body in one pass with pydantic-core's JSON
+    parser (FastAPI's own body path decodes with json.loads, then validates the dict: about a
+    quarter of a small request's CPU). Mistakes take the usual road: RequestValidationError,
+    which service.errors turns into 400 (malformed JSON) or 422."""
+
+    async def parse(request: Request) -> M:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not (ctype == "application/json" or ctype.endswith("+json")):
+            # as FastAPI's strict content type: no JSON without saying so (CSRF)
+            raise RequestValidationError([{"loc": ("body",), "msg": "not JSON", "type": "model_type"}])
+        try:
+            return model.model_validate_json(await request.body())
+        except ValidationError as e:
+            raise RequestValidationError(e.errors(include_input=False, include_url=False)) from None
+
+    return parse
+
+
+def openapi_body(model: type[BaseModel]) -> dict:
+    """`openapi_extra` documenting a json_body (its schema is added by service.app)."""
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
 async def get_engine(request: Request) -> Engine:

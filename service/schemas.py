@@ -137,5 +137,8 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+BODY_MODELS = (EmbedRequest, TokenizeRequest)  # parsed by service.deps.json_body
+
+
 def error_responses(*codes: int) -> dict:
     return {c: {"model": ErrorResponse} for c in codes}

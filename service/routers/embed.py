@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from service.deps import get_engine, require_api_key
+from service.deps import get_engine, json_body, openapi_body, require_api_key
 from service.engine import Engine
 from service.postprocess import EmbedParams
 from service.schemas import EmbedRequest, EmbedResponse, error_responses
@@ -22,9 +22,10 @@ def json_response(payload: dict) -> Response:
     return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
 
 
-@router.post("/v1/embed", response_model=EmbedResponse,
+@router.post("/v1/embed", response_model=EmbedResponse, openapi_extra=openapi_body(EmbedRequest),
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def embed(body: EmbedRequest, request: Request, engine: Engine = Depends(get_engine)):
+async def embed(request: Request, body: EmbedRequest = Depends(json_body(EmbedRequest)),
+                engine: Engine = Depends(get_engine)):
     """Embed one text or a list; with `attention`, also return every asked-for head's weights,
     un-padded to each input's own token count."""
     rt = engine.get(body.model)

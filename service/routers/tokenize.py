@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from service.deps import get_engine, require_api_key
+from service.deps import get_engine, json_body, openapi_body, require_api_key
 from service.engine import Engine
 from service.routers.embed import json_response
 from service.schemas import TokenizeRequest, TokenizeResponse, error_responses
@@ -12,9 +12,10 @@ from service.schemas import TokenizeRequest, TokenizeResponse, error_responses
 router = APIRouter(tags=["tokenize"], dependencies=[Depends(require_api_key)])
 
 
-@router.post("/v1/tokenize", response_model=TokenizeResponse,
+@router.post("/v1/tokenize", response_model=TokenizeResponse, openapi_extra=openapi_body(TokenizeRequest),
              responses=error_responses(400, 401, 404, 413, 422, 503))
-async def tokenize(body: TokenizeRequest, request: Request, engine: Engine = Depends(get_engine)):
+async def tokenize(request: Request, body: TokenizeRequest = Depends(json_body(TokenizeRequest)),
+                   engine: Engine = Depends(get_engine)):
     rt = engine.get(body.model)
     request.state.model = rt.name
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
