@@ -34,7 +34,11 @@ def main(args: argparse.Namespace) -> int:
     from export.manifest import read
 
     manifest = read(pkg)
-    if manifest["parity"]:
+    if manifest["parity"] and manifest["architecture"] != "encoder":
+        from export.generative_verify import parity_table as generative_table
+
+        print("\nparity vs torch (max abs diff):\n" + generative_table(manifest["parity"]))
+    elif manifest["parity"]:
         print("\nparity vs torch (max abs diff; STS-B Spearman x100):\n" + parity_table(manifest["parity"]))
     print(f"\nwrote {pkg} in {time.perf_counter() - t0:.0f} s")
     return 0

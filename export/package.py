@@ -17,6 +17,7 @@ from export import manifest as mf
 from export.graphs import OPSET, io_spec, to_onnx
 from export.optimize import optimize, quantize_int8
 from export.verify import verify
+from model.importers.common import checkpoint_architecture
 from model.sentence import default_checkpoint, load_sentence_model
 
 EXPORTER = "headwise 0.1.0"
@@ -55,9 +56,16 @@ def build_package(
     quality: bool = True,
 ) -> Path:
     """Export `checkpoint` (default: bundled all-MiniLM-L6-v2) to out/name. Written to a
-    temporary folder and moved into place only when complete (and verified)."""
+    temporary folder and moved into place only when complete (and verified). Decoder and
+    encoder-decoder checkpoints go to export/generative.py (int8, fp16, quality: encoders only)."""
     checkpoint = Path(checkpoint) if checkpoint is not None else default_checkpoint()
     name = name or default_name(checkpoint)
+    if checkpoint_architecture(checkpoint) != "encoder":  # GPT-2, Marian: export/generative.py
+        from export.generative import build_generative_package
+
+        if int8 or fp16:
+            progress("note: generative packages are fp32 only for now; --int8/--fp16 are ignored")
+        return build_generative_package(checkpoint, out, name, Steps(3 if check else 2, progress), check, progress)
     final = Path(out) / name
     work = Path(out) / f".{name}.{os.getpid()}.partial"
     shutil.rmtree(work, ignore_errors=True)

@@ -118,9 +118,13 @@ class Decoder(nn.Module):
         fused: bool | None = None,
         past: tuple[tuple[Tensor, Tensor], ...] | None = None,
         position_ids: Tensor | None = None,
+        last_logits_only: bool = False,
     ) -> TransformerOutput:
         """input_ids: (B, T) new tokens; attention_mask: (B, T_past + T), 1 = real token;
-        memory: encoder output (B, S, D) with memory_mask (B, S); past: cached K/V per layer."""
+        memory: encoder output (B, S, D) with memory_mask (B, S); past: cached K/V per layer.
+        last_logits_only: logits (B, 1, V) for the last position only, all generation needs
+        (the vocabulary projection of every prompt position would add about half again to
+        GPT-2 small's prefill)."""
         t = input_ids.size(1)
         t_past = past[0][0].size(2) if past else 0
         if position_ids is None:
@@ -139,7 +143,8 @@ class Decoder(nn.Module):
             present.append(kv)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        logits = x @ self.embeddings.tokens.weight.T + self.final_logits_bias  # (B, T, V)
+        h = x[:, -1:] if last_logits_only else x  # (B, 1 or T, D)
+        logits = h @ self.embeddings.tokens.weight.T + self.final_logits_bias  # (B, 1 or T, V)
         has_cross = self.layers[0].cross_attn is not None
         return TransformerOutput(
             last_hidden_state=x,

@@ -79,10 +79,14 @@ def test_split_sinusoids_match_transformers_and_paper_layout_is_kept():
 def test_generation_config_bans_are_reported(tmp_path):
     ckpt = make_tiny_marian(tmp_path / "ckpt", n_layers=1, n_decoder_layers=1)
     gen = json.loads((ckpt / "generation_config.json").read_text())
-    gen["bad_words_ids"] = [[gen["pad_token_id"]]]
+    _, info = load_checkpoint(ckpt)
+    assert info["suppress_token_ids"] == [gen["pad_token_id"]] == gen["bad_words_ids"][0]
+    gen["bad_words_ids"] = [[gen["pad_token_id"]], [3, 4]]  # a two-token ban is not a suppression
+    gen["decoder_start_token_id"] = 5  # generation_config.json wins over config.json
     (ckpt / "generation_config.json").write_text(json.dumps(gen))
     _, info = load_checkpoint(ckpt)
     assert info["suppress_token_ids"] == [gen["pad_token_id"]]
+    assert info["special_tokens"]["decoder_start"] == 5
 
 
 def test_importer_names_missing_key(tmp_path):

@@ -1,0 +1,336 @@
+"""Generative packages (GPT-2, Marian): greedy generation for 20 steps gives the same ids in
+our torch model, in the ONNX graphs with their KV cache through onnxruntime, and in
+transformers' generate(); every cached step agrees with recomputing the whole sequence.
+
+The ONNX loops below use numpy and onnxruntime only, as the service must (it cannot import
+model/ or export/); docs/model-package.md describes the same loop.
+"""
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from export.package import build_package
+from model.importers import load_checkpoint
+from model.transformer import position_ids_from_mask
+from tests.fixtures.tiny_generative import make_tiny_gpt2, make_tiny_marian
+
+STEPS = 20
+PROMPTS = ["the quick brown fox", "hello", "a cat sat on the mat and the dog looks at the red ball"]
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    ckpt = make_tiny_gpt2(tmp_path_factory.mktemp("ckpt") / "tiny-gpt2", n_layers=2, n_heads=2, d_model=32)
+    pkg = build_package(ckpt, tmp_path_factory.mktemp("pkg"), "gpt2", progress=lambda m: None)
+    return ckpt, pkg
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    ckpt = make_tiny_marian(tmp_path_factory.mktemp("ckpt") / "tiny-marian", n_layers=2, n_decoder_layers=3,
+                            init_std=0.05, embedding_std=0.01, logits_bias_std=0.05)
+    pkg = build_package(ckpt, tmp_path_factory.mktemp("pkg"), "marian", progress=lambda m: None)
+    return ckpt, pkg
+
+
+# --- the ONNX loops: numpy + onnxruntime + tokenizers only --------------------------------
+
+
+class Package:
+    def __init__(self, path):
+        self.manifest = json.loads((path / "manifest.json").read_text())
+        self.tokenizer = Tokenizer.from_file(str(path / self.manifest["tokenizer"]["file"]))
+        self.sessions = {
+            v: ort.InferenceSession(str(path / spec["file"]), providers=["CPUExecutionProvider"])
+            for v, spec in self.manifest["variants"].items()
+        }
+        self.special = self.manifest["special_tokens"]
+        self.suppress = self.manifest["generation"]["suppress_token_ids"]
+
+    def run(self, variant, **feeds):
+        s = self.sessions[variant]
+        return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds), strict=True))
+
+    def empty_cache(self, batch):
+        m = self.manifest
+        return np.zeros((m["n_decoder_layers"], batch, m["n_heads"], 0, m["d_head"]), np.float32)
+
+    def pick(self, logits, done):
+        """Greedy choice; banned ids never win; finished rows keep emitting pad."""
+        logits = logits.copy()
+        logits[:, self.suppress] = -np.inf
+        return np.where(done, self.special["pad"], logits.argmax(-1))
+
+
+def encode_padded(pkg, texts, left):
+    enc = [pkg.tokenizer.encode(t).ids for t in texts]
+    n = max(map(len, enc))
+    ids = np.full((len(enc), n), pkg.special["pad"], np.int64)
+    mask = np.zeros((len(enc), n), np.int64)
+    for i, e in enumerate(enc):
+        sl = slice(n - len(e), n) if left else slice(0, len(e))
+        ids[i, sl], mask[i, sl] = e, 1
+    return ids, mask
+
+
+def onnx_greedy_decoder(pkg, ids, mask, steps, eos=None, recompute=False):
+    """prefill once, then one decode step per token, the cache handed back each time.
+    Returns the new ids (B, steps)."""
+    b = ids.shape[0]
+    out = pkg.run("prefill", input_ids=ids, attention_mask=mask)
+    done = np.zeros(b, bool)
+    new = []
+    for step in range(steps):
+        token = pkg.pick(out["logits"], done)
+        new.append(token)
+        done |= token == eos
+        if step == steps - 1 or done.all():
+            break
+        ids = np.concatenate([ids, token[:, None]], 1)
+        mask = np.concatenate([mask, np.ones((b, 1), np.int64)], 1)
+        out = pkg.run("decode.attention" if recompute else "decode", input_ids=token[:, None],
+                      attention_mask=mask, past_keys=out["present_keys"], past_values=out["present_values"])
+        if recompute:
+            check_against_recompute(pkg.run("prefill.attention", input_ids=ids, attention_mask=mask), out, mask)
+    return np.stack(new, 1)
+
+
+def onnx_greedy_encoder_decoder(pkg, src, src_mask, steps, eos=None, recompute=False):
+    """encoder once (with the cross-attention keys/values), then one decoder_step per token
+    starting from decoder_start with an empty cache. Returns (B, 1 + steps) with the start."""
+    b = src.shape[0]
+    enc = pkg.run("encoder", input_ids=src, attention_mask=src_mask)
+    tgt = np.full((b, 1), pkg.special["decoder_start"], np.int64)
+    keys = values = pkg.empty_cache(b)
+    done = np.zeros(b, bool)
+    for _ in range(steps):
+        common = {"encoder_attention_mask": src_mask, "cross_keys": enc["cross_keys"],
+                  "cross_values": enc["cross_values"]}
+        out = pkg.run("decoder_step.attention" if recompute else "decoder_step", input_ids=tgt[:, -1:],
+                      past_keys=keys, past_values=values, **common)
+        if recompute:  # the whole target again, with no cache
+            full = pkg.run("decoder_step.attention", input_ids=tgt, past_keys=pkg.empty_cache(b),
+                           past_values=pkg.empty_cache(b), **common)
+            check_against_recompute(full, out, np.ones_like(tgt))
+        keys, values = out["present_keys"], out["present_values"]
+        token = pkg.pick(out["logits"], done)
+        tgt = np.concatenate([tgt, token[:, None]], 1)
+        done |= token == eos
+        if done.all():
+            break
+    return tgt
+
+
+def check_against_recompute(full, step, mask):
+    """The cached step's logits, cache (at real tokens) and last attention rows equal the
+    recomputation's."""
+    np.testing.assert_allclose(step["logits"], full["logits"], atol=1e-5, rtol=0)
+    real = mask.astype(bool)
+    for name in ("present_keys", "present_values"):
+        a, b = (x.transpose(1, 3, 0, 2, 4)[real] for x in (step[name], full[name]))
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    for name in ("attentions", "cross_attentions"):
+        if name in step:
+            np.testing.assert_allclose(step[name], full[name][:, :, :, -1:], atol=1e-6, rtol=0)
+
+
+# --- the two references -----------------------------------------------------------------
+
+
+def torch_greedy_decoder(model, ids, mask, steps):
+    """Our torch model, recomputing the whole sequence at every step (no cache)."""
+    ids, mask = torch.from_numpy(ids), torch.from_numpy(mask)
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = model(ids, mask, position_ids=position_ids_from_mask(mask)).logits[:, -1]
+        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], 1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+    return ids[:, -steps:].numpy()
+
+
+def torch_greedy_encoder_decoder(model, src, src_mask, start, suppress, steps):
+    src, src_mask = torch.from_numpy(src), torch.from_numpy(src_mask)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask).last_hidden_state
+        tgt = torch.full((src.size(0), 1), start)
+        for _ in range(steps):
+            logits = model.decoder(tgt, None, memory, src_mask).logits[:, -1]
+            logits[:, suppress] = -torch.inf
+            tgt = torch.cat([tgt, logits.argmax(-1, keepdim=True)], 1)
+    return tgt.numpy()
+
+
+def hf_generate(model, steps, ids, mask, eos=None, pad=None):
+    """transformers' greedy search; eos None runs every step (a tiny random model may emit
+    its eos early, and generate() would stop there)."""
+    model.generation_config.eos_token_id = eos
+    if pad is not None:
+        model.generation_config.pad_token_id = pad
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                             do_sample=False, num_beams=1, max_new_tokens=steps, min_new_tokens=0)
+    return out.numpy()
+
+
+def mid_run_token(row):
+    """The first token of a greedy run that differs from its first one: as eos, it ends the
+    run part-way."""
+    return int(next(t for t in row if t != row[0]))
+
+
+# --- GPT-2 ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("texts", [PROMPTS[:1], PROMPTS], ids=["one-prompt", "left-padded-batch"])
+def test_gpt2_greedy_20_steps_identical_in_torch_onnx_and_transformers(gpt2, texts):
+    from transformers import GPT2LMHeadModel
+
+    ckpt, path = gpt2
+    pkg = Package(path)
+    ids, mask = encode_padded(pkg, texts, left=True)
+    via_onnx = onnx_greedy_decoder(pkg, ids, mask, STEPS)
+    ours, _ = load_checkpoint(ckpt)
+    via_torch = torch_greedy_decoder(ours, ids, mask, STEPS)
+    hf = GPT2LMHeadModel.from_pretrained(str(ckpt), attn_implementation="eager").eval()
+    via_hf = hf_generate(hf, STEPS, ids, mask, pad=pkg.special["pad"])
+    assert via_onnx.shape == (len(texts), STEPS)
+    np.testing.assert_array_equal(via_onnx, via_torch)
+    np.testing.assert_array_equal(via_onnx, via_hf[:, ids.shape[1]:])
+    assert len({tuple(r) for r in via_onnx}) == len(texts)  # prompts lead to different paths
+    assert all(len(set(r)) > 2 for r in via_onnx.tolist())  # not one token repeated
+
+
+def test_gpt2_every_decode_step_matches_recomputing_the_sequence(gpt2):
+    pkg = Package(gpt2[1])
+    ids, mask = encode_padded(pkg, PROMPTS, left=True)
+    onnx_greedy_decoder(pkg, ids, mask, STEPS, recompute=True)
+
+
+def test_gpt2_stops_at_eos_like_transformers(gpt2):
+    """With eos set to a token the run emits part-way, rows stop there and pad afterwards;
+    generation ends when every row has."""
+    from transformers import GPT2LMHeadModel
+
+    ckpt, path = gpt2
+    pkg = Package(path)
+    ids, mask = encode_padded(pkg, PROMPTS, left=True)
+    eos = mid_run_token(onnx_greedy_decoder(pkg, ids, mask, STEPS)[0])
+    via_onnx = onnx_greedy_decoder(pkg, ids, mask, STEPS, eos=eos)
+    hf = GPT2LMHeadModel.from_pretrained(str(ckpt), attn_implementation="eager").eval()
+    via_hf = hf_generate(hf, STEPS, ids, mask, eos, pkg.special["pad"])
+    np.testing.assert_array_equal(via_onnx, via_hf[:, ids.shape[1]:])
+    first = int(np.argmax(via_onnx[0] == eos))
+    assert 0 < first < STEPS - 1 and np.all(via_onnx[0, first + 1 :] == pkg.special["pad"])
+
+
+# --- Marian -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("texts", [PROMPTS[:1], PROMPTS], ids=["one-source", "padded-batch"])
+def test_marian_greedy_20_steps_identical_in_torch_onnx_and_transformers(marian, texts):
+    from transformers import MarianMTModel
+
+    ckpt, path = marian
+    pkg = Package(path)
+    src, src_mask = encode_padded(pkg, texts, left=False)
+    via_onnx = onnx_greedy_encoder_decoder(pkg, src, src_mask, STEPS)
+    ours, _ = load_checkpoint(ckpt)
+    via_torch = torch_greedy_encoder_decoder(ours, src, src_mask, pkg.special["decoder_start"], pkg.suppress, STEPS)
+    hf = MarianMTModel.from_pretrained(str(ckpt), attn_implementation="eager").eval()
+    via_hf = hf_generate(hf, STEPS, src, src_mask)
+    assert via_onnx.shape == (len(texts), 1 + STEPS)
+    np.testing.assert_array_equal(via_onnx, via_torch)
+    np.testing.assert_array_equal(via_onnx, via_hf)
+    assert not np.isin(via_onnx[:, 1:], pkg.suppress).any()
+    assert len({tuple(r) for r in via_onnx}) == len(texts)
+    assert all(len(set(r)) > 2 for r in via_onnx.tolist())
+
+
+def test_marian_every_decoder_step_matches_recomputing_the_sequence(marian):
+    pkg = Package(marian[1])
+    src, src_mask = encode_padded(pkg, PROMPTS, left=False)
+    onnx_greedy_encoder_decoder(pkg, src, src_mask, STEPS, recompute=True)
+
+
+def test_marian_stops_at_eos_like_transformers(marian):
+    from transformers import MarianMTModel
+
+    ckpt, path = marian
+    pkg = Package(path)
+    src, src_mask = encode_padded(pkg, PROMPTS, left=False)
+    eos = mid_run_token(onnx_greedy_encoder_decoder(pkg, src, src_mask, STEPS)[0, 1:])
+    via_onnx = onnx_greedy_encoder_decoder(pkg, src, src_mask, STEPS, eos=eos)
+    hf = MarianMTModel.from_pretrained(str(ckpt), attn_implementation="eager").eval()
+    via_hf = hf_generate(hf, STEPS, src, src_mask, eos)
+    np.testing.assert_array_equal(via_onnx, via_hf)
+    first = int(np.argmax(via_onnx[0] == eos))
+    assert 1 < first < STEPS and np.all(via_onnx[0, first + 1 :] == pkg.special["pad"])
+
+
+# --- the package itself -----------------------------------------------------------------
+
+
+def test_decoder_package_layout_and_shapes(gpt2):
+    pkg = Package(gpt2[1])
+    m = pkg.manifest
+    assert m["architecture"] == "decoder" and m["family"] == "gpt2"
+    assert set(m["variants"]) == {"prefill", "prefill.attention", "decode", "decode.attention"}
+    for v, spec in m["variants"].items():
+        s = pkg.sessions[v]
+        assert [i.name for i in s.get_inputs()] == [i["name"] for i in m["inputs"][v]]
+        assert [o.name for o in s.get_outputs()] == spec["outputs"] == [o["name"] for o in m["outputs"][v]]
+    assert set(m["parity"]) == set(m["variants"])
+    ids, mask = encode_padded(pkg, PROMPTS[:2], left=True)
+    pre = pkg.run("prefill.attention", input_ids=ids, attention_mask=mask)
+    L, H, t = m["n_layers"], m["n_heads"], ids.shape[1]
+    assert pre["logits"].shape == (2, m["vocab_size"])
+    assert pre["present_keys"].shape == (L, 2, H, t, m["d_head"])
+    att = pre["attentions"]
+    assert att.shape == (2, L, H, t, t)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(att.sum(-1), 1, atol=1e-5)
+    future = np.triu(np.ones((t, t), bool), 1)
+    for b in range(2):
+        rows = att[b][:, :, real[b]]  # (L, H, real queries, keys)
+        assert np.all(rows[:, :, future[real[b]]] == 0)  # no real query sees the future
+        assert np.all(rows[..., ~real[b]] == 0)  # nor padding
+
+
+def test_encoder_decoder_package_layout_and_shapes(marian):
+    pkg = Package(marian[1])
+    m = pkg.manifest
+    assert m["architecture"] == "encoder-decoder" and m["family"] == "marian"
+    assert set(m["variants"]) == {"encoder", "encoder.attention", "decoder_step", "decoder_step.attention"}
+    assert (m["n_encoder_layers"], m["n_decoder_layers"], m["n_layers"]) == (2, 3, 3)
+    assert m["special_tokens"]["decoder_start"] == m["special_tokens"]["pad"]
+    src, src_mask = encode_padded(pkg, PROMPTS, left=False)
+    enc = pkg.run("encoder.attention", input_ids=src, attention_mask=src_mask)
+    s = src.shape[1]
+    assert enc["attentions"].shape == (3, 2, m["n_heads"], s, s)
+    assert enc["cross_keys"].shape == (3, 3, m["n_heads"], s, m["d_head"])
+    out = pkg.run("decoder_step.attention", input_ids=np.full((3, 1), m["special_tokens"]["decoder_start"]),
+                  encoder_attention_mask=src_mask, cross_keys=enc["cross_keys"], cross_values=enc["cross_values"],
+                  past_keys=pkg.empty_cache(3), past_values=pkg.empty_cache(3))
+    cross = out["cross_attentions"]
+    assert cross.shape == (3, 3, m["n_heads"], 1, s)  # [B, L, H, 1, T_src] per step
+    np.testing.assert_allclose(cross.sum(-1), 1, atol=1e-5)
+    assert np.all(cross[1][..., ~src_mask[1].astype(bool)] == 0)
+
+
+def test_cli_exports_gpt2_and_refuses_a_checkpoint_without_tokenizer_json(tmp_path, capsys):
+    from headwise.cli import main
+
+    ckpt = make_tiny_gpt2(tmp_path / "ckpt", n_layers=1)
+    assert main(["export", str(ckpt), "--name", "g", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "[3/3] verify parity" in out and "decode.attention" in out
+    assert json.loads((tmp_path / "out/g/manifest.json").read_text())["architecture"] == "decoder"
+    (ckpt / "tokenizer.json").unlink()
+    assert main(["export", str(ckpt), "--out", str(tmp_path / "out2")]) == 1
+    assert "sentencepiece" in capsys.readouterr().err
+    assert not (tmp_path / "out2" / "ckpt").exists()
