@@ -237,3 +237,23 @@ def test_index_page_and_openapi(client):
     spec = client.get("/openapi.json").json()
     assert "/v1/embed" in spec["paths"] and "/v1/tokenize" in spec["paths"]
     assert spec["components"]["schemas"]["EmbedRequest"]["examples"]
+
+
+def test_chunked_body_under_the_limit_is_read(package):
+    with client_for(package, max_body_bytes=2000) as c:
+        wait_ready(c)
+
+        def chunks():
+            yield b'{"inputs": '
+            yield b'"the cat"}'
+        r = c.post("/v1/embed", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 200 and r.json()["data"][0]["tokens"][1] == "the"
+
+
+def test_usable_cores_follow_the_cgroup_quota(tmp_path):
+    from service.resources import usable_cores
+
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert usable_cores(tmp_path) == min(2, usable_cores(tmp_path / "none"))
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert usable_cores(tmp_path) == usable_cores(tmp_path / "none") >= 1
