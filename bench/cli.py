@@ -300,21 +300,22 @@ class _External:
     """A headwise the user started; its precision is read from /v1/models."""
 
     def __init__(self, url: str):
-        import httpx
+        import json
+
+        from bench.http import http
 
         self.url = url.rstrip("/")
-        models = httpx.get(self.url + "/v1/models", timeout=10).json()
-        data = models.get("data", models.get("models", models))
-        first = data[0] if isinstance(data, list) and data else {}
-        self.precision = first.get("precision") or "fp32"
+        status, body = http("GET", self.url + "/v1/models", timeout=10)
+        if status != 200:
+            raise SystemExit(f"headwise bench: {self.url}/v1/models answered {status or 'nothing'}")
+        data = json.loads(body).get("data") or [{}]
+        self.precision = data[0].get("precision") or "fp32"
 
     def metrics_text(self) -> str:
-        import httpx
+        from bench.http import http
 
-        try:
-            return httpx.get(self.url + "/metrics", timeout=10).text
-        except httpx.TransportError:
-            return ""
+        status, body = http("GET", self.url + "/metrics", timeout=10)
+        return body.decode(errors="replace") if status == 200 else ""
 
 
 def main(args: argparse.Namespace) -> int:
@@ -374,9 +375,12 @@ def main(args: argparse.Namespace) -> int:
              "server runs one such call per request (bench/naive_server.py)."]
     plot_path = None
     if rows:
-        from bench.plot import plot
+        try:
+            from bench.plot import plot
 
-        plot_path = plot(rows, args.out / f"{name}.png", f"headwise bench: {name} ({facts['cpu']})")
+            plot_path = plot(rows, args.out / f"{name}.png", f"headwise bench: {name} ({facts['cpu']})")
+        except ImportError as e:  # matplotlib missing (e.g. the GPU machine): table only
+            notes.append(f"no plot: {e}")
     md = report_markdown(f"headwise bench: {name}", facts, rows,
                          plot_path.name if plot_path else None, command, notes)
     (args.out / f"{name}.md").write_text(md)

@@ -15,9 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-
-import httpx
 
 from bench.common import Row, Sample
 from bench.workload import Workload
@@ -26,6 +26,20 @@ HERE = Path(__file__).resolve().parent
 LUA = HERE / "wrk" / "embed.lua"
 HOST = "127.0.0.1"
 PRECISION = {"fp32": "fp32", "int8": "int8", "fp16": "fp16"}
+
+
+def http(method: str, url: str, body: bytes | None = None, timeout: float = 60) -> tuple[int, bytes]:
+    """(status, body) with the standard library only (the GPU machine has no httpx);
+    (0, b"") when nothing answers."""
+    req = urllib.request.Request(url, data=body, method=method,
+                                 headers={"content-type": "application/json"} if body else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
 
 
 def free_port() -> int:
@@ -53,11 +67,8 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(self.url + self.ready_path, timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
+            if http("GET", self.url + self.ready_path, timeout=5)[0] == 200:
+                return
             time.sleep(0.1)
         raise RuntimeError(f"{self.name}: {self.ready_path} not 200 within {timeout:.0f} s\n{self.tail()}")
 
@@ -78,11 +89,8 @@ class Server:
         self._log.close()
 
     def metrics_text(self) -> str:
-        try:
-            r = httpx.get(self.url + "/metrics", timeout=10)
-            return r.text if r.status_code == 200 else ""
-        except httpx.TransportError:
-            return ""
+        status, body = http("GET", self.url + "/metrics", timeout=10)
+        return body.decode(errors="replace") if status == 200 else ""
 
 
 def start_headwise(workload: Workload, precision: str, provider: str, log_dir: Path,
@@ -110,10 +118,10 @@ def batch_totals(metrics_text: str) -> tuple[float, float]:
 
 def probe(url: str, body: bytes, expect_attention: bool) -> None:
     """One request before timing: it must answer 200 with an embedding (and attention if asked)."""
-    r = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=120)
-    if r.status_code != 200:
-        raise RuntimeError(f"{url} answered {r.status_code}: {r.text[:300]}")
-    item = r.json()["data"][0]
+    status, answer = http("POST", url, body, timeout=120)
+    if status != 200:
+        raise RuntimeError(f"{url} answered {status}: {answer[:300]!r}")
+    item = json.loads(answer)["data"][0]
     if not item.get("embedding"):
         raise RuntimeError(f"{url}: no embedding in the answer")
     if expect_attention and "attention" not in item:

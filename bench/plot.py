@@ -22,7 +22,7 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> Path | None:
                      or {r.tokens for r in rows})
     if not lengths:
         return None
-    fig, axes = plt.subplots(1, len(lengths), figsize=(5.2 * len(lengths), 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(lengths), figsize=(max(7.0, 4.6 * len(lengths)), 5.2), squeeze=False)
     for ax, tokens in zip(axes[0], lengths, strict=True):
         here = [r for r in rows if r.tokens == tokens]
         label = tokens_label(here[0])
@@ -61,9 +61,14 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> Path | None:
         ax.set_title(f"{label} tokens per input")
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+    handles: dict = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(4, len(handles)),
+               fontsize=8, frameon=False)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 + 0.035 * ((len(handles) - 1) // 4), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -150,14 +150,27 @@ def test_targets_arithmetic(rows):
     assert t.value == pytest.approx(0.6) and not t.ok4 and not t.ok9
     t = ts["int8, 16 clients vs sentence-transformers batch 32"]
     assert t.value == pytest.approx(2.25) and t.ok9
-    t = ts["fp32, 1 client p50 vs ceiling batch-1 latency"]
+    t = ts["fp32, 1 client p50 − ceiling batch-1 p50"]
     assert t.value == pytest.approx(0.8) and t.ok9
-    t = ts["int8, 1 client p50 vs ceiling batch-1 latency"]
+    t = ts["int8, 1 client p50 − ceiling batch-1 p50"]
     assert t.value == pytest.approx(1.7) and t.ok4 and not t.ok9
-    t = ts["attention (all heads, base64 fp16) vs none, 1 client p50"]
+    t = ts["attention (all heads, base64 fp16) / none, 1 client p50"]
     assert t.value == pytest.approx(5.0 / 3.0) and t.ok9
+    t = ts["attention / none, time per input at 16 clients"]
+    assert t.value == pytest.approx(1.8) and t.ok4 and t.ok9
     t = ts["fp32, 128 tokens, 16 clients vs ceiling batch 16"]
     assert t.value == pytest.approx(0.7) and not t.ok9
+
+
+def test_targets_use_paired_repetitions():
+    # the machine slowed down in repetition 2 for both systems alike: the paired ratio stays 0.9
+    a = Row("headwise", "fp32", 20, 20, concurrency=16)
+    b = Row("ceiling", "fp32", 20, 20, batch=16)
+    for speed in (1.0, 0.3, 0.9):
+        a.samples.append(Sample(540 * speed, 30, 30, 30))
+        b.samples.append(Sample(600 * speed, 26, 26, 26))
+    (t,) = [t for t in targets([a, b]) if t.name.startswith("fp32, 16 clients")]
+    assert t.value == pytest.approx(0.9) and "0.9" not in t.issue9 and "paired" in t.measured
 
 
 def test_report_has_facts_targets_table_and_plot(rows):
