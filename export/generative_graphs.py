@@ -123,8 +123,9 @@ class PrecomputedCrossAttention(nn.Module):
 
 
 class DecoderStepGraph(nn.Module):
-    """(input_ids, encoder_attention_mask, cross_keys, cross_values, past_keys, past_values)
-    → logits, present keys/values[, attentions, cross_attentions]."""
+    """(input_ids, attention_mask over past + new, encoder_attention_mask, cross_keys,
+    cross_values, past_keys, past_values) → logits, present keys/values[, attentions,
+    cross_attentions]."""
 
     def __init__(self, model: EncoderDecoder, with_attention: bool):
         super().__init__()
@@ -133,11 +134,17 @@ class DecoderStepGraph(nn.Module):
             layer.cross_attn = PrecomputedCrossAttention(layer.cross_attn, i)
         self.with_attention = with_attention
 
-    def forward(self, input_ids, encoder_attention_mask, cross_keys, cross_values, past_keys, past_values):
+    def forward(self, input_ids, attention_mask, encoder_attention_mask, cross_keys, cross_values,
+                past_keys, past_values):
+        t = input_ids.size(1)
+        # All ones gives Marian's arange positions; zeros let a runtime left-pad a cache to
+        # join sequences of different lengths in one batch, as for a decoder-only model.
+        positions = position_ids_from_mask(attention_mask)[:, -t:]  # (B, T)
         memory = torch.stack([cross_keys, cross_values])  # (2, L, B, H, S, Dh)
         out = self.decoder(
-            input_ids, None, memory, encoder_attention_mask, need_weights=self.with_attention,
-            fused=False, past=_unstack_cache(past_keys, past_values), last_logits_only=True,
+            input_ids, attention_mask, memory, encoder_attention_mask, need_weights=self.with_attention,
+            fused=False, past=_unstack_cache(past_keys, past_values), position_ids=positions,
+            last_logits_only=True,
         )
         result = (out.logits[:, -1], *_stack_cache(out.present))
         if self.with_attention:
@@ -186,7 +193,8 @@ def graph_table(model: Decoder | EncoderDecoder) -> dict[str, tuple]:
         ),
         "decoder_step": (
             DecoderStepGraph,
-            [("input_ids", INT, ["batch", "seq"]), ("encoder_attention_mask", INT, ["batch", "src_seq"]),
+            [("input_ids", INT, ["batch", "seq"]), ("attention_mask", INT, ["batch", "total_seq"]),
+             ("encoder_attention_mask", INT, ["batch", "src_seq"]),
              ("cross_keys", FLOAT, cache("src_seq")), ("cross_values", FLOAT, cache("src_seq")),
              ("past_keys", FLOAT, cache("past_seq")), ("past_values", FLOAT, cache("past_seq"))],
             [("logits", FLOAT, ["batch", v]), ("present_keys", FLOAT, cache("total_seq")),

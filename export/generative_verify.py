@@ -128,7 +128,8 @@ def _check_encoder_decoder(model: EncoderDecoder, sessions: dict, special: dict,
         tgt = np.full((3, 1), special["decoder_start"], np.int64)
         keys = values = np.zeros((n, 3, h, 0, dh), np.float32)  # the first step has no past
         for step in range(STEPS):
-            feeds = {"input_ids": tgt[:, -1:], "encoder_attention_mask": src_mask, "cross_keys": want["cross_keys"],
+            feeds = {"input_ids": tgt[:, -1:], "attention_mask": np.ones_like(tgt),
+                     "encoder_attention_mask": src_mask, "cross_keys": want["cross_keys"],
                      "cross_values": want["cross_values"], "past_keys": keys, "past_values": values}
             out = sessions["decoder_step" + form].run(None, feeds)
             with torch.no_grad():

@@ -112,10 +112,10 @@ def onnx_greedy_encoder_decoder(pkg, src, src_mask, steps, eos=None, recompute=F
         common = {"encoder_attention_mask": src_mask, "cross_keys": enc["cross_keys"],
                   "cross_values": enc["cross_values"]}
         out = pkg.run("decoder_step.attention" if recompute else "decoder_step", input_ids=tgt[:, -1:],
-                      past_keys=keys, past_values=values, **common)
+                      attention_mask=np.ones_like(tgt), past_keys=keys, past_values=values, **common)
         if recompute:  # the whole target again, with no cache
-            full = pkg.run("decoder_step.attention", input_ids=tgt, past_keys=pkg.empty_cache(b),
-                           past_values=pkg.empty_cache(b), **common)
+            full = pkg.run("decoder_step.attention", input_ids=tgt, attention_mask=np.ones_like(tgt),
+                           past_keys=pkg.empty_cache(b), past_values=pkg.empty_cache(b), **common)
             check_against_recompute(full, out, np.ones_like(tgt))
         keys, values = out["present_keys"], out["present_values"]
         token = pkg.pick(out["logits"], done)
@@ -314,7 +314,7 @@ def test_encoder_decoder_package_layout_and_shapes(marian):
     assert enc["attentions"].shape == (3, 2, m["n_heads"], s, s)
     assert enc["cross_keys"].shape == (3, 3, m["n_heads"], s, m["d_head"])
     out = pkg.run("decoder_step.attention", input_ids=np.full((3, 1), m["special_tokens"]["decoder_start"]),
-                  encoder_attention_mask=src_mask, cross_keys=enc["cross_keys"], cross_values=enc["cross_values"],
+                  attention_mask=np.ones((3, 1), np.int64), encoder_attention_mask=src_mask, cross_keys=enc["cross_keys"], cross_values=enc["cross_values"],
                   past_keys=pkg.empty_cache(3), past_values=pkg.empty_cache(3))
     cross = out["cross_attentions"]
     assert cross.shape == (3, 3, m["n_heads"], 1, s)  # [B, L, H, 1, T_src] per step
@@ -334,3 +334,87 @@ def test_cli_exports_gpt2_and_refuses_a_checkpoint_without_tokenizer_json(tmp_pa
     assert main(["export", str(ckpt), "--out", str(tmp_path / "out2")]) == 1
     assert "sentencepiece" in capsys.readouterr().err
     assert not (tmp_path / "out2" / "ckpt").exists()
+
+
+# --- joining sequences of different lengths in one batch (continuous batching) ----------
+
+
+def pad_axis(x, n, axis, left=True):
+    """n zeros before (left) or after the data along axis; the masks then mark them 0."""
+    width = [(0, 0)] * x.ndim
+    width[axis] = (n, 0) if left else (0, n)
+    return np.pad(x, width)
+
+
+def test_gpt2_caches_of_different_lengths_join_by_left_padding(gpt2):
+    """Two requests prefilled apart (6 and 3 tokens) decode together: the shorter cache is
+    left-padded with zeros, its attention_mask with 0, and each row's logits are what it
+    gets alone."""
+    pkg = Package(gpt2[1])
+    alone = []
+    for text in ("the quick brown fox jumps over", "a red ball"):
+        ids, mask = encode_padded(pkg, [text], left=True)
+        pre = pkg.run("prefill", input_ids=ids, attention_mask=mask)
+        alone.append((pre, mask))
+    n = [m.shape[1] for _, m in alone]
+    assert n[0] > n[1]
+    gap = n[0] - n[1]
+    keys = np.concatenate([alone[0][0]["present_keys"], pad_axis(alone[1][0]["present_keys"], gap, 3)], 1)
+    values = np.concatenate([alone[0][0]["present_values"], pad_axis(alone[1][0]["present_values"], gap, 3)], 1)
+    mask = np.concatenate([alone[0][1], pad_axis(alone[1][1], gap, 1)], 0)
+    token = np.array([[7], [42]])
+    mask = np.concatenate([mask, np.ones((2, 1), np.int64)], 1)
+    joined = pkg.run("decode.attention", input_ids=token, attention_mask=mask, past_keys=keys, past_values=values)
+    for row, (pre, m) in enumerate(alone):
+        own = pkg.run("decode.attention", input_ids=token[row : row + 1],
+                      attention_mask=np.concatenate([m, [[1]]], 1),
+                      past_keys=pre["present_keys"], past_values=pre["present_values"])
+        np.testing.assert_allclose(joined["logits"][row], own["logits"][0], atol=1e-5, rtol=0)
+        real = mask[row].astype(bool)
+        np.testing.assert_allclose(joined["attentions"][row][..., real], own["attentions"][0], atol=1e-6)
+        assert np.all(joined["attentions"][row][..., ~real] == 0)
+
+
+def test_marian_steps_of_different_lengths_join_by_padding(marian):
+    """A request 4 steps in and one 1 step in, with sources of different lengths, step
+    together: target caches left-padded (attention_mask 0), source keys/values right-padded
+    (encoder_attention_mask 0)."""
+    pkg = Package(marian[1])
+    start = pkg.special["decoder_start"]
+    states = []
+    for text, steps in (("the cat sat on the mat", 4), ("hello", 1)):
+        src, src_mask = encode_padded(pkg, [text], left=False)
+        enc = pkg.run("encoder", input_ids=src, attention_mask=src_mask)
+        tgt = onnx_greedy_encoder_decoder(pkg, src, src_mask, steps)  # (1, 1 + steps)
+        out = pkg.run("decoder_step", input_ids=tgt[:, :-1], attention_mask=np.ones_like(tgt[:, :-1]),
+                      encoder_attention_mask=src_mask, cross_keys=enc["cross_keys"],
+                      cross_values=enc["cross_values"], past_keys=pkg.empty_cache(1),
+                      past_values=pkg.empty_cache(1))  # the cache of every token but the last
+        states.append({"tgt": tgt, "src_mask": src_mask, "enc": enc, "out": out})
+    assert states[0]["tgt"][0, 0] == start
+    t_gap = states[0]["tgt"].shape[1] - states[1]["tgt"].shape[1]
+    s_gap = states[0]["src_mask"].shape[1] - states[1]["src_mask"].shape[1]
+    a, b = states
+
+    def join(x_a, x_b, gap, axis, left, batch_axis):
+        return np.concatenate([x_a, pad_axis(x_b, gap, axis, left)], batch_axis)
+
+    feeds = {
+        "input_ids": np.concatenate([a["tgt"][:, -1:], b["tgt"][:, -1:]], 0),
+        "attention_mask": join(np.ones_like(a["tgt"]), np.ones_like(b["tgt"]), t_gap, 1, True, 0),
+        "encoder_attention_mask": join(a["src_mask"], b["src_mask"], s_gap, 1, False, 0),
+        "past_keys": join(a["out"]["present_keys"], b["out"]["present_keys"], t_gap, 3, True, 1),
+        "past_values": join(a["out"]["present_values"], b["out"]["present_values"], t_gap, 3, True, 1),
+        "cross_keys": join(a["enc"]["cross_keys"], b["enc"]["cross_keys"], s_gap, 3, False, 1),
+        "cross_values": join(a["enc"]["cross_values"], b["enc"]["cross_values"], s_gap, 3, False, 1),
+    }
+    joined = pkg.run("decoder_step.attention", **feeds)
+    for row, st in enumerate(states):
+        own = pkg.run("decoder_step.attention", input_ids=st["tgt"][:, -1:], attention_mask=np.ones_like(st["tgt"]),
+                      encoder_attention_mask=st["src_mask"], cross_keys=st["enc"]["cross_keys"],
+                      cross_values=st["enc"]["cross_values"], past_keys=st["out"]["present_keys"],
+                      past_values=st["out"]["present_values"])
+        np.testing.assert_allclose(joined["logits"][row], own["logits"][0], atol=1e-5, rtol=0)
+        src_real = feeds["encoder_attention_mask"][row].astype(bool)
+        np.testing.assert_allclose(joined["cross_attentions"][row][..., src_real], own["cross_attentions"][0],
+                                   atol=1e-6)
