@@ -271,6 +271,8 @@ def targets(rows: Sequence[Row], short: int = 20) -> list[Target]:
         lo, hi = min(vals), max(vals)
         side = (f"{a.med(what):,.2f} / {b.med(what):,.2f} ms" if what == "p50"
                 else f"{a.med(what):,.0f} / {b.med(what):,.0f} inputs/s")
+        if not b.med(what):  # an absolute bar
+            side = f"{a.med(what):,.2f} ms"
         measured = f"{side}; paired: **{fmt(v)}{unit}** (reps {fmt(lo)}…{fmt(hi)}{unit})"
         out.append(Target(name, label(bar4), label(bar9), measured, v, ok(bar4), ok(bar9)))
 
@@ -304,6 +306,17 @@ def targets(rows: Sequence[Row], short: int = 20) -> list[Target]:
         add(f"{variant}, 128 tokens, 16 clients vs ceiling batch 16",
             get("headwise", variant, 128, conc=16), get("ceiling", variant, 128, batch=16),
             "throughput", ratio, None, 0.80, pct, "")
+    # GPU (issue 9): fp16 on CUDA
+    for tokens in sorted({r.tokens for r in rows if r.variant == "fp16"}):
+        add(f"GPU fp16, 64 clients vs ceiling batch 64 [{tokens} tok]",
+            get("headwise", "fp16", tokens, conc=64), get("ceiling", "fp16", tokens, batch=64),
+            "throughput", ratio, None, 0.80, pct, "")
+    hw = get("headwise", "fp16", 128, conc=1)
+    if hw is not None:
+        zero = Row("ceiling", "fp16", 128, 128, batch=1,
+                   samples=[Sample(0, 0, 0, 0) for _ in hw.samples])
+        add("GPU fp16, 1 client p50 [128 tok] (absolute)", hw, zero, "p50", diff, None, 3.0,
+            lambda x: f"{x:.2f}", " ms", better="lower")
     return out
 
 
@@ -328,7 +341,9 @@ def report_markdown(title: str, facts: dict, rows: Sequence[Row], plot: str | No
     parts = [f"# {title}\n", f"Command: `{command}`\n", "## Machine\n", facts_table(facts)]
     ts = targets(rows)
     if ts:
-        parts += ["## Targets (CPU, issues 4 and 9)\n", targets_table(ts)]
+        parts += ["## Targets (issues 4 and 9)\n",
+                  "Each verdict uses the median over repetitions of the paired figure (the two "
+                  "cells ran back to back in each repetition).\n", targets_table(ts)]
     parts += ["## Results\n",
               "Medians over the repetitions (`reps`); `spread` = (max − min) / median of the "
               "throughputs. `vs ceiling` = throughput / the ceiling's throughput for the same graph "

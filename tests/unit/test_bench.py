@@ -173,6 +173,16 @@ def test_targets_use_paired_repetitions():
     assert t.value == pytest.approx(0.9) and "0.9" not in t.issue9 and "paired" in t.measured
 
 
+def test_gpu_targets():
+    rows = [_row("headwise", "fp16", 128, 3000, 2.5, conc=64), _row("ceiling", "fp16", 128, 3500, 9, batch=64),
+            _row("headwise", "fp16", 128, 400, 2.5, conc=1)]
+    ts = {t.name: t for t in targets(rows)}
+    t = ts["GPU fp16, 64 clients vs ceiling batch 64 [128 tok]"]
+    assert t.value == pytest.approx(3000 / 3500) and t.ok9 and t.ok4 is None
+    t = ts["GPU fp16, 1 client p50 [128 tok] (absolute)"]
+    assert t.value == pytest.approx(2.5) and t.ok9 and t.measured.startswith("2.50 ms;")
+
+
 def test_report_has_facts_targets_table_and_plot(rows):
     md = report_markdown("headwise bench: test", {"cores usable (affinity, cgroup)": 2}, rows,
                          "test.png", "headwise bench --quick", ["a note"])
