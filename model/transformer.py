@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import TransformerConfig
@@ -143,8 +144,12 @@ class Decoder(nn.Module):
             present.append(kv)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        h = x[:, -1:] if last_logits_only else x  # (B, 1 or T, D)
-        logits = h @ self.embeddings.tokens.weight.T + self.final_logits_bias  # (B, 1 or T, V)
+        if last_logits_only:
+            # F.linear on 2-D input exports as one Gemm reading the embedding as is; x @ Eᵀ
+            # would have the exporter fold a transposed copy of it into the file.
+            logits = F.linear(x[:, -1], self.embeddings.tokens.weight, self.final_logits_bias)[:, None]  # (B, 1, V)
+        else:
+            logits = x @ self.embeddings.tokens.weight.T + self.final_logits_bias  # (B, T, V)
         has_cross = self.layers[0].cross_attn is not None
         return TransformerOutput(
             last_hidden_state=x,

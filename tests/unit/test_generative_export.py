@@ -9,6 +9,7 @@ model/ or export/); docs/model-package.md describes the same loop.
 import json
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -275,6 +276,14 @@ def test_marian_stops_at_eos_like_transformers(marian):
 # --- the package itself -----------------------------------------------------------------
 
 
+def assert_embedding_stored_once(path, manifest):
+    """The output projection reads the token embedding as is: no transposed copy (for
+    GPT-2 small that copy would be 154 MB more per file)."""
+    for spec in manifest["variants"].values():
+        graph = onnx.load(str(path / spec["file"])).graph
+        assert sum(manifest["vocab_size"] in t.dims for t in graph.initializer) == 1, spec["file"]
+
+
 def test_decoder_package_layout_and_shapes(gpt2):
     pkg = Package(gpt2[1])
     m = pkg.manifest
@@ -285,6 +294,7 @@ def test_decoder_package_layout_and_shapes(gpt2):
         assert [i.name for i in s.get_inputs()] == [i["name"] for i in m["inputs"][v]]
         assert [o.name for o in s.get_outputs()] == spec["outputs"] == [o["name"] for o in m["outputs"][v]]
     assert set(m["parity"]) == set(m["variants"])
+    assert_embedding_stored_once(gpt2[1], m)
     ids, mask = encode_padded(pkg, PROMPTS[:2], left=True)
     pre = pkg.run("prefill.attention", input_ids=ids, attention_mask=mask)
     L, H, t = m["n_layers"], m["n_heads"], ids.shape[1]
@@ -308,6 +318,7 @@ def test_encoder_decoder_package_layout_and_shapes(marian):
     assert set(m["variants"]) == {"encoder", "encoder.attention", "decoder_step", "decoder_step.attention"}
     assert (m["n_encoder_layers"], m["n_decoder_layers"], m["n_layers"]) == (2, 3, 3)
     assert m["special_tokens"]["decoder_start"] == m["special_tokens"]["pad"]
+    assert_embedding_stored_once(marian[1], m)
     src, src_mask = encode_padded(pkg, PROMPTS, left=False)
     enc = pkg.run("encoder.attention", input_ids=src, attention_mask=src_mask)
     s = src.shape[1]
