@@ -9,17 +9,28 @@ from pathlib import Path
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("package", type=Path, help="model package folder, e.g. models/all-minilm-l6-v2")
-    p.add_argument("--checkpoint", type=Path, help="checkpoint to compare with (default: the bundled one when it matches)")
+    p.add_argument("--checkpoint", type=Path,
+                   help="checkpoint to compare with (default: the bundled one when it matches; "
+                        "required for decoder and encoder-decoder packages)")
     p.add_argument("--stsb", type=Path, help="STS Benchmark dev file")
 
 
 def main(args: argparse.Namespace) -> int:
-    from export.manifest import PackageError
-    from export.verify import parity_table, verify
+    from export import manifest as mf
 
     try:
-        parity = verify(args.package, args.checkpoint, args.stsb)
-    except PackageError as e:
+        architecture = mf.read(args.package).get("architecture", "encoder")
+        if architecture == "encoder":
+            from export.verify import parity_table, verify
+
+            parity = verify(args.package, args.checkpoint, args.stsb)
+        else:
+            from export.generative_verify import parity_table, verify_generative
+
+            if args.checkpoint is None:
+                raise mf.PackageError(f"a {architecture} package is verified against its checkpoint: pass --checkpoint DIR")
+            parity = verify_generative(args.package, args.checkpoint)
+    except mf.PackageError as e:
         print(f"headwise verify: FAILED: {e}", file=sys.stderr)
         return 1
     print(parity_table(parity))

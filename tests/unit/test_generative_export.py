@@ -7,6 +7,7 @@ model/ or export/); docs/model-package.md describes the same loop.
 """
 
 import json
+import shutil
 
 import numpy as np
 import onnx
@@ -429,3 +430,21 @@ def test_marian_steps_of_different_lengths_join_by_padding(marian):
         src_real = feeds["encoder_attention_mask"][row].astype(bool)
         np.testing.assert_allclose(joined["cross_attentions"][row][..., src_real], own["cross_attentions"][0],
                                    atol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["gpt2", "marian"])
+def test_cli_verify_checks_generative_packages(which, request, tmp_path, capsys):
+    from headwise.cli import main
+
+    ckpt, pkg = request.getfixturevalue(which)
+    assert main(["verify", str(pkg), "--checkpoint", str(ckpt)]) == 0
+    assert main(["verify", str(pkg)]) == 1
+    assert "--checkpoint" in capsys.readouterr().err
+    copy = tmp_path / "copy"
+    shutil.copytree(pkg, copy)
+    victim = next(copy.glob("*.onnx"))
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 1
+    victim.write_bytes(bytes(data))
+    assert main(["verify", str(copy), "--checkpoint", str(ckpt)]) == 1
+    assert victim.name in capsys.readouterr().err
