@@ -11,6 +11,9 @@ import os
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -60,6 +63,9 @@ class Metrics:
         self.model_info = Gauge(p + "model_info", "served model (value 1)",
                                 ["model", "version", "provider", "precision"], multiprocess_mode="max",
                                 registry=r)
+        # process_* (memory, CPU) and python_* for the dashboard's process panels.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            r.register(collector)
 
     def render(self) -> bytes:
         if multiprocess_dir():
@@ -67,6 +73,7 @@ class Metrics:
 
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
+            registry.register(PROCESS_COLLECTOR)  # the worker that answers this scrape
             return generate_latest(registry)
         return generate_latest(self.registry)
 
