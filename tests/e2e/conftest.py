@@ -1,9 +1,8 @@
 """End-to-end fixtures: the real default model package and real `headwise serve` processes.
 
-- `default_package` (session): folder of the real all-MiniLM-L6-v2 package. HEADWISE_TEST_PACKAGE
-  names one; else models/all-minilm-l6-v2 when complete (what `make run` writes); else it is
-  exported once per session with `headwise export --out <tmp>` (never into models/, which a
-  concurrent `make run` may be writing).
+- `default_package` (session): folder of the real all-MiniLM-L6-v2 package: the session's
+  `minilm_package` (tests/conftest.py), exported once into a temp folder with the current
+  exporter, or the one HEADWISE_TEST_PACKAGE names.
 - `start_server` (session): factory `start_server(models=None, env=None, args=(), wait="ready",
   timeout=180) -> HeadwiseServer` running `headwise serve` on a free 127.0.0.1 port with a clean
   HEADWISE_* environment (provider cpu unless `env` says otherwise). Every server it started is
@@ -96,18 +95,10 @@ def clean_env(**extra: str) -> dict:
 
 
 @pytest.fixture(scope="session")
-def default_package(tmp_path_factory) -> Path:
-    given = os.environ.get("HEADWISE_TEST_PACKAGE")
-    if given:
-        return Path(given)
-    folder = REPO / "models" / DEFAULT_NAME
-    if (folder / "manifest.json").is_file():
-        return folder
-    out = tmp_path_factory.mktemp("models")
-    r = subprocess.run([sys.executable, "-m", "headwise.cli", "export", "--out", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, f"headwise export failed:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-    return out / DEFAULT_NAME
+def default_package(minilm_package) -> Path:
+    """The real all-MiniLM-L6-v2 package (tests/conftest.py: exported once per session, or
+    HEADWISE_TEST_PACKAGE)."""
+    return minilm_package
 
 
 @pytest.fixture(scope="session")
