@@ -63,6 +63,14 @@ class Metrics:
         self.model_info = Gauge(p + "model_info", "served model (value 1)",
                                 ["model", "version", "provider", "precision"], multiprocess_mode="max",
                                 registry=r)
+        self.generated_tokens = Counter(p + "generated_tokens_total", "tokens generated (rate: tokens/s)",
+                                        ["model"], registry=r)
+        self.time_to_first_token = Histogram(p + "time_to_first_token_seconds",
+                                             "from a generate request's admission to its first token",
+                                             ["model"], buckets=LATENCY, registry=r)
+        self.inter_token_latency = Histogram(p + "inter_token_latency_seconds",
+                                             "time between two tokens of one generation", ["model"],
+                                             buckets=FAST + (2.0, 5.0), registry=r)
         # process_* (memory, CPU) and python_* for the dashboard's process panels.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             r.register(collector)

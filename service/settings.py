@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     max_queue: int = Field(4096, ge=1, description="queued inputs per queue before 429")
     attention_budget_bytes: int = Field(64 * MiB, ge=1)
     grace_seconds: float = Field(25.0, ge=0)
+    max_new_tokens: int = Field(256, ge=1, description="most tokens one /v1/generate request may ask for")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="longest prompt/source in tokens; "
+                                          "default: each model's max_len")
 
     @field_validator("api_key", mode="before")
     @classmethod
