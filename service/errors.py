@@ -1,7 +1,8 @@
 """The one place where exceptions become HTTP responses (DESIGN.md §4, errors).
 
-Body: {"error": {"message", "type", "code"}}. Messages never carry a stack trace or the
-client's input.
+Body: {"error": {"message", "type", "code"}}; on the compatible routes the protocol's shape:
+KServe v2 (/v2...) {"error": "..."}, OpenAI (/v1/embeddings) adds "param". Messages never
+carry a stack trace or the client's input.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ class APIError(Exception):
     status = 500
     type = "internal"
 
-    def __init__(self, message: str, headers: dict[str, str] | None = None):
+    def __init__(self, message: str, headers: dict[str, str] | None = None, param: str | None = None):
         super().__init__(message)
         self.message = message
         self.headers = headers or {}
+        self.param = param  # the request field at fault (OpenAI's error shape)
 
 
 class InvalidRequest(APIError):
@@ -63,8 +65,18 @@ _BY_STATUS = {c.status: c.type for c in (InvalidRequest, Unauthorized, NotFound,
                                           Validation, Overloaded, NotReady)}
 
 
-def error_response(status: int, type_: str, message: str, headers: dict | None = None) -> Response:
-    body = orjson.dumps({"error": {"message": message, "type": type_, "code": status}})
+OPENAI_PATHS = frozenset({"/v1/embeddings"})
+
+
+def error_response(status: int, type_: str, message: str, headers: dict | None = None, *,
+                   path: str = "", param: str | None = None) -> Response:
+    if path == "/v2" or path.startswith("/v2/"):
+        payload = {"error": message}
+    else:
+        payload = {"error": {"message": message, "type": type_, "code": status}}
+        if path in OPENAI_PATHS:
+            payload["error"]["param"] = param
+    body = orjson.dumps(payload)
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
@@ -102,13 +114,13 @@ def _is_tag(part) -> bool:
 
 async def _api_error(request: Request, exc: APIError) -> Response:
     _note_failure(request, exc.type)
-    return error_response(exc.status, exc.type, exc.message, exc.headers)
+    return error_response(exc.status, exc.type, exc.message, exc.headers, path=request.url.path, param=exc.param)
 
 
 async def _request_validation(request: Request, exc: RequestValidationError) -> Response:
     status, type_, message = _validation_message(exc)
     _note_failure(request, type_)
-    return error_response(status, type_, message)
+    return error_response(status, type_, message, path=request.url.path)
 
 
 async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:
@@ -121,7 +133,7 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> Resp
     else:
         message = exc.detail if isinstance(exc.detail, str) else type_
     _note_failure(request, type_)
-    return error_response(exc.status_code, type_, message, getattr(exc, "headers", None))
+    return error_response(exc.status_code, type_, message, getattr(exc, "headers", None), path=request.url.path)
 
 
 async def _disconnected(request: Request, exc: Disconnected) -> Response:
@@ -132,7 +144,7 @@ async def _disconnected(request: Request, exc: Disconnected) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     _note_failure(request, "internal")
-    return error_response(500, "internal", "internal server error")
+    return error_response(500, "internal", "internal server error", path=request.url.path)
 
 
 def install(app: FastAPI) -> None:
