@@ -23,7 +23,7 @@ from service.engine import BackendFactory, Engine
 from service.errors import NotFound
 from service.metrics import Metrics
 from service.middleware import ServiceMiddleware
-from service.routers import embed, health, metrics, models, tokenize
+from service.routers import embed, health, kserve, metrics, models, openai, tokenize
 from service.schemas import BODY_MODELS
 from service.settings import Settings, load_settings
 
@@ -110,7 +110,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
     app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes)
-    for r in (embed, tokenize, models, health, metrics):
+    for r in (embed, tokenize, models, health, metrics, openai, kserve):
         app.include_router(r.router)
 
     @app.get("/", include_in_schema=False)

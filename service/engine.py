@@ -28,6 +28,11 @@ log = logging.getLogger("headwise.service")
 BackendFactory = Callable[[ModelPackage, Settings], Backend]
 
 
+def _token_ids(inputs) -> bool:
+    """Pre-tokenised inputs (lists of ids, e.g. OpenAI's token-array input) rather than texts."""
+    return bool(inputs) and not isinstance(inputs[0], str)
+
+
 class ModelRuntime:
     def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
         self.package = package
@@ -120,8 +125,14 @@ class ModelRuntime:
         client error that ends it: 422 over max_len without truncation, 413 over the budget."""
         m = self.metrics
         out: list = [None] * len(jobs)
+        for i, job in enumerate(jobs):
+            if _token_ids(job.inputs):
+                try:
+                    out[i] = self._entries(job, self.tokenizer.from_ids(job.inputs))
+                except Exception as e:
+                    out[i] = e
         for truncate in (True, False):
-            group = [i for i, j in enumerate(jobs) if j.params.truncate is truncate]
+            group = [i for i, j in enumerate(jobs) if j.params.truncate is truncate and out[i] is None]
             if not group:
                 continue
             texts = [t for i in group for t in jobs[i].inputs]
@@ -264,8 +275,11 @@ class Engine:
     async def embed(self, rt: ModelRuntime, texts: list[str], params: EmbedParams,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None):
         """→ (encodings, [(embedding, attention payload | None)] per input). Tokenised on the
-        batcher's thread together with whatever else is waiting."""
+        batcher's thread together with whatever else is waiting. `texts` may be token-id lists
+        instead, used as they are (no special tokens added)."""
         self._check(texts)
+        if _token_ids(texts):
+            rt.tokenizer.check_ids(texts)
         role = "attention" if params.attention is not None else "embed"
         batcher = rt.batchers.get(role)
         if batcher is None:

@@ -61,6 +61,25 @@ class TextTokenizer:
                     f"{self.max_len} (send truncate: true to cut it)"
                 )
 
+    @property
+    def vocab_size(self) -> int:
+        return self._full.get_vocab_size(with_added_tokens=True)
+
+    def check_ids(self, seqs: list[list[int]]) -> None:
+        """Pre-tokenised inputs: each non-empty, at most max_len ids, each in the vocabulary."""
+        n = self.vocab_size
+        for i, s in enumerate(seqs):
+            if not s or len(s) > self.max_len:
+                raise Validation(f"input[{i}] has {len(s)} token ids; this model takes 1..{self.max_len}")
+            if min(s) < 0 or max(s) >= n:
+                raise Validation(f"input[{i}]: token ids must be in 0..{n - 1}")
+
+    def from_ids(self, seqs: list[list[int]]) -> list[Encoded]:
+        """Ids used as they are (no special tokens added), type ids 0, no character offsets."""
+        tok = self._full
+        return [Encoded(np.asarray(s, dtype=np.int64), np.zeros(len(s), dtype=np.int64),
+                        [tok.id_to_token(i) or "" for i in s], [(0, 0)] * len(s)) for s in seqs]
+
     def encode(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
         """Batch-encode; with truncate=False an input over max_len raises Validation (422)."""
         encs = self.encode_unchecked(texts, truncate)

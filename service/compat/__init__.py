@@ -1,0 +1,1 @@
+"""Wire formats of the compatible protocols (KServe v2 tensors, OpenAPI helpers); no HTTP here."""

@@ -1,0 +1,298 @@
+"""KServe v2 / Open Inference Protocol (works unchanged with `tritonclient.http`), with Triton's
+binary tensor data extension for inputs and outputs.
+
+Inference goes through Engine.embed as POST /v1/embed does, so every output equals what
+/v1/embed returns for the same texts and attention request. `attentions` [N, L, H, T, T] and
+`last_hidden_state` [N, T, d] are zero-padded to the batch's longest input; `attention_mask`
+[N, T] says which positions are real. Errors: {"error": "..."} (service.errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from service.compat import v2tensors as v2
+from service.compat.openapi import request_body
+from service.compat.schemas import (
+    V2Error,
+    V2InferRequest,
+    V2InferResponse,
+    V2ModelMetadata,
+    V2ServerMetadata,
+)
+from service.deps import get_engine, require_api_key
+from service.engine import Engine, ModelRuntime
+from service.errors import InvalidRequest, NotFound, TooLarge, error_response
+from service.postprocess import EmbedParams
+from service.routers.embed import json_response
+
+router = APIRouter(tags=["kserve v2"])
+AUTH = [Depends(require_api_key)]
+ERRORS = {c: {"model": V2Error} for c in (400, 401, 404, 413, 422, 429, 503)}
+INPUT = "text"
+ATTENTION_DTYPES = {"FP32": "float32", "FP16": "float16"}
+BINARY_DOC = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "description":
+              "binary tensor data extension: the JSON request (Inference-Header-Content-Length "
+              "bytes), then each binary input's bytes in order"}}
+
+
+def _runtime(engine: Engine, model: str, version: str | None) -> ModelRuntime:
+    rt = engine.get(model)
+    if version is not None and version != rt.package.version:
+        raise NotFound(f"model {rt.name} has no version {version}; served: {rt.package.version}")
+    return rt
+
+
+def outputs_of(rt: ModelRuntime) -> list[dict]:
+    p = rt.package
+    out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.d_model]},
+           {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
+    if "attention" in p.variants:
+        out.append({"name": "attentions", "datatype": "FP32", "shape": [-1, p.n_layers, p.n_heads, -1, -1]})
+    out.append({"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]})
+    return out
+
+
+# -- health and metadata ------------------------------------------------------------------
+
+@router.get("/v2", response_model=V2ServerMetadata, dependencies=AUTH, responses=ERRORS)
+async def server_metadata(request: Request):
+    return json_response({"name": "headwise", "version": request.app.version,
+                          "extensions": ["binary_tensor_data"]})
+
+
+@router.get("/v2/health/live", responses=ERRORS)
+async def live(request: Request, engine: Engine = Depends(get_engine)):
+    if engine.failed:
+        return error_response(503, "not_ready", "model failed to load; see the server log", path=request.url.path)
+    return json_response({"live": True})
+
+
+@router.get("/v2/health/ready", responses=ERRORS)
+async def ready(request: Request, engine: Engine = Depends(get_engine)):
+    if engine.draining or not engine.ready:
+        msg = "draining" if engine.draining else "model not loaded or warming up"
+        return error_response(503, "not_ready", msg, path=request.url.path)
+    return json_response({"ready": True})
+
+
+@router.get("/v2/models/{model}/ready", responses=ERRORS)
+@router.get("/v2/models/{model}/versions/{version}/ready", responses=ERRORS)
+async def model_ready(model: str, request: Request, version: str | None = None,
+                      engine: Engine = Depends(get_engine)):
+    rt = _runtime(engine, model, version)
+    request.state.model = rt.name
+    if not (rt.ready and engine.ready) or engine.draining:
+        return error_response(503, "not_ready", f"model {rt.name} is not ready", path=request.url.path)
+    return json_response({"name": rt.name, "ready": True})
+
+
+@router.get("/v2/models/{model}", response_model=V2ModelMetadata, dependencies=AUTH, responses=ERRORS)
+@router.get("/v2/models/{model}/versions/{version}", response_model=V2ModelMetadata, dependencies=AUTH,
+            responses=ERRORS)
+async def model_metadata(model: str, request: Request, version: str | None = None,
+                         engine: Engine = Depends(get_engine)):
+    rt = _runtime(engine, model, version)
+    request.state.model = rt.name
+    return json_response({"name": rt.name, "versions": [rt.package.version], "platform": "onnxruntime_onnx",
+                          "inputs": [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}],
+                          "outputs": outputs_of(rt)})
+
+
+# -- inference ----------------------------------------------------------------------------
+
+async def _body(request: Request) -> bytes:
+    """The body, inflated when Content-Encoding says so (tritonclient's request compression),
+    to at most the body limit."""
+    body = await request.body()
+    enc = request.headers.get("content-encoding", "identity").strip().lower()
+    if enc in ("", "identity"):
+        return body
+    if enc not in ("gzip", "deflate"):
+        raise InvalidRequest(f"Content-Encoding {enc!r} is not supported (gzip, deflate)")
+    cap = request.app.state.settings.max_body_bytes
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS if enc == "gzip" else zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, cap + 1)
+    except zlib.error:
+        raise InvalidRequest(f"the body is not valid {enc} data") from None
+    if len(out) > cap:
+        raise TooLarge(f"request body over {cap} bytes once inflated")
+    return out
+
+
+def _indices(params: dict, key: str, n: int) -> list[int] | None:
+    """attention_layers / attention_heads: int, list of ints or "0,3" (protocol parameters are
+    scalars, so a string is the portable form)."""
+    v = params.get(key)
+    if v is None:
+        return None
+    try:
+        if isinstance(v, str):
+            v = [int(x) for x in v.split(",") if x.strip()]
+        elif type(v) is int:
+            v = [v]
+        elif not (isinstance(v, list) and all(type(x) is int for x in v)):
+            raise ValueError
+    except ValueError:
+        raise InvalidRequest(f"parameter {key}: an integer, a list of integers or a comma-separated string") from None
+    if not v or any(not 0 <= i < n for i in v):
+        raise InvalidRequest(f"parameter {key}: each must be in 0..{n - 1} and at least one given")
+    return v
+
+
+def _flag(params: dict, key: str, default: bool) -> bool:
+    v = params.get(key, default)
+    if type(v) is not bool:
+        raise InvalidRequest(f"parameter {key} must be a boolean")
+    return v
+
+
+def _texts(header: dict, binary: memoryview) -> list[str]:
+    inputs = header.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise InvalidRequest("'inputs' must be a non-empty list")
+    texts, offset = None, 0
+    for tensor in inputs:
+        name = tensor.get("name") if isinstance(tensor, dict) else None
+        if name != INPUT:
+            raise InvalidRequest(f"unexpected input {name!r}; this model takes one input, 'text' (BYTES)")
+        if texts is not None:
+            raise InvalidRequest("input 'text' is given more than once")
+        if tensor.get("datatype") != "BYTES":
+            raise InvalidRequest("input 'text' must have datatype BYTES")
+        _, _, shape, elems, offset = v2.read_input(tensor, binary, offset)
+        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
+            raise InvalidRequest(f"input 'text' must have shape [N] (or [N, 1]), not {shape}")
+        try:
+            texts = [b.decode() for b in elems]
+        except UnicodeDecodeError:
+            raise InvalidRequest("input 'text' holds bytes that are not UTF-8") from None
+    if offset != len(binary):
+        raise InvalidRequest(f"{len(binary) - offset} bytes after the inputs' binary data")
+    if not texts:
+        raise InvalidRequest("input 'text' is empty")
+    return texts
+
+
+def _outputs(header: dict, rt: ModelRuntime, binary_default: bool) -> dict[str, bool]:
+    """→ {output name: as binary?}, in the requested order."""
+    asked = header.get("outputs")
+    if asked is None:
+        return {"sentence_embedding": binary_default}
+    names = [o["name"] for o in outputs_of(rt)]
+    if not isinstance(asked, list) or not asked:
+        raise InvalidRequest("'outputs' must be a non-empty list when given")
+    out = {}
+    for o in asked:
+        name = o.get("name") if isinstance(o, dict) else None
+        if name not in names:
+            raise InvalidRequest(f"unknown output {name!r}; this model has {', '.join(names)}")
+        if name in out:
+            raise InvalidRequest(f"output {name!r} is asked for more than once")
+        params = o.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise InvalidRequest(f"output {name!r}: 'parameters' must be an object")
+        if params.get("classification") or "shared_memory_region" in params:
+            raise InvalidRequest("the classification and shared-memory extensions are not supported")
+        out[name] = _flag(params, "binary_data", binary_default)
+    return out
+
+
+def _pad_tokens(arrays: list[np.ndarray], t: int) -> np.ndarray:
+    """[T_i, d] per input → [N, t, d], zeros past each input's end."""
+    out = np.zeros((len(arrays), t, arrays[0].shape[-1]), dtype=np.float32)
+    for i, a in enumerate(arrays):
+        out[i, :len(a)] = a
+    return out
+
+
+def _pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
+    """[L, H, T_i, T_i] per input → [N, L, H, t, t], zeros past each input's end."""
+    out = np.zeros((len(arrays), *arrays[0].shape[:2], t, t), dtype=dtype)
+    for i, a in enumerate(arrays):
+        n = a.shape[-1]
+        out[i, :, :, :n, :n] = a
+    return out
+
+
+def _respond(rt: ModelRuntime, header: dict, want: dict[str, bool], lengths: list[int], found: dict,
+             att_dtype: str) -> Response:
+    t = max(lengths)
+    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)}
+    if "sentence_embedding" in found:
+        arrays["sentence_embedding"] = np.stack([e for e, _ in found["sentence_embedding"]]).astype(np.float32)
+    if "last_hidden_state" in found:
+        arrays["last_hidden_state"] = _pad_tokens([e for e, _ in found["last_hidden_state"]], t)
+    atts = next((r for r in found.values() if r[0][1] is not None), None)
+    if atts is not None:
+        arrays["attentions"] = _pad_attention([a["data"] for _, a in atts], t, att_dtype)
+    outs, buffers = [], []
+    for name, binary in want.items():
+        o, raw = v2.output(name, v2.datatype_of(arrays[name]), arrays[name], binary)
+        outs.append(o)
+        if raw is not None:
+            buffers.append(raw)
+    head = {"model_name": rt.name, "model_version": rt.package.version, "outputs": outs}
+    if isinstance(header.get("id"), str):
+        head["id"] = header["id"]
+    body, n = v2.encode_response(head, buffers)
+    if n is None:
+        return Response(body, media_type="application/json")
+    return Response(body, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(n)})
+
+
+@router.post("/v2/models/{model}/infer", response_model=V2InferResponse, dependencies=AUTH, responses=ERRORS,
+             openapi_extra=request_body(V2InferRequest, **BINARY_DOC))
+@router.post("/v2/models/{model}/versions/{version}/infer", response_model=V2InferResponse,
+             dependencies=AUTH, responses=ERRORS, openapi_extra=request_body(V2InferRequest, **BINARY_DOC))
+async def infer(model: str, request: Request, version: str | None = None, engine: Engine = Depends(get_engine)):
+    """Input `text` BYTES [N] → the outputs asked for by name (default sentence_embedding), as
+    JSON or, with `binary_data`, as raw little-endian bytes after the JSON header."""
+    rt = _runtime(engine, model, version)
+    request.state.model = rt.name
+    header, binary = v2.split_body(await _body(request), request.headers.get(v2.HEADER))
+    params = header.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise InvalidRequest("'parameters' must be an object")
+    texts = _texts(header, binary)
+    want = _outputs(header, rt, _flag(params, "binary_data_output", False))
+    normalize, truncate = _flag(params, "normalize", True), _flag(params, "truncate", True)
+    spec, att_dtype = None, "float32"
+    if "attentions" in want:
+        p = rt.package
+        att_dtype = ATTENTION_DTYPES.get(str(params.get("attention_dtype", "FP32")).upper())
+        if att_dtype is None:
+            raise InvalidRequest("parameter attention_dtype must be FP32 or FP16")
+        spec = rt.attention_spec(_indices(params, "attention_layers", p.n_layers),
+                                 _indices(params, "attention_heads", p.n_heads), "dense", 1, att_dtype, "json")
+        # The padded [N, L, H, T, T] tensor is what travels: check it, not just each input's part.
+        lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
+        need = len(texts) * spec.nbytes(max(lengths))
+        budget = rt.settings.attention_budget_bytes
+        if need > budget:
+            raise TooLarge(f"the padded attention tensor is {need} bytes, over the budget of {budget}; "
+                           "ask for fewer layers, heads or inputs, or inputs of similar length")
+    # Each output comes from the call /v1/embed would make for it (one batch when they meet).
+    kinds = [k for k in ("sentence_embedding", "last_hidden_state") if k in want]
+    if spec is not None and not kinds:
+        kinds = ["sentence_embedding"]
+    found, lengths = {}, None
+    if kinds:
+        outs = {"sentence_embedding": "sentence", "last_hidden_state": "tokens"}
+        calls = [engine.embed(rt, texts, EmbedParams(output=outs[k], normalize=normalize, truncate=truncate,
+                                                     attention=spec), request.is_disconnected) for k in kinds]
+        for k, (encs, results) in zip(kinds, await asyncio.gather(*calls), strict=True):
+            found[k] = results
+            lengths = [e.length for e in encs]
+    else:
+        lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
+    if "attentions" in want or "last_hidden_state" in want:
+        return await run_in_threadpool(_respond, rt, header, want, lengths, found, att_dtype)
+    return _respond(rt, header, want, lengths, found, att_dtype)
