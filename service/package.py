@@ -11,6 +11,11 @@ REQUIRED = ("name", "version", "architecture", "n_layers", "n_heads", "d_model",
             "pooling", "normalize", "tokenizer", "variants")
 
 
+# Variants each architecture must have (docs/model-package.md).
+GRAPHS = {"encoder": ("fast",), "decoder": ("prefill", "decode"),
+          "encoder-decoder": ("encoder", "decoder_step")}
+
+
 class PackageError(ValueError):
     """A model package that cannot be served; the message names the folder and file."""
 
@@ -40,6 +45,10 @@ class ModelPackage:
     pad_id: int
     variants: dict[str, Variant]
     manifest: dict = field(repr=False)
+
+    @property
+    def generative(self) -> bool:
+        return self.architecture != "encoder"
 
 
 _hash_cache: dict[tuple[str, int, int], str] = {}
@@ -84,10 +93,14 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     missing = [k for k in REQUIRED if k not in m]
     if missing:
         raise PackageError(f"{mf}: missing fields {', '.join(missing)}")
-    if m["architecture"] != "encoder":
-        raise PackageError(f"{mf}: architecture {m['architecture']!r} is not served yet (encoder only)")
-    if "fast" not in m["variants"]:
-        raise PackageError(f"{mf}: no 'fast' variant")
+    arch = m["architecture"]
+    if arch not in GRAPHS:
+        raise PackageError(f"{mf}: architecture {arch!r} is not served (encoder, decoder, encoder-decoder)")
+    lacking = [g for g in GRAPHS[arch] if g not in m["variants"]]
+    if lacking:
+        raise PackageError(f"{mf}: no {', '.join(repr(g) for g in lacking)} variant")
+    if arch != "encoder" and not isinstance(m.get("special_tokens"), dict):
+        raise PackageError(f"{mf}: a generative package needs 'special_tokens'")
     tok = m["tokenizer"]
     tok_file = _checked_file(folder, tok, "tokenizer") if verify else folder / tok["file"]
     variants = {}
@@ -97,7 +110,7 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     return ModelPackage(
         path=folder, name=str(m["name"]), version=str(m["version"]), family=str(m.get("family", "")),
         architecture=m["architecture"], n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]),
-        d_model=int(m["d_model"]), max_len=int(m["max_len"]), pooling=str(m["pooling"]),
+        d_model=int(m["d_model"]), max_len=int(m["max_len"]), pooling=str(m["pooling"] or "none"),
         normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=int(tok.get("pad_id", 0)),
         variants=variants, manifest=m,
     )

@@ -1,0 +1,190 @@
+"""A served generative model (architecture "decoder" or "encoder-decoder"): its tokenizer,
+graphs, scheduler and the checks a /v1/generate request passes before it is queued. It has
+the surface the engine expects of a model (info, load, warm_up, start, batchers)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from service.errors import InvalidRequest, TooLarge, Validation
+from service.generation.batch import Stepper
+from service.generation.sampling import SamplingParams
+from service.generation.scheduler import Scheduler
+from service.generation.sequence import AttentionSel, GenParams, Sequence
+from service.generation.sessions import GenerativeBackend
+from service.metrics import Metrics
+from service.package import ModelPackage
+from service.settings import Settings
+from service.tokenizer import TextTokenizer
+
+FAULT = "__headwise_fault__:"
+
+
+class GenerativeRuntime:
+    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
+        m = package.manifest
+        self.package = package
+        self.settings = settings
+        self.metrics = metrics
+        self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)  # /v1/tokenize
+        self.decoder = Tokenizer.from_file(str(package.tokenizer_file))
+        self.decoder.no_padding()
+        self.decoder.no_truncation()
+        self.special = dict(m["special_tokens"])
+        self.suppress_ids = tuple(int(i) for i in (m.get("generation") or {}).get("suppress_token_ids", ()))
+        self.d_head = int(m.get("d_head") or package.d_model // package.n_heads)
+        self.backend: GenerativeBackend | None = None
+        self.scheduler: Scheduler | None = None
+        self.batchers: dict[str, Scheduler] = {}  # the engine closes these on shutdown
+        self.ready = False
+
+    @property
+    def name(self) -> str:
+        return self.package.name
+
+    @property
+    def source_field(self) -> str:
+        return "prompt" if self.package.architecture == "decoder" else "source"
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return min(self.settings.max_prompt_tokens or self.package.max_len, self.package.max_len)
+
+    def info(self) -> dict:
+        p, b = self.package, self.backend
+        return {
+            "name": p.name, "version": p.version, "family": p.family, "architecture": p.architecture,
+            "n_layers": p.n_layers, "n_encoder_layers": int(p.manifest.get("n_encoder_layers") or 0),
+            "n_heads": p.n_heads, "d_model": p.d_model, "max_len": p.max_len,
+            "pooling": None, "normalize": False,
+            "provider": b.provider if b else None, "precision": b.precision if b else None,
+            "variants": {name: {"precision": v.precision, "outputs": list(v.outputs), "serving": b is not None}
+                         for name, v in p.variants.items()},
+            "attention": all(g + ".attention" in p.variants for g in self._graphs()),
+            "generate": {"input": self.source_field, "special_tokens": self.special,
+                         "suppress_token_ids": list(self.suppress_ids),
+                         "max_new_tokens": self.settings.max_new_tokens,
+                         "max_prompt_tokens": self.max_prompt_tokens},
+            "ready": self.ready,
+        }
+
+    def _graphs(self) -> tuple[str, str]:
+        return ("prefill", "decode") if self.package.architecture == "decoder" else ("encoder", "decoder_step")
+
+    def attention_spec(self, *args, **kw):
+        raise Validation(self.not_an_encoder())
+
+    def not_an_encoder(self) -> str:
+        return (f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
+                "POST /v1/generate and has no embeddings")
+
+    # -- start-up ---------------------------------------------------------------------------
+    def load(self, factory=None) -> None:
+        """Sessions for every graph (the engine's backend factory serves encoder packages only)."""
+        self.backend = GenerativeBackend(self.package, self.settings)
+        self.metrics.model_info.labels(model=self.name, version=self.package.version,
+                                       provider=self.backend.provider, precision=self.backend.precision).set(1)
+
+    def _stepper(self) -> Stepper:
+        inference = self.metrics.inference_duration
+        batch_size = self.metrics.batch_size
+
+        def on_run(variant, seconds, rows, tokens):
+            inference.labels(model=self.name, variant=variant).observe(seconds)
+            batch_size.labels(model=self.name, variant=variant).observe(rows)
+
+        return Stepper(self.backend, self.package.architecture, (self.package.n_layers, self.package.n_heads,
+                                                                  self.d_head), self.special, on_run)
+
+    def warm_up(self) -> None:
+        """Two tokens through every graph, plain and with attention (no metrics)."""
+        stepper = Stepper(self.backend, self.package.architecture,
+                          (self.package.n_layers, self.package.n_heads, self.d_head), self.special)
+        ids = np.asarray(self.decoder.encode("warm up").ids[: self.package.max_len - 2] or [0], np.int64)
+
+        for attention in (False, True):
+            sel = AttentionSel((0,), (0,), False, False, "float32", "json") if attention else None
+            params = GenParams(2, SamplingParams(), 0, (), False, sel)
+            seq = Sequence(model=self.name, source_field=self.source_field, prompt_ids=ids, prompt_tokens=[],
+                           params=params, limit=2, tokenizer=self.decoder, eos=None,
+                           suppress_ids=self.suppress_ids, metrics=_Quiet())
+            batch, _ = stepper.admit([seq])
+            if batch is not None:
+                stepper.step(batch)
+
+    def start(self) -> None:
+        self.scheduler = Scheduler(self._stepper(), self.name, self.settings.max_batch_size, self.settings.max_queue)
+        self.scheduler.start()
+        self.batchers = {"generate": self.scheduler}
+
+    # -- requests -----------------------------------------------------------------------------
+    def new_sequence(self, text: str, params: GenParams) -> Sequence:
+        """Tokenise and check a request (call off the event loop? it is fast; the router runs it
+        in a thread for long texts). Raises 4xx errors."""
+        limit = self.max_prompt_tokens
+        enc = self.tokenizer.encode_unchecked([text], truncate=False)[0]
+        n = enc.length
+        if n == 0:
+            raise InvalidRequest(f"'{self.source_field}' is empty (no tokens)")
+        if n > limit:
+            raise Validation(f"{self.source_field} has {n} tokens or more, over the limit of {limit} "
+                             "(HEADWISE_MAX_PROMPT_TOKENS, and the model's max_len)")
+        room = self.package.max_len - (n if self.package.architecture == "decoder" else 1)
+        if room < 1:
+            raise Validation(f"{self.source_field} leaves no room to generate within max_len {self.package.max_len}")
+        new = min(params.max_new_tokens, room)
+        sel = params.attention
+        if sel is not None:
+            prompt = n * n if self.package.architecture == "decoder" else 0
+            ctx = n if self.package.architecture == "decoder" else 1
+            cells = prompt + sum(ctx + i for i in range(new))
+            if self.package.architecture != "decoder":
+                cells += new * n
+            need = sel.nbytes(cells)
+            if need > self.settings.attention_budget_bytes:
+                raise TooLarge(f"asked-for attention is up to {need} bytes, over the budget of "
+                               f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or tokens")
+        return Sequence(model=self.name, source_field=self.source_field, prompt_ids=enc.ids,
+                        prompt_tokens=list(enc.tokens), params=params, limit=new, tokenizer=self.decoder,
+                        eos=self.special.get("eos"), suppress_ids=self.suppress_ids, metrics=self.metrics,
+                        t_submit=time.perf_counter(), step_delay=self._fault_delay(text))
+
+    def _fault_delay(self, text: str) -> float:
+        """Tests only (HEADWISE_FAULT_INJECTION=true): a text starting `__headwise_fault__:slow=S `
+        sleeps S seconds after each step of its batch, so disconnects and batching can be seen."""
+        if not getattr(self.settings, "fault_injection", False) or not text.startswith(FAULT + "slow="):
+            return 0.0
+        try:
+            return min(1.0, max(0.0, float(text[len(FAULT) + 5:].split()[0])))
+        except (ValueError, IndexError):
+            return 0.0
+
+    def attention_sel(self, layers, heads, dtype: str, encoding: str) -> AttentionSel:
+        p = self.package
+        for what, sel, n in (("layers", layers, p.n_layers), ("heads", heads, p.n_heads)):
+            if sel is not None and (not sel or any(not 0 <= i < n for i in sel)):
+                raise Validation(f"attention.{what}: each must be in 0..{n - 1} and the list non-empty")
+        if not all(g + ".attention" in p.variants for g in self._graphs()):
+            raise Validation(f"model {self.name!r} has no attention graphs")
+        return AttentionSel(tuple(layers) if layers is not None else tuple(range(p.n_layers)),
+                            tuple(heads) if heads is not None else tuple(range(p.n_heads)),
+                            layers is None, heads is None, dtype, encoding)
+
+
+class _Quiet:
+    """Metrics that record nothing (warm-up)."""
+
+    def __getattr__(self, name):
+        return self
+
+    def labels(self, **kw):
+        return self
+
+    def observe(self, v):
+        pass
+
+    def inc(self, v=1):
+        pass

@@ -1,0 +1,147 @@
+"""POST /v1/generate: text from a decoder (`prompt`) or encoder-decoder (`source`) model,
+optionally streamed as Server-Sent Events, optionally with every step's attention
+(docs/generation.md)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response, StreamingResponse
+
+from service.deps import get_engine, json_body, require_api_key
+from service.engine import Engine
+from service.errors import APIError, Disconnected, NotReady, Validation
+from service.generation import GenerativeRuntime
+from service.generation.sampling import SamplingParams
+from service.generation.sequence import GenParams, Sequence
+from service.schemas import error_responses
+
+router = APIRouter(tags=["generate"], dependencies=[Depends(require_api_key)])
+
+DUMPS = orjson.OPT_SERIALIZE_NUMPY
+POLL_S = 0.05  # how often a non-streamed request checks that its client is still there
+Number = StrictFloat | StrictInt
+
+
+class GenerateAttention(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    layers: list[StrictInt] | None = Field(None, description="layer indices; null: all")
+    heads: list[StrictInt] | None = Field(None, description="head indices; null: all")
+    dtype: str = Field("float32", pattern="^(float32|float16)$")
+    encoding: str = Field("json", pattern="^(json|base64)$",
+                          description="base64: little-endian raw bytes of the array in `shape` order, C order")
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"model": "gpt2", "prompt": "The cat sat", "max_new_tokens": 8},
+        {"model": "opus-mt-en-de", "source": "The cat sat on the mat.", "max_new_tokens": 32,
+         "attention": {"layers": [5], "heads": None}},
+        {"prompt": "Once upon a time", "temperature": 0.8, "top_p": 0.95, "seed": 7, "stream": True},
+    ]})
+
+    model: StrictStr | None = Field(None, description="model name; optional when one model is served")
+    prompt: StrictStr | None = Field(None, description="the text to continue (decoder models)")
+    source: StrictStr | None = Field(None, description="the text to translate (encoder-decoder models)")
+    max_new_tokens: StrictInt = Field(16, ge=1, description="at most HEADWISE_MAX_NEW_TOKENS")
+    temperature: Number | None = Field(None, ge=0, le=100, description="0 or null: greedy")
+    top_k: StrictInt = Field(0, ge=0, description="0: off")
+    top_p: Number = Field(1.0, gt=0, le=1, description="1: off")
+    seed: StrictInt | None = Field(None, ge=0, lt=2**63, description="same seed, same output")
+    stop: StrictStr | list[StrictStr] | None = Field(None, description="stop before any of these strings")
+    stream: StrictBool = Field(False, description="Server-Sent Events, one per token")
+    attention: GenerateAttention | None = Field(None, description="return every step's attention")
+
+
+BODY_MODELS = (GenerateRequest,)
+
+
+def _params(body: GenerateRequest, rt: GenerativeRuntime, limit: int) -> GenParams:
+    if body.max_new_tokens > limit:
+        raise Validation(f"max_new_tokens: at most {limit} (HEADWISE_MAX_NEW_TOKENS)")
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    if len(stop) > 16 or any(not s or len(s) > 256 for s in stop):
+        raise Validation("stop: at most 16 strings, each 1 to 256 characters")
+    sel = None
+    if body.attention is not None:
+        a = body.attention
+        sel = rt.attention_sel(a.layers, a.heads, a.dtype, a.encoding)
+    sampling = SamplingParams(float(body.temperature or 0.0), body.top_k, float(body.top_p))
+    return GenParams(body.max_new_tokens, sampling, body.seed, stop, body.stream, sel)
+
+
+@router.post("/v1/generate", openapi_extra={"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"$ref": "#/components/schemas/GenerateRequest"}}}}},
+    responses={**error_responses(400, 401, 404, 413, 422, 429, 503),
+               200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE with stream: true"}})
+async def generate(request: Request, body: GenerateRequest = Depends(json_body(GenerateRequest)),
+                   engine: Engine = Depends(get_engine)):
+    """Generate up to `max_new_tokens` tokens. Non-streamed: one JSON result. Streamed:
+    `data: {index, token, id, text[, attention]}` per token, then `data: {<the result>}`,
+    then `data: [DONE]`."""
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    if not isinstance(rt, GenerativeRuntime):
+        raise Validation(f"model {rt.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
+                         "serves decoder and encoder-decoder models")
+    field, other = rt.source_field, ("source" if rt.source_field == "prompt" else "prompt")
+    if getattr(body, other) is not None:
+        raise Validation(f"model {rt.name!r} is a {rt.package.architecture} model: send the text in "
+                         f"'{field}', not '{other}'")
+    text = getattr(body, field)
+    if text is None:
+        raise Validation(f"{field}: field required")
+    if not engine.ready or engine.draining or rt.scheduler is None:
+        raise NotReady("the server is draining" if engine.draining else "model not loaded or warming up")
+    params = _params(body, rt, engine.settings.max_new_tokens)
+    seq = await run_in_threadpool(rt.new_sequence, text, params) if len(text) > 4096 else \
+        rt.new_sequence(text, params)
+    rt.scheduler.submit(seq)
+    disconnected = rt.metrics.request_failures.labels(model=rt.name, reason="disconnected")
+    if body.stream:
+        return StreamingResponse(_sse(seq, disconnected), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    while not seq.result.done():
+        await asyncio.wait([seq.result], timeout=POLL_S)
+        if not seq.result.done() and await request.is_disconnected():
+            seq.cancel()
+            disconnected.inc()
+            raise Disconnected()
+    result = seq.result.result()
+    big = params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
+    if big:
+        return await run_in_threadpool(_json, result)
+    return _json(result)
+
+
+def _json(payload: dict) -> Response:
+    return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
+
+
+def _event(payload) -> bytes:
+    return b"data: " + orjson.dumps(payload, option=DUMPS) + b"\n\n"
+
+
+async def _sse(seq: Sequence, disconnected):
+    """Token events, the result, `[DONE]`. A client that goes away (the write fails, or the
+    server sees the disconnect and cancels this) stops its generation."""
+    try:
+        while True:
+            ev = await seq.events.get()
+            if ev is None:
+                break
+            if isinstance(ev, BaseException):
+                err = ev if isinstance(ev, APIError) else APIError("generation failed")
+                yield _event({"error": {"message": err.message, "type": err.type, "code": err.status}})
+                break
+            yield _event(ev)
+        yield b"data: [DONE]\n\n"
+    finally:
+        if not seq.finished:
+            seq.cancel()
+            disconnected.inc()
