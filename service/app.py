@@ -23,7 +23,7 @@ from service.engine import BackendFactory, Engine
 from service.errors import NotFound
 from service.metrics import Metrics
 from service.middleware import ServiceMiddleware
-from service.routers import embed, health, kserve, metrics, models, openai, tokenize
+from service.routers import embed, generate, health, kserve, metrics, models, openai, tokenize
 from service.schemas import BODY_MODELS
 from service.settings import Settings, load_settings
 
@@ -86,7 +86,7 @@ def _document_bodies(app: FastAPI) -> None:
             return app.openapi_schema
         schema = base()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in BODY_MODELS:
+        for model in (*BODY_MODELS, *generate.BODY_MODELS):
             s = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(s.pop("$defs", {}))
             components[model.__name__] = s
@@ -110,7 +110,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
     app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes)
-    for r in (embed, tokenize, models, health, metrics, openai, kserve):
+    for r in (embed, tokenize, models, health, metrics, generate, openai, kserve):
         app.include_router(r.router)
 
     @app.get("/", include_in_schema=False)

@@ -17,6 +17,7 @@ import numpy as np
 from service.backend import Backend, OrtBackend
 from service.batching import Batcher, Entry, Job, Limits, length_buckets
 from service.errors import InvalidRequest, NotFound, NotReady, TooLarge, Validation
+from service.generation import GenerativeRuntime
 from service.metrics import Metrics, QueueHooks
 from service.package import ModelPackage, find_packages
 from service.postprocess import AttentionSpec, EmbedParams, attention_payload, pool
@@ -219,7 +220,8 @@ class Engine:
     def load_packages(self) -> None:
         """Read and verify every package (hashes included); raises PackageError."""
         for pkg in find_packages(self.settings.models_dir):
-            self.models[pkg.name] = ModelRuntime(pkg, self.settings, self.metrics)
+            cls = GenerativeRuntime if pkg.generative else ModelRuntime
+            self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
 
     def prepare(self) -> None:
         """Create sessions and warm up (blocking: run it off the event loop)."""
@@ -278,6 +280,8 @@ class Engine:
         batcher's thread together with whatever else is waiting. `texts` may be token-id lists
         instead, used as they are (no special tokens added)."""
         self._check(texts)
+        if isinstance(rt, GenerativeRuntime):
+            raise Validation(rt.not_an_encoder())
         if _token_ids(texts):
             rt.tokenizer.check_ids(texts)
         role = "attention" if params.attention is not None else "embed"
