@@ -70,7 +70,7 @@ class Metrics:
                                              ["model"], buckets=LATENCY, registry=r)
         self.inter_token_latency = Histogram(p + "inter_token_latency_seconds",
                                              "time between two tokens of one generation", ["model"],
-                                             buckets=FAST + (2.0, 5.0), registry=r)
+                                             buckets=(*FAST, 2.0, 5.0), registry=r)
         # process_* (memory, CPU) and python_* for the dashboard's process panels.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             r.register(collector)
