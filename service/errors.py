@@ -1,7 +1,7 @@
 """The one place where exceptions become HTTP responses (DESIGN.md §4, errors).
 
 Body: {"error": {"message", "type", "code"}}; on the compatible routes the protocol's shape:
-KServe v2 (/v2...) {"error": "..."}, OpenAI (/v1/embeddings) adds "param". Messages never
+KServe v2 (/v2 routes) {"error": "..."}, OpenAI (/v1/embeddings) adds "param". Messages never
 carry a stack trace or the client's input.
 """
 
@@ -68,8 +68,14 @@ _BY_STATUS = {c.status: c.type for c in (InvalidRequest, Unauthorized, NotFound,
 OPENAI_PATHS = frozenset({"/v1/embeddings"})
 
 
+def route_of(request: Request) -> str:
+    """The matched route's template ("" when none matched: an unknown path gets the native shape)."""
+    return getattr(request.scope.get("route"), "path", "")
+
+
 def error_response(status: int, type_: str, message: str, headers: dict | None = None, *,
                    path: str = "", param: str | None = None) -> Response:
+    """`path`: the route template, which picks the protocol's error shape."""
     if path == "/v2" or path.startswith("/v2/"):
         payload = {"error": message}
     else:
@@ -114,13 +120,13 @@ def _is_tag(part) -> bool:
 
 async def _api_error(request: Request, exc: APIError) -> Response:
     _note_failure(request, exc.type)
-    return error_response(exc.status, exc.type, exc.message, exc.headers, path=request.url.path, param=exc.param)
+    return error_response(exc.status, exc.type, exc.message, exc.headers, path=route_of(request), param=exc.param)
 
 
 async def _request_validation(request: Request, exc: RequestValidationError) -> Response:
     status, type_, message = _validation_message(exc)
     _note_failure(request, type_)
-    return error_response(status, type_, message, path=request.url.path)
+    return error_response(status, type_, message, path=route_of(request))
 
 
 async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:
@@ -133,7 +139,7 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> Resp
     else:
         message = exc.detail if isinstance(exc.detail, str) else type_
     _note_failure(request, type_)
-    return error_response(exc.status_code, type_, message, getattr(exc, "headers", None), path=request.url.path)
+    return error_response(exc.status_code, type_, message, getattr(exc, "headers", None), path=route_of(request))
 
 
 async def _disconnected(request: Request, exc: Disconnected) -> Response:
@@ -144,7 +150,7 @@ async def _disconnected(request: Request, exc: Disconnected) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     _note_failure(request, "internal")
-    return error_response(500, "internal", "internal server error", path=request.url.path)
+    return error_response(500, "internal", "internal server error", path=route_of(request))
 
 
 def install(app: FastAPI) -> None:

@@ -28,7 +28,7 @@ from service.compat.schemas import (
 )
 from service.deps import get_engine, require_api_key
 from service.engine import Engine, ModelRuntime
-from service.errors import InvalidRequest, NotFound, TooLarge, error_response
+from service.errors import InvalidRequest, NotFound, TooLarge, error_response, route_of
 from service.postprocess import EmbedParams
 from service.routers.embed import json_response
 
@@ -70,7 +70,7 @@ async def server_metadata(request: Request):
 @router.get("/v2/health/live", responses=ERRORS)
 async def live(request: Request, engine: Engine = Depends(get_engine)):
     if engine.failed:
-        return error_response(503, "not_ready", "model failed to load; see the server log", path=request.url.path)
+        return error_response(503, "not_ready", "model failed to load; see the server log", path=route_of(request))
     return json_response({"live": True})
 
 
@@ -78,7 +78,7 @@ async def live(request: Request, engine: Engine = Depends(get_engine)):
 async def ready(request: Request, engine: Engine = Depends(get_engine)):
     if engine.draining or not engine.ready:
         msg = "draining" if engine.draining else "model not loaded or warming up"
-        return error_response(503, "not_ready", msg, path=request.url.path)
+        return error_response(503, "not_ready", msg, path=route_of(request))
     return json_response({"ready": True})
 
 
@@ -89,7 +89,7 @@ async def model_ready(model: str, request: Request, version: str | None = None,
     rt = _runtime(engine, model, version)
     request.state.model = rt.name
     if not (rt.ready and engine.ready) or engine.draining:
-        return error_response(503, "not_ready", f"model {rt.name} is not ready", path=request.url.path)
+        return error_response(503, "not_ready", f"model {rt.name} is not ready", path=route_of(request))
     return json_response({"name": rt.name, "ready": True})
 
 

@@ -1,0 +1,146 @@
+"""OpenAI-compatible POST /v1/embeddings against a real `headwise serve` (fp32, CPU), driven by
+the real `openai` client: float, base64, dimensions and token-id inputs equal /v1/embed's;
+mistakes raise the client's errors with our message (issue 5)."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+TEXTS = ["hi", "A man is playing a guitar.", "naïve café — 東京 emoji 🙂"]
+KEY = "compat-key-42"
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(server) -> str:
+    return server.get("/v1/models").json()["data"][0]["name"]
+
+
+def native(server, texts) -> np.ndarray:
+    r = server.post("/v1/embed", {"inputs": texts})
+    assert r.status_code == 200, r.text
+    return np.array([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
+
+
+def shortened(v: np.ndarray, n: int) -> np.ndarray:
+    w = v[:n].astype(np.float64)
+    return (w / np.linalg.norm(w)).astype(np.float32)
+
+
+def test_float_equals_native(client, server, model):
+    r = client.embeddings.create(model=model, input=TEXTS, encoding_format="float", user="someone")
+    assert r.object == "list" and r.model == model and [d.index for d in r.data] == [0, 1, 2]
+    assert np.array_equal(np.array([d.embedding for d in r.data], dtype=np.float32), native(server, TEXTS))
+    tokens = sum(len(d["tokens"]) for d in server.post("/v1/tokenize", {"inputs": TEXTS}).json()["data"])
+    assert r.usage.prompt_tokens == r.usage.total_tokens == tokens
+    one = client.embeddings.create(model=model, input="hi", encoding_format="float")
+    assert len(one.data) == 1 and np.array_equal(np.float32(one.data[0].embedding), native(server, ["hi"])[0])
+
+
+def test_base64_explicit_and_client_default(client, server, model):
+    ref = native(server, TEXTS)
+    r = client.embeddings.create(model=model, input=TEXTS, encoding_format="base64")
+    got = np.stack([np.frombuffer(base64.b64decode(d.embedding), dtype="<f4") for d in r.data])
+    assert np.array_equal(got, ref)
+    r = client.embeddings.create(model=model, input=TEXTS)  # the client asks for base64 and decodes it
+    assert np.array_equal(np.array([d.embedding for d in r.data], dtype=np.float32), ref)
+
+
+@pytest.mark.parametrize("n", [1, 64, 383, 384])
+def test_dimensions_truncate_and_renormalise(client, server, model, n):
+    ref = native(server, TEXTS)
+    r = client.embeddings.create(model=model, input=TEXTS, dimensions=n, encoding_format="float")
+    got = np.array([d.embedding for d in r.data], dtype=np.float32)
+    want = ref if n == 384 else np.stack([shortened(v, n) for v in ref])
+    assert got.shape == (len(TEXTS), n) and np.array_equal(got, want)
+
+
+def test_token_id_inputs_are_used_as_they_are(client, server, model):
+    ids = [d["ids"] for d in server.post("/v1/tokenize", {"inputs": TEXTS}).json()["data"]]
+    ref = native(server, TEXTS)
+    r = client.embeddings.create(model=model, input=ids, encoding_format="float")
+    assert np.array_equal(np.array([d.embedding for d in r.data], dtype=np.float32), ref)
+    assert r.usage.prompt_tokens == sum(map(len, ids))
+    # alone, as /v1/embed alone: padding to another length bucket moves the low bits
+    r = client.embeddings.create(model=model, input=ids[1], encoding_format="float")
+    assert len(r.data) == 1 and np.array_equal(np.float32(r.data[0].embedding), native(server, TEXTS[1:2])[0])
+    # no special tokens are added: the ids without [CLS]/[SEP] give another vector
+    r = client.embeddings.create(model=model, input=ids[1][1:-1], encoding_format="float")
+    assert not np.allclose(np.float32(r.data[0].embedding), ref[1], atol=1e-3)
+
+
+def test_model_is_optional_and_mixed_with_native_batches(server):
+    r = httpx.post(server.url + "/v1/embeddings", json={"input": ["hi", "hello"]}, timeout=60)
+    assert r.status_code == 200 and len(r.json()["data"]) == 2
+
+
+def check(r: httpx.Response, status: int, param=None) -> str:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "code", "param"} and err["code"] == status and err["param"] == param
+    assert "Traceback" not in r.text
+    return err["message"]
+
+
+def test_bad_requests_raise_the_clients_errors_with_our_message(client, server, model):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=model, input="hi", dimensions=0)
+    assert "'dimensions' must be in 1..384" in e.value.message
+    assert e.value.body["param"] == "dimensions"
+    with pytest.raises(openai.BadRequestError):
+        client.embeddings.create(model=model, input="hi", dimensions=385)
+    with pytest.raises(openai.BadRequestError, match="'input' is empty"):
+        client.embeddings.create(model=model, input=[])
+    with pytest.raises(openai.NotFoundError, match="no model by that name"):
+        client.embeddings.create(model="text-embedding-3-small", input="hi")
+    with pytest.raises(openai.UnprocessableEntityError, match=r"token ids must be in 0\.\.30521"):
+        client.embeddings.create(model=model, input=[[101, 30522, 102]])
+    with pytest.raises(openai.UnprocessableEntityError, match=r"this model takes 1\.\.256"):
+        client.embeddings.create(model=model, input=[[101] * 257])
+
+
+def test_bad_requests_in_openai_shape(server, model):
+    url = server.url + "/v1/embeddings"
+    check(httpx.post(url, content=b'{"input": [', headers={"content-type": "application/json"}), 400)
+    check(httpx.post(url, json={"input": []}), 400, "input")
+    check(httpx.post(url, json={"input": [[]]}), 422)
+    check(httpx.post(url, json={"input": ["a", 1]}), 422)
+    check(httpx.post(url, json={"input": "a", "encoding_format": "int8"}), 422)
+    check(httpx.post(url, json={"input": "a", "dimensions": "12"}), 422)
+    check(httpx.post(url, json={"input": "a", "model": "nope"}), 404)
+    check(httpx.post(url, json={"input": "a", "dimension": 12}), 422)
+
+
+def test_api_key_covers_the_compatible_routes(start_server, model):
+    s = start_server(env={"HEADWISE_API_KEY": KEY, "HEADWISE_PRECISION": "fp32"})
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0).embeddings.create(
+                model=model, input="hi")
+        ok = openai.OpenAI(base_url=s.url + "/v1", api_key=KEY, max_retries=0).embeddings.create(
+            model=model, input="hi")
+        assert len(ok.data) == 1
+        body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["hi"]}]}
+        r = httpx.post(f"{s.url}/v2/models/{model}/infer", json=body, timeout=60)
+        assert r.status_code == 401 and set(r.json()) == {"error"}
+        assert httpx.get(f"{s.url}/v2/models/{model}", timeout=30).status_code == 401
+        r = httpx.post(f"{s.url}/v2/models/{model}/infer", json=body, timeout=60,
+                       headers={"Authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200
+        for path in ("/v2/health/live", "/v2/health/ready", f"/v2/models/{model}/ready"):
+            assert httpx.get(s.url + path, timeout=30).status_code == 200  # probes stay open
+        m = s.metrics()
+        assert 'route="/v1/embeddings"' in m and 'code="401"' in m
+    finally:
+        s.stop()
