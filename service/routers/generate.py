@@ -14,7 +14,7 @@ from starlette.responses import Response, StreamingResponse
 
 from service.deps import get_engine, json_body, require_api_key
 from service.engine import Engine
-from service.errors import APIError, Disconnected, NotReady, Validation
+from service.errors import APIError, Disconnected, NotReady, TooLarge, Validation
 from service.generation import GenerativeRuntime
 from service.generation.sampling import SamplingParams
 from service.generation.sequence import GenParams, Sequence
@@ -96,6 +96,9 @@ async def generate(request: Request, body: GenerateRequest = Depends(json_body(G
     text = getattr(body, field)
     if text is None:
         raise Validation(f"{field}: field required")
+    cap = getattr(engine.settings, "max_input_chars", None)
+    if cap and len(text) > cap:
+        raise TooLarge(f"{field} has {len(text)} characters, over HEADWISE_MAX_INPUT_CHARS ({cap})")
     if not engine.ready or engine.draining or rt.scheduler is None:
         raise NotReady("the server is draining" if engine.draining else "model not loaded or warming up")
     params = _params(body, rt, engine.settings.max_new_tokens)

@@ -277,7 +277,15 @@
     const select = $("#model");
     try {
       const res = await api("/v1/models");
-      state.models = (res.data || res.models || []).filter((m) => modelId(m));
+      const all = (res.data || res.models || []).filter((m) => modelId(m));
+      // generative models (decoder, encoder-decoder) have their own panel: generate.js
+      state.models = all.filter((m) => !m.architecture || m.architecture === "encoder");
+      if (!state.models.length && all.length) {
+        $("#run-form").hidden = true;
+        select.replaceChildren(h("option", { value: "" }, "no encoder model"));
+        $("#status").textContent = "This server has no encoder model to embed with; see Generate below.";
+        return false;
+      }
       if (!state.models.length) throw new ApiError("The server has no model loaded.", "not_ready", 503);
       select.replaceChildren(...state.models.map((m) => h("option", { value: modelId(m) }, modelId(m))));
       describeModel();
