@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+
+from model.importers.common import sha256_file
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -14,12 +15,7 @@ class PackageError(RuntimeError):
     """A package that is incomplete, tampered with, or fails its parity thresholds."""
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+sha256 = sha256_file
 
 
 def read(pkg: Path) -> dict:
