@@ -78,7 +78,7 @@ class Ceiling:
         return run_bound
 
     def measure(self, variant: str, tokens: int, batch: int, seconds: float = 1.0,
-                min_calls: int = 5, warmup: int = 2) -> Sample:
+                min_calls: int = 3, warmup: int = 1) -> Sample:
         run = self.runner(variant, tokens, batch)
         for _ in range(warmup):
             run()

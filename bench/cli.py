@@ -34,13 +34,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SUITES = ("ceiling", "http", "st", "naive")
 DEFAULTS = {  # the full run: about 15-20 minutes on 2 cores
     "lengths": [16, 20, 128, 512], "concurrency": [1, 16, 64], "batches": [1, 8, 16, 32],
-    "st_batches": [1, 8, 32], "reps": 3, "seconds": 4.0, "ceiling_seconds": 1.0,
+    "st_batches": [1, 8, 32], "reps": 3, "seconds": 3.0, "ceiling_seconds": 1.0,
 }
 QUICK = {  # about 3 minutes: what issue 4 and 9's targets need
     "lengths": [20, 128], "concurrency": [1, 16], "batches": [1, 16], "st_batches": [32],
     "reps": 3, "seconds": 2.0, "ceiling_seconds": 0.6,
 }
-MAX_CELL_SECONDS = 30.0
+MAX_CELL_SECONDS = 20.0
 
 
 def _ints(s: str) -> list[int]:
@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batches", type=_ints, help="ceiling batch sizes (default 1,8,16,32)")
     p.add_argument("--st-batches", type=_ints, help="sentence-transformers batch sizes (default 1,8,32)")
     p.add_argument("--reps", type=int, help="repetitions per cell, ≥ 3 for medians (default 3)")
-    p.add_argument("--seconds", type=float, help="seconds per HTTP cell and repetition (default 4)")
+    p.add_argument("--seconds", type=float, help="seconds per HTTP cell and repetition (default 3)")
     p.add_argument("--ceiling-seconds", type=float, help="seconds per in-process cell and repetition (default 1)")
     p.add_argument("--quick", action="store_true",
                    help="about 3 minutes: lengths 20,128; clients 1,16; ceiling batch 1,16; "
@@ -130,6 +130,7 @@ class Run:
     def add(self, row: Row, sample: Sample) -> None:
         self.rows.setdefault(row.key, row).samples.append(sample)
         extra = f"  batch≈{sample.extra['mean_batch']:.1f}" if "mean_batch" in sample.extra else ""
+        extra += f"  ORT busy {sample.extra['ort_busy']:.0%}" if "ort_busy" in sample.extra else ""
         extra += f"  others {sample.extra.get('foreign_cores', math.nan):.2f} cores"
         where = f"b{row.batch}" if row.batch is not None else f"c{row.concurrency}"
         print(f"  {row.suite:22} {row.variant:9} {row.tokens:4} tok {where:4}: "
@@ -264,8 +265,10 @@ class Run:
         pids = [s.proc.pid for s in self.servers.values() if hasattr(s, "proc")]
         for c in cells:
             waited = wait_for_calm(pids, self.args.calm)
+            t0 = time.perf_counter()
             with ForeignLoad(pids) as load:
                 sample = c.measure()
+            sample.extra["cell_s"] = time.perf_counter() - t0
             sample.extra["foreign_cores"] = load.cores
             if self.args.calm > 0:
                 sample.extra["waited_s"] = waited

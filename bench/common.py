@@ -198,7 +198,7 @@ def sort_rows(rows: Iterable[Row]) -> list[Row]:
 def markdown_table(rows: Sequence[Row]) -> str:
     """One line per cell: medians over repetitions, and the ratio to the ceiling's throughput."""
     head = ("| system | variant | tokens | batch | clients | inputs/s | p50 ms | p95 ms | p99 ms "
-            "| vs ceiling | ceiling ref | reps | spread | server batch | others' cores | errors |")
+            "| vs ceiling | ceiling ref | reps | spread | server batch | ORT busy | others' cores | errors |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sort_rows(rows):
         if not r.samples:
@@ -214,7 +214,9 @@ def markdown_table(rows: Sequence[Row]) -> str:
             _fmt(r.med("p99"), 2),
             f"{ratio:.0%}" if not math.isnan(ratio) else "–", ref_label,
             str(len(r.samples)), f"{spread([s.throughput for s in r.samples]):.0%}",
-            _fmt(r.med_extra("mean_batch"), 1), _fmt(r.med_extra("foreign_cores"), 2),
+            _fmt(r.med_extra("mean_batch"), 1),
+            f"{r.med_extra('ort_busy'):.0%}" if not math.isnan(r.med_extra("ort_busy")) else "–",
+            _fmt(r.med_extra("foreign_cores"), 2),
             str(r.errors),
         ]) + " |")
     return "\n".join(lines) + "\n"
@@ -349,7 +351,7 @@ def report_markdown(title: str, facts: dict, rows: Sequence[Row], plot: str | No
               "throughputs. `vs ceiling` = throughput / the ceiling's throughput for the same graph "
               "and length at `ceiling ref` (in-process: the same batch; HTTP: the largest measured "
               "batch ≤ clients). `server batch` = mean inputs per inference call on the server "
-              "during the cell (from /metrics). `others' cores` = CPU used by processes outside the benchmark during the cell (median; the machine is shared). `tokens` counts [CLS]/[SEP]; `a→b` = truncated to "
+              "during the cell and `ORT busy` = the share of the cell's wall time the server spent inside onnxruntime (both from its /metrics). `others' cores` = CPU used by processes outside the benchmark during the cell (median; the machine is shared). `tokens` counts [CLS]/[SEP]; `a→b` = truncated to "
               "the model's max_len.\n", markdown_table(rows)]
     if plot:
         parts += ["\n## Plot\n", f"![throughput vs concurrency]({plot})\n"]

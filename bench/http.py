@@ -105,15 +105,34 @@ def start_headwise(workload: Workload, precision: str, provider: str, log_dir: P
     return Server(f"headwise-{precision}", argv, env, port, "/health/ready", log_dir)
 
 
-BATCH_RE = re.compile(r'^headwise_batch_size_(sum|count)\{[^}]*\}\s+([0-9.eE+-]+)$', re.M)
+def histogram_totals(metrics_text: str, name: str) -> tuple[float, float]:
+    """(sum, count) of a Prometheus histogram over every label set (e.g. every variant)."""
+    pattern = re.compile(rf"^{re.escape(name)}_(sum|count)\{{[^}}]*\}}\s+([0-9.eE+-]+)$", re.M)
+    tot = {"sum": 0.0, "count": 0.0}
+    for kind, value in pattern.findall(metrics_text):
+        tot[kind] += float(value)
+    return tot["sum"], tot["count"]
 
 
 def batch_totals(metrics_text: str) -> tuple[float, float]:
-    """(sum, count) of headwise_batch_size over every variant: inputs and inference calls."""
-    tot = {"sum": 0.0, "count": 0.0}
-    for kind, value in BATCH_RE.findall(metrics_text):
-        tot[kind] += float(value)
-    return tot["sum"], tot["count"]
+    """(sum, count) of headwise_batch_size: inputs and inference calls."""
+    return histogram_totals(metrics_text, "headwise_batch_size")
+
+
+def server_stats(before: str, after: str, wall_s: float) -> dict:
+    """What the server's own metrics say about a cell: mean inputs per inference call, mean
+    onnxruntime time per call, and the share of the wall time onnxruntime was running."""
+    out: dict = {}
+    (b_sum, b_n), (a_sum, a_n) = batch_totals(before), batch_totals(after)
+    if a_n > b_n:
+        out["mean_batch"] = (a_sum - b_sum) / (a_n - b_n)
+        out["calls"] = a_n - b_n
+    (b_t, b_c), (a_t, a_c) = (histogram_totals(x, "headwise_inference_duration_seconds")
+                              for x in (before, after))
+    if a_c > b_c and wall_s > 0:
+        out["infer_ms"] = 1000 * (a_t - b_t) / (a_c - b_c)
+        out["ort_busy"] = (a_t - b_t) / wall_s
+    return out
 
 
 def probe(url: str, body: bytes, expect_attention: bool) -> None:
@@ -175,13 +194,11 @@ def sample_from(res: dict, inputs_per_request: int = 1) -> Sample:
 def measure(server: Server, path: str, body: bytes, connections: int, seconds: float,
             timeout: float = 60) -> Sample:
     """One repetition of one cell, with the server's mean batch size over it when it has one."""
-    before = batch_totals(server.metrics_text())
-    s = sample_from(load(server.url + path, body, connections, seconds, timeout))
-    after = batch_totals(server.metrics_text())
-    calls = after[1] - before[1]
-    if calls > 0:
-        s.extra["mean_batch"] = (after[0] - before[0]) / calls
-        s.extra["calls"] = calls
+    before = server.metrics_text()
+    res = load(server.url + path, body, connections, seconds, timeout)
+    after = server.metrics_text()
+    s = sample_from(res)
+    s.extra.update(server_stats(before, after, res.get("duration_us", 0) / 1e6))
     return s
 
 

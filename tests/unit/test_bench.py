@@ -25,7 +25,7 @@ from bench.common import (
     targets,
     text_of_length,
 )
-from bench.http import batch_totals, parse_wrk, sample_from
+from bench.http import batch_totals, parse_wrk, sample_from, server_stats
 from tests.fixtures.tiny import tiny_tokenizer
 
 
@@ -228,6 +228,19 @@ headwise_batch_tokens_sum{model="m",variant="fast"} 9999.0
 """
     assert batch_totals(text) == (106.0, 12.0)
     assert batch_totals("") == (0.0, 0.0)
+
+
+def test_server_stats_from_two_scrapes():
+    def scrape(inputs, calls, seconds):
+        return (f'headwise_batch_size_sum{{model="m",variant="fast"}} {inputs}\n'
+                f'headwise_batch_size_count{{model="m",variant="fast"}} {calls}\n'
+                f'headwise_inference_duration_seconds_sum{{model="m",variant="fast"}} {seconds}\n'
+                f'headwise_inference_duration_seconds_count{{model="m",variant="fast"}} {calls}\n')
+
+    st = server_stats(scrape(10, 2, 0.5), scrape(170, 12, 1.5), wall_s=2.0)
+    assert st["mean_batch"] == pytest.approx(16.0) and st["calls"] == 10
+    assert st["infer_ms"] == pytest.approx(100.0) and st["ort_busy"] == pytest.approx(0.5)
+    assert server_stats("", "", 2.0) == {}  # a server without these metrics (the naive peer)
 
 
 # -- the command line -----------------------------------------------------------------------------------
