@@ -365,7 +365,7 @@ def main(args: argparse.Namespace) -> int:
                           else "bench/loadgen.py (no wrk here), keep-alive, closed loop")
     if "http" in args.suites and not args.url:
         env = ", ".join(args.server_env) or "defaults"
-        facts["headwise servers"] = f"`headwise serve`, 1 worker, HEADWISE_PROVIDER={args.provider}, " \
+        facts["headwise servers"] = f"`headwise serve`, HEADWISE_PROVIDER={args.provider}, " \
                                     f"HEADWISE_PRECISION per variant; other settings: {env}"
     notes = [*run.notes,
              "Ceiling: the package's own ONNX graph in this process, all inputs the same length "

@@ -351,7 +351,7 @@ def report_markdown(title: str, facts: dict, rows: Sequence[Row], plot: str | No
               "throughputs. `vs ceiling` = throughput / the ceiling's throughput for the same graph "
               "and length at `ceiling ref` (in-process: the same batch; HTTP: the largest measured "
               "batch ≤ clients). `server batch` = mean inputs per inference call on the server "
-              "during the cell and `ORT busy` = the share of the cell's wall time the server spent inside onnxruntime (both from its /metrics). `others' cores` = CPU used by processes outside the benchmark during the cell (median; the machine is shared). `tokens` counts [CLS]/[SEP]; `a→b` = truncated to "
+              "during the cell and `ORT busy` = the share of the cell's wall time the server spent inside onnxruntime, summed over workers (both from its /metrics). `others' cores` = CPU used by processes outside the benchmark during the cell (median; the machine is shared). `tokens` counts [CLS]/[SEP]; `a→b` = truncated to "
               "the model's max_len.\n", markdown_table(rows)]
     if plot:
         parts += ["\n## Plot\n", f"![throughput vs concurrency]({plot})\n"]

@@ -36,15 +36,36 @@ def _children_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _group_members(pgids: list[int]) -> list[int]:
+    """Every process in these process groups: a server started in its own session and the
+    workers it forks (uvicorn --workers) all count as ours."""
+    if not pgids:
+        return []
+    want, out = set(pgids), []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) in want:  # pgrp
+            out.append(int(d.name))
+    return out
+
+
 class ForeignLoad:
-    """`with ForeignLoad(pids) as f: ...` then `f.cores`: others' CPU use in cores (nan if unknown)."""
+    """`with ForeignLoad(pgids) as f: ...` then `f.cores`: others' CPU use in cores (nan if
+    unknown). `pgids`: process groups of the servers (each started in its own session)."""
 
     def __init__(self, pids: list[int] = ()):
         self.pids = list(pids)
         self.cores = float("nan")
 
     def _snap(self):
-        return (_busy_ticks(), _proc_ticks("self"), sum(_proc_ticks(p) for p in self.pids),
+        members = _group_members(self.pids)
+        return (_busy_ticks(), _proc_ticks("self"), {p: _proc_ticks(p) for p in members},
                 _children_seconds(), time.perf_counter())
 
     def __enter__(self):
@@ -60,7 +81,8 @@ class ForeignLoad:
         if wall <= 0:
             return False
         total = (end[0] - start[0]) / TICK
-        ours = (end[1] - start[1] + end[2] - start[2]) / TICK + (end[3] - start[3])
+        servers = sum(t - start[2].get(p, 0) for p, t in end[2].items())  # forked since: all theirs
+        ours = (end[1] - start[1] + servers) / TICK + (end[3] - start[3])
         self.cores = max(0.0, total - ours) / wall
         return False
 
