@@ -391,7 +391,8 @@ def machine_facts(provider: str) -> dict:
                 break
     except OSError:
         pass
-    commit = _git("rev-parse", "--short", "HEAD") or "?"
+    # HEADWISE_BENCH_COMMIT: when run from an export of a commit (git archive), not a checkout
+    commit = os.environ.get("HEADWISE_BENCH_COMMIT") or _git("rev-parse", "--short", "HEAD") or "?"
     dirty = _git("status", "--porcelain", "--", "service", "model", "export", "headwise", "bench")
     if dirty:
         files = sorted(line[3:] for line in dirty.splitlines())
