@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.common import machine_facts
 from bench.http import load, probe, sample_from, start_headwise
 from bench.noise import TICK, ForeignLoad, _proc_ticks
 from bench.workload import Workload
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             "other processes": f"{others.cores:.2f} cores",
             "py-spy": f"{args.rate} Hz, {int(args.seconds)} s, raw stacks, --nonblocking"
                       f"{', --native' if args.native else ''}",
+            "git commit": machine_facts(args.provider)["git commit"],
+            "command": "python -m bench.profile " + " ".join(argv if argv is not None else sys.argv[1:]),
         }
         md = to_markdown(f"Profile: headwise {label}", summarise(raw), facts)
         args.out.mkdir(parents=True, exist_ok=True)
