@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 import threading
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from service import errors
 from service.engine import BackendFactory, Engine
 from service.errors import NotFound
 from service.metrics import Metrics
-from service.middleware import ServiceMiddleware
+from service.middleware import Activity, ServiceMiddleware
 from service.routers import embed, generate, health, kserve, metrics, models, openai, tokenize
 from service.schemas import BODY_MODELS
 from service.settings import Settings, load_settings
@@ -32,17 +33,37 @@ log = logging.getLogger("headwise.service")
 STATIC = Path(__file__).parent / "static"
 
 
-def _on_sigterm(engine: Engine) -> None:
-    """Readiness flips to 503 the moment SIGTERM arrives; uvicorn's own handler then drains."""
+SHUTDOWN_MARGIN_S = 2.0  # of the grace period, kept for closing once requests are done
+
+
+def _on_sigterm(app: FastAPI) -> None:
+    """SIGTERM: readiness and new requests get 503 at once; requests in flight finish, for at
+    most the grace period less a margin; then uvicorn's own handler closes the listener. A
+    second SIGTERM stops at once."""
     if threading.current_thread() is not threading.main_thread():
         return
+    engine, grace = app.state.engine, app.state.settings.grace_seconds
+    loop = asyncio.get_running_loop()
     previous = signal.getsignal(signal.SIGTERM)
+
+    async def drain(sig) -> None:
+        until = time.monotonic() + max(0.0, grace - SHUTDOWN_MARGIN_S)
+        while app.state.activity.active > 0 and time.monotonic() < until:
+            await asyncio.sleep(0.02)
+        if app.state.activity.active:
+            log.error("grace period over with %d request(s) in flight; stopping", app.state.activity.active)
+        previous(sig, None)
 
     def handler(sig, frame):
         engine.draining = True
         engine.ready = False
-        if callable(previous):
+        if not callable(previous):
+            return
+        if getattr(app.state, "drain_deadline", None) is not None:
             previous(sig, frame)
+            return
+        app.state.drain_deadline = time.monotonic() + grace
+        loop.call_soon_threadsafe(lambda: setattr(app.state, "drain_task", loop.create_task(drain(sig))))
 
     signal.signal(signal.SIGTERM, handler)
 
@@ -63,7 +84,7 @@ async def _prepare(engine: Engine) -> None:
 async def lifespan(app: FastAPI):
     engine: Engine = app.state.engine
     await anyio.to_thread.run_sync(engine.load_packages)  # bad package → start-up fails
-    _on_sigterm(engine)
+    _on_sigterm(app)
     task = asyncio.get_running_loop().create_task(_prepare(engine))
     try:
         yield
@@ -72,8 +93,10 @@ async def lifespan(app: FastAPI):
         engine.ready = False
         if not task.done():
             task.cancel()
-        # uvicorn has already waited (up to the grace period) for requests in flight.
-        await engine.close(timeout=min(5.0, app.state.settings.grace_seconds))
+        # Requests in flight are done (or the grace period is): what is left of it, at most 5 s.
+        deadline = getattr(app.state, "drain_deadline", None)
+        left = deadline - time.monotonic() - 0.5 if deadline else app.state.settings.grace_seconds
+        await engine.close(timeout=max(0.2, min(5.0, left)))
         app.state.metrics.close()
 
 
@@ -104,12 +127,17 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         version="0.1.0",
         summary="Transformer embeddings over HTTP, with every attention head on request.",
         lifespan=lifespan,
+        docs_url="/docs" if settings.docs else None,
+        redoc_url="/redoc" if settings.docs else None,
+        openapi_url="/openapi.json" if settings.docs else None,
     )
     app.state.settings = settings
+    app.state.activity = Activity()
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
-    app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes,
+                       activity=app.state.activity)
     for r in (embed, tokenize, models, health, metrics, generate, openai, kserve):
         app.include_router(r.router)
 

@@ -13,6 +13,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
+import time
 
 from service.package import PackageError, find_packages
 from service.settings import SettingsError, load_settings
@@ -36,6 +38,22 @@ def _log_config(level: str) -> dict:
     cfg = copy.deepcopy(LOGGING_CONFIG)
     cfg["loggers"]["headwise"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
     return cfg
+
+
+def _exit_if_stuck(code: int, wait_s: float = 1.0) -> None:
+    """A request hanging in onnxruntime past the grace period leaves a non-daemon worker
+    thread that the interpreter would wait for at exit; it must not keep the process alive."""
+    deadline = time.monotonic() + wait_s
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()
+             and not t.daemon]
+    if stuck:
+        print(f"headwise serve: exiting with thread(s) still busy: {', '.join(stuck)}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -62,7 +80,9 @@ def main(args: argparse.Namespace) -> int:
     # uvicorn re-raises SIGTERM once it has drained; a no-op handler here makes that an exit 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
     options = dict(host=settings.host, port=settings.port, loop="uvloop", http="httptools",
-                   lifespan="on", timeout_graceful_shutdown=settings.grace_seconds,
+                   # the app's SIGTERM drain waits for requests in flight (service.app); this is
+                   # only what uvicorn waits after it, or on SIGINT
+                   lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
                    log_level=args.log_level, access_log=args.access_log, log_config=_log_config(args.log_level))
     try:
         if settings.workers == 1:
@@ -70,7 +90,9 @@ def main(args: argparse.Namespace) -> int:
 
             server = uvicorn.Server(uvicorn.Config(create_app(settings), **options))
             server.run()
-            return 0 if server.started else 3
+            code = 0 if server.started else 3
+            _exit_if_stuck(code)
+            return code
         uvicorn.run("service.app:create_app", factory=True, workers=settings.workers, **options)
         return 0
     finally:

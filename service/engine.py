@@ -29,6 +29,23 @@ log = logging.getLogger("headwise.service")
 BackendFactory = Callable[[ModelPackage, Settings], Backend]
 
 
+FAULT = "__headwise_fault__:"  # HEADWISE_FAULT_INJECTION=true only (tests): ...:error, ...:hang=SECONDS
+
+
+def inject_fault(entries: list[Entry]) -> None:
+    """Test-only hook, off unless settings.fault_injection: an input `__headwise_fault__:error`
+    makes this batch's inference raise; `__headwise_fault__:hang=S` makes it block S seconds."""
+    for e in entries:
+        inputs = e.job.inputs
+        text = inputs[e.index] if isinstance(inputs, list) and e.index < len(inputs) else ""
+        if isinstance(text, str) and text.startswith(FAULT):
+            what = text[len(FAULT):]
+            if what.startswith("hang="):
+                time.sleep(float(what[5:]))
+            else:
+                raise RuntimeError("injected backend fault")
+
+
 def _token_ids(inputs) -> bool:
     """Pre-tokenised inputs (lists of ids, e.g. OpenAI's token-array input) rather than texts."""
     return bool(inputs) and not isinstance(inputs[0], str)
@@ -99,6 +116,8 @@ class ModelRuntime:
         if role == "attention":
             outputs.append("attentions")
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        if self.settings.fault_injection and record:
+            inject_fault(entries)
         t0 = time.perf_counter()
         out = self.backend.run(role, feeds, outputs)
         if record:
@@ -260,6 +279,10 @@ class Engine:
             raise InvalidRequest("'inputs' is empty")
         if len(texts) > self.settings.max_client_batch:
             raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request")
+        cap = self.settings.max_input_chars
+        for i, t in enumerate(texts):  # before any tokenisation: a huge string costs a len()
+            if isinstance(t, str) and len(t) > cap:
+                raise TooLarge(f"inputs[{i}] has {len(t)} characters; at most {cap} per input")
         if not self.ready or self.draining:
             raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
 

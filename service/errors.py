@@ -100,7 +100,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     by_field: dict[str, list[str]] = {}
     for e in errors:
         # Union members show up as extra loc parts ("str", "list[str]"); one field, one line.
-        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body" and not _is_tag(p))
+        # A field name is the client's text too (an unknown key may be a megabyte): cut it short.
+        loc = ".".join(_field(p) for p in e.get("loc", ()) if p != "body" and not _is_tag(p))
         if not loc:
             by_field.setdefault("body", []).append("must be a JSON object (Content-Type: application/json)")
             continue
@@ -111,7 +112,23 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     parts = [f"{loc}: {' or '.join(msgs)}" for loc, msgs in list(by_field.items())[:5]]
     if len(by_field) > 5:
         parts.append(f"... and {len(by_field) - 5} more")
-    return 422, "validation", "; ".join(parts)
+    return 422, "validation", _short("; ".join(parts), MAX_MESSAGE)
+
+
+MAX_FIELD, MAX_MESSAGE = 40, 1000  # characters: an error body stays well under 2 KB
+
+
+def _field(part) -> str:
+    """A location part as shown: indices and identifier-like names (at most MAX_FIELD
+    characters); any other key the client sent is not repeated."""
+    text = str(part)
+    if isinstance(part, int) or (len(text) <= MAX_FIELD and text.isidentifier() and text.isascii()):
+        return text
+    return "<unknown field>"
+
+
+def _short(text: str, limit: int = MAX_FIELD) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _is_tag(part) -> bool:

@@ -1,5 +1,6 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): body size
-limit, in-flight gauge, per-route request counts and latency."""
+limit, in-flight gauge and count (for draining), per-route request counts and latency, and
+security headers on the viewer's page and files."""
 
 from __future__ import annotations
 
@@ -8,12 +9,24 @@ import time
 from service.errors import error_response
 from service.metrics import Metrics
 
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+       "img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+PAGE_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff")]
+
+
+class Activity:
+    """HTTP requests being served right now (what a SIGTERM drain waits for)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+
 
 class ServiceMiddleware:
-    def __init__(self, app, metrics: Metrics, max_body_bytes: int):
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int, activity: Activity | None = None):
         self.app = app
         self.metrics = metrics
         self.max_body = max_body_bytes
+        self.activity = activity or Activity()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -22,11 +35,16 @@ class ServiceMiddleware:
         status = 500
         t0 = time.perf_counter()
         m.inflight.inc()
+        self.activity.active += 1
+        path = scope.get("path", "")
+        page = path == "/" or path.startswith("/static/")
 
         async def send_wrapper(message):
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if page:
+                    message = {**message, "headers": [*message.get("headers", ()), *PAGE_HEADERS]}
             await send(message)
 
         try:
@@ -40,6 +58,7 @@ class ServiceMiddleware:
                 await self.app(scope, receive, send_wrapper)
         finally:
             m.inflight.dec()
+            self.activity.active -= 1
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             model = (scope.get("state") or {}).get("model", "")
             m.requests.labels(route=route, model=model, code=str(status)).inc()

@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     max_queue: int = Field(4096, ge=1, description="queued inputs per queue before 429")
     attention_budget_bytes: int = Field(64 * MiB, ge=1)
     grace_seconds: float = Field(25.0, ge=0)
+    max_input_chars: int = Field(100_000, ge=1, description="characters per input; longer → 413 before tokenisation")
+    docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json")
+    fault_injection: bool = Field(
+        False, description="TEST ONLY: inputs starting with __headwise_fault__ make the backend fail or hang")
     max_new_tokens: int = Field(256, ge=1, description="most tokens one /v1/generate request may ask for")
     max_prompt_tokens: int | None = Field(None, ge=1, description="longest prompt/source in tokens; "
                                           "default: each model's max_len")
