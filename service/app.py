@@ -51,7 +51,9 @@ def _on_sigterm(app: FastAPI) -> None:
         while app.state.activity.active > 0 and time.monotonic() < until:
             await asyncio.sleep(0.02)
         if app.state.activity.active:
-            log.error("grace period over with %d request(s) in flight; stopping", app.state.activity.active)
+            log.error("grace period over with %d request(s) in flight; they get 503", app.state.activity.active)
+            engine.abort()
+            await asyncio.sleep(0.2)  # for those answers to go out
         previous(sig, None)
 
     def handler(sig, frame):

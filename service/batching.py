@@ -100,6 +100,7 @@ class Batcher:
         self._recent = 0  # clients served by the last batch
         self._last_end = 0.0
         self._running = False
+        self._batch: list[Entry] = []  # the one running now
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer")
 
@@ -151,6 +152,12 @@ class Batcher:
         self._pending.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    def abort(self, exc: Exception) -> None:
+        """Fail every job not answered yet, the running batch's too (its thread may hang)."""
+        for job in {*self._pending, *(e.job for e in self._queue), *(e.job for e in self._batch)}:
+            if not job.done:
+                job.future.set_exception(exc)
+
     # -- the loop -----------------------------------------------------------------------
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -166,6 +173,7 @@ class Batcher:
             if not batch:
                 continue
             self._running = True
+            self._batch = batch
             try:
                 results = await loop.run_in_executor(self._executor, self.run_batch, batch, padded)
             except Exception as e:  # the whole batch fails; each waiting handler gets the error
@@ -176,6 +184,7 @@ class Batcher:
                 self._deliver(batch, results)
             finally:
                 self._running = False
+                self._batch = []
                 self._last_end = time.perf_counter()
                 self._recent = len({en.job for en in batch})
 

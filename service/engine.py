@@ -256,6 +256,12 @@ class Engine:
             rt.ready = True
         self.ready = True
 
+    def abort(self) -> None:
+        """Grace period over: every request still waiting gets 503 now."""
+        for rt in self.models.values():
+            for b in rt.batchers.values():
+                b.abort(NotReady("server shutting down; the grace period is over"))
+
     async def close(self, timeout: float = 5.0) -> None:
         self.ready = False
         for rt in self.models.values():
