@@ -41,6 +41,12 @@ QUICK = {  # about 3 minutes: what issue 4 and 9's targets need
     "reps": 3, "seconds": 2.0, "ceiling_seconds": 0.6,
 }
 MAX_CELL_SECONDS = 20.0
+STANDARD_NOTES = [
+    "HTTP cells run `--seconds` (longer, up to 20 s, when fewer than 3 answers per client came "
+    "back); requests still in flight when wrk stops are not counted, which understates "
+    "throughput by about 1 / (2 × answers per client): negligible at 16 clients and 20 tokens, "
+    "a few percent for the slowest 64-client cells.",
+]
 
 
 def _ints(s: str) -> list[int]:
@@ -79,6 +85,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calm", type=float, default=0.0, metavar="SECONDS",
                    help="before each cell, wait up to this long for other processes to use < 0.25 "
                         "cores (a shared machine); default 0: do not wait")
+    p.add_argument("--disturbed-cores", default="0.5", metavar="CORES",
+                   help="a repetition during which other processes used more CPU than this is left "
+                        "out of the medians when two undisturbed ones remain ('none': keep all)")
+    p.add_argument("--from-raw", type=Path, metavar="RAW_JSON",
+                   help="measure nothing: write the report again from a <name>.raw.json")
     p.add_argument("--max-minutes", type=float, default=40.0,
                    help="stop after the repetition that passes this (default 40)")
 
@@ -322,6 +333,11 @@ class _External:
 
 
 def main(args: argparse.Namespace) -> int:
+    from bench import common
+
+    common.DISTURBED_CORES = None if args.disturbed_cores == "none" else float(args.disturbed_cores)
+    if args.from_raw:
+        return rerender(args)
     cfg = plan(args)
     name = args.name or (args.provider + ("-quick" if args.quick else ""))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -375,24 +391,57 @@ def main(args: argparse.Namespace) -> int:
              "headwise attention rows: all layers and heads, float16, base64, served by the "
              f"{run.serving_precision('attention')} server (attention.onnx is fp32).",
              "sentence-transformers: `encode(texts, batch_size=b)`, tokenising included; the naive "
-             "server runs one such call per request (bench/naive_server.py)."]
+             "server runs one such call per request (bench/naive_server.py).",
+             *STANDARD_NOTES]
+    write_report(args.out, name, facts, cfg, rows, notes, command)
+    return 0
+
+
+def write_report(out: Path, name: str, facts: dict, cfg: dict, rows: list[Row], notes: list[str],
+                 command: str) -> None:
+    notes = list(notes)
     plot_path = None
     if rows:
         try:
             from bench.plot import plot
 
-            plot_path = plot(rows, args.out / f"{name}.png", f"headwise bench: {name} ({facts['cpu']})")
+            plot_path = plot(rows, out / f"{name}.png", f"headwise bench: {name} ({facts.get('cpu', '?')})")
         except ImportError as e:  # matplotlib missing (e.g. the GPU machine): table only
             notes.append(f"no plot: {e}")
     md = report_markdown(f"headwise bench: {name}", facts, rows,
                          plot_path.name if plot_path else None, command, notes)
-    (args.out / f"{name}.md").write_text(md)
-    write_json(args.out / f"{name}.raw.json", {"facts": facts, "config": cfg,
-                                              "rows": [r.to_json() for r in rows]})
-    print(f"\nwrote {args.out / (name + '.md')}" + (f" and {plot_path}" if plot_path else ""))
+    (out / f"{name}.md").write_text(md)
+    write_json(out / f"{name}.raw.json", {"facts": facts, "config": cfg, "command": command,
+                                         "notes": [n for n in notes if not n.startswith("no plot")],
+                                         "rows": [r.to_json() for r in rows]})
+    print(f"\nwrote {out / (name + '.md')}" + (f" and {plot_path}" if plot_path else ""))
     from bench.common import targets_table
 
     ts = targets(rows)
     if ts:
         print(targets_table(ts))
+
+
+def rows_from_json(data: list[dict]) -> list[Row]:
+    rows = []
+    for d in data:
+        row = Row(d["suite"], d["variant"], d["tokens"], d["effective_tokens"], d.get("batch"),
+                  d.get("concurrency"), note=d.get("note", ""))
+        row.samples = [Sample(**smp) for smp in d["samples"]]
+        rows.append(row)
+    return rows
+
+
+def rerender(args: argparse.Namespace) -> int:
+    """--from-raw: the report again (e.g. with another --disturbed-cores), nothing measured."""
+    import json
+
+    raw = json.loads(args.from_raw.read_text())
+    if not isinstance(raw, dict) or "rows" not in raw:
+        print(f"headwise bench: {args.from_raw} is a partial file (the run stopped early); "
+              "nothing to report", file=sys.stderr)
+        return 2
+    name = args.name or args.from_raw.name.removesuffix(".raw.json")
+    write_report(args.out, name, raw["facts"], raw.get("config", {}), rows_from_json(raw["rows"]),
+                 raw.get("notes", []), raw.get("command", "?"))
     return 0

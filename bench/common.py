@@ -100,6 +100,22 @@ def text_of_length(tokenizer, n: int, words: Sequence[str] = WORDS) -> str:
 
 
 # -- result rows ---------------------------------------------------------------------------------
+# A repetition during which other processes used more than this many cores is "disturbed": a
+# row's medians leave it out when at least two undisturbed repetitions remain (the same rule for
+# every system; the measure is independent of the result). None: keep every repetition.
+DISTURBED_CORES: float | None = 0.5
+
+
+def quiet(sample) -> bool:
+    c = sample.extra.get("foreign_cores", math.nan)
+    return DISTURBED_CORES is None or not c > DISTURBED_CORES  # unknown (nan) counts as quiet
+
+
+def _kept(flags: list[bool]) -> list[bool]:
+    """Which repetitions count: the quiet ones when there are at least two, else all."""
+    return flags if sum(flags) >= min(2, len(flags)) else [True] * len(flags)
+
+
 @dataclass
 class Sample:
     """One repetition of one cell."""
@@ -130,11 +146,17 @@ class Row:
     def key(self) -> tuple:
         return (self.suite, self.variant, self.tokens, self.batch, self.concurrency)
 
+    @property
+    def used(self) -> list[Sample]:
+        """The repetitions the medians use (see DISTURBED_CORES)."""
+        keep = _kept([quiet(s) for s in self.samples])
+        return [s for s, k in zip(self.samples, keep, strict=True) if k]
+
     def med(self, what: str) -> float:
-        return median(getattr(s, what) for s in self.samples)
+        return median(getattr(s, what) for s in self.used)
 
     def med_extra(self, what: str) -> float:
-        return median(s.extra.get(what, math.nan) for s in self.samples)
+        return median(s.extra.get(what, math.nan) for s in self.used)
 
     @property
     def errors(self) -> int:
@@ -143,7 +165,7 @@ class Row:
     def to_json(self) -> dict:
         d = asdict(self)
         d["median"] = {k: self.med(k) for k in ("throughput", "p50", "p95", "p99")}
-        d["spread"] = spread([s.throughput for s in self.samples])
+        d["spread"] = spread([s.throughput for s in self.used])
         return d
 
 
@@ -213,7 +235,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
             _fmt(r.med("throughput")), _fmt(r.med("p50"), 2), _fmt(r.med("p95"), 2),
             _fmt(r.med("p99"), 2),
             f"{ratio:.0%}" if not math.isnan(ratio) else "–", ref_label,
-            str(len(r.samples)), f"{spread([s.throughput for s in r.samples]):.0%}",
+            f"{len(r.used)}/{len(r.samples)}", f"{spread([s.throughput for s in r.used]):.0%}",
             _fmt(r.med_extra("mean_batch"), 1),
             f"{r.med_extra('ort_busy'):.0%}" if not math.isnan(r.med_extra("ort_busy")) else "–",
             _fmt(r.med_extra("foreign_cores"), 2),
@@ -239,8 +261,11 @@ def _verdict(ok: bool | None) -> str:
 
 def paired(a: Row, b: Row, what: str, op) -> list[float]:
     """op(a_i, b_i) for the repetitions measured side by side (same repetition index: the cells
-    ran back to back), so drift on a shared machine cancels out of the ratio."""
-    return [op(getattr(x, what), getattr(y, what)) for x, y in zip(a.samples, b.samples, strict=False)]
+    ran back to back), so drift on a shared machine cancels out of the ratio; pairs where either
+    side was disturbed are left out when at least two undisturbed pairs remain."""
+    pairs = list(zip(a.samples, b.samples, strict=False))
+    keep = _kept([quiet(x) and quiet(y) for x, y in pairs])
+    return [op(getattr(x, what), getattr(y, what)) for (x, y), k in zip(pairs, keep, strict=True) if k]
 
 
 def targets(rows: Sequence[Row], short: int = 20) -> list[Target]:
@@ -275,7 +300,7 @@ def targets(rows: Sequence[Row], short: int = 20) -> list[Target]:
                 else f"{a.med(what):,.0f} / {b.med(what):,.0f} inputs/s")
         if not b.med(what):  # an absolute bar
             side = f"{a.med(what):,.2f} ms"
-        measured = f"{side}; paired: **{fmt(v)}{unit}** (reps {fmt(lo)}…{fmt(hi)}{unit})"
+        measured = f"{side}; paired: **{fmt(v)}{unit}** ({len(vals)} reps {fmt(lo)}…{fmt(hi)}{unit})"
         out.append(Target(name, label(bar4), label(bar9), measured, v, ok(bar4), ok(bar9)))
 
     def pct(x):
@@ -345,10 +370,12 @@ def report_markdown(title: str, facts: dict, rows: Sequence[Row], plot: str | No
     if ts:
         parts += ["## Targets (issues 4 and 9)\n",
                   "Each verdict uses the median over repetitions of the paired figure (the two "
-                  "cells ran back to back in each repetition).\n", targets_table(ts)]
+                  "cells ran back to back in each repetition; disturbed pairs left out as below).\n", targets_table(ts)]
     parts += ["## Results\n",
-              "Medians over the repetitions (`reps`); `spread` = (max − min) / median of the "
-              "throughputs. `vs ceiling` = throughput / the ceiling's throughput for the same graph "
+              "Medians over the repetitions (`reps` = used/run: a repetition during which other "
+              "processes used more than " + (f"{DISTURBED_CORES:g}" if DISTURBED_CORES is not None else "∞") +
+              " cores is left out when two undisturbed ones remain); `spread` = (max − min) / median of the "
+              "throughputs used. `vs ceiling` = throughput / the ceiling's throughput for the same graph "
               "and length at `ceiling ref` (in-process: the same batch; HTTP: the largest measured "
               "batch ≤ clients). `server batch` = mean inputs per inference call on the server "
               "during the cell and `ORT busy` = the share of the cell's wall time the server spent inside onnxruntime, summed over workers (both from its /metrics). `others' cores` = CPU used by processes outside the benchmark during the cell (median; the machine is shared). `tokens` counts [CLS]/[SEP]; `a→b` = truncated to "

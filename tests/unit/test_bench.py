@@ -173,6 +173,16 @@ def test_targets_use_paired_repetitions():
     assert t.value == pytest.approx(0.9) and "0.9" not in t.issue9 and "paired" in t.measured
 
 
+def test_disturbed_repetitions_are_left_out_when_two_quiet_ones_remain():
+    r = Row("ceiling", "fp32", 20, 20, batch=16)
+    for thr, others in ((500, 0.0), (100, 1.2), (520, 0.1)):
+        r.samples.append(Sample(thr, 30, 30, 30, extra={"foreign_cores": others}))
+    assert r.med("throughput") == pytest.approx(510) and len(r.used) == 2
+    r.samples[2].extra["foreign_cores"] = 0.9  # only one quiet left: every repetition counts
+    assert r.med("throughput") == 500 and len(r.used) == 3
+    assert "| 3/3 |" in markdown_table([r])
+
+
 def test_gpu_targets():
     rows = [_row("headwise", "fp16", 128, 3000, 2.5, conc=64), _row("ceiling", "fp16", 128, 3500, 9, batch=64),
             _row("headwise", "fp16", 128, 400, 2.5, conc=1)]
@@ -259,3 +269,23 @@ def test_plan_defaults_quick_and_overrides():
     assert cli.plan(_args("--provider", "cuda"))["variants"] == ["fp16", "attention"]
     with pytest.raises(SystemExit):
         cli.plan(_args("--suites", "ceiling,nope"))
+
+
+def test_report_again_from_raw_json(rows, tmp_path, monkeypatch):
+    import json
+
+    from bench import common
+
+    monkeypatch.setattr(common, "DISTURBED_CORES", common.DISTURBED_CORES)  # main() sets it
+
+    raw = tmp_path / "run.raw.json"
+    raw.write_text(json.dumps({"facts": {"cpu": "test"}, "config": {}, "command": "headwise bench --quick",
+                               "notes": ["kept note"], "rows": [r.to_json() for r in rows]}))
+    again = cli.rows_from_json(json.loads(raw.read_text())["rows"])
+    assert [r.key for r in again] == [r.key for r in rows]
+    assert [r.med("throughput") for r in again] == [r.med("throughput") for r in rows]
+    args = _args("--from-raw", str(raw), "--out", str(tmp_path / "out"), "--disturbed-cores", "none")
+    (tmp_path / "out").mkdir()
+    assert cli.main(args) == 0
+    md = (tmp_path / "out" / "run.md").read_text()
+    assert "headwise bench --quick" in md and "kept note" in md and "## Targets" in md
