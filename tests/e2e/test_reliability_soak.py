@@ -1,0 +1,30 @@
+"""Issue 8, soak in its 60-second form: bench/soak.py against a real server (the 10-minute
+run is `python -m bench.soak --minutes 10`). No failed request, RSS growth < 5% over the second
+half, last-window p99 <= 2x the first window's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.conftest import REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def test_soak_60_seconds(start_server):
+    srv = start_server(env={"HEADWISE_PRECISION": "fp32"})
+    r = subprocess.run([sys.executable, "-m", "bench.soak", "--seconds", "60", "--url", srv.url,
+                        "--pid", str(srv.proc.pid)], cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert r.stdout.strip(), r.stderr[-3000:]
+    result = json.loads(r.stdout)
+    print("\nsoak 60 s:", json.dumps(result))
+    assert result["requests"] > 0 and result["errors"] == 0, result
+    assert result["rss_growth_second_half"] < 0.05, result
+    assert result["p99_ratio"] <= 2.0, result
+    assert r.returncode == 0
+    assert "Traceback" not in srv.log_tail(10_000_000)
+    srv.stop()
