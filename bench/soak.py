@@ -1,7 +1,7 @@
 """Soak (issue 8): mixed traffic against one `headwise serve` for a fixed time, watching memory and
 latency. Random input lengths 1..max_len tokens, attention on 10% of requests.
 
-Pass criteria: no request fails; RSS grows < 5% over the second half; the p99 latency of the
+After a warm-up (--warmup, 10 s, not measured). Pass criteria: no request fails; RSS grows < 5% over the second half; the p99 latency of the
 last window is at most 2x the first window's (windows: a minute, or a quarter of shorter runs).
 
     python -m bench.soak --minutes 10 [--models models] [--clients 8] [--out soak.json]
@@ -76,11 +76,15 @@ async def sample_rss(pid: int, deadline: float, every: float, out: list) -> None
     out.append((time.monotonic(), rss_kb(pid)))
 
 
-async def drive(url: str, pid: int, seconds: float, clients: int, attention_share: float, seed: int) -> dict:
+async def drive(url: str, pid: int, seconds: float, clients: int, attention_share: float, seed: int,
+                warmup: float = 10.0) -> dict:
     host, port = url.split("//")[1].split(":")
     with urllib.request.urlopen(url + "/v1/models", timeout=30) as r:
         card = json.loads(r.read())["data"][0]
     info = {"max_len": card["max_len"], "n_layers": card["n_layers"]}
+    if warmup > 0:  # the allocator settles on every length and batch shape first; not measured
+        await asyncio.gather(*(client(host, int(port), time.monotonic() + warmup, random.Random(-seed - i), info,
+                                      [], [], attention_share) for i in range(clients)))
     lat: list = []
     errors: list = []
     rss: list = []
@@ -146,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--attention", type=float, default=0.10, help="share of requests asking for attention")
     p.add_argument("--seed", type=int, default=8)
+    p.add_argument("--warmup", type=float, default=10.0, help="seconds of the same traffic before measuring")
     p.add_argument("--url", help="a server already running (with --pid)")
     p.add_argument("--pid", type=int)
     p.add_argument("--out", type=Path)
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         proc, url = start_server(a.models, {"HEADWISE_PRECISION": a.precision})
         pid = proc.pid
     try:
-        result = asyncio.run(drive(url, pid, seconds, a.clients, a.attention, a.seed))
+        result = asyncio.run(drive(url, pid, seconds, a.clients, a.attention, a.seed, a.warmup))
     finally:
         if proc is not None:
             os.killpg(proc.pid, signal.SIGTERM)
