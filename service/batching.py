@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from service.errors import Disconnected, NotReady, Overloaded
+from service.resources import lower_thread_priority
 
 IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
 
@@ -102,7 +103,8 @@ class Batcher:
         self._running = False
         self._batch: list[Entry] = []  # the one running now
         self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
+                                            initializer=lower_thread_priority)
 
     # -- public surface -----------------------------------------------------------------
     def start(self) -> None:

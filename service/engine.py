@@ -21,6 +21,7 @@ from service.generation import GenerativeRuntime
 from service.metrics import Metrics, QueueHooks
 from service.package import ModelPackage, find_packages
 from service.postprocess import AttentionSpec, EmbedParams, attention_payload, pool
+from service.resources import lower_thread_priority
 from service.settings import Settings
 from service.tokenizer import Encoded, TextTokenizer
 
@@ -243,7 +244,12 @@ class Engine:
             self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
 
     def prepare(self) -> None:
-        """Create sessions and warm up (blocking: run it off the event loop)."""
+        """Create sessions and warm up (blocking: run it off the event loop), on a thread of
+        lower priority whose onnxruntime pools inherit it (see lower_thread_priority)."""
+        with ThreadPoolExecutor(max_workers=1, initializer=lower_thread_priority) as pool:
+            pool.submit(self._prepare).result()
+
+    def _prepare(self) -> None:
         for rt in self.models.values():
             rt.load(self.backend_factory)
             t0 = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from pathlib import Path
 
 
@@ -30,3 +31,22 @@ def usable_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
     if quota is not None:
         n = min(n, max(1, math.ceil(quota)))
     return max(1, n)
+
+
+INFERENCE_NICENESS = 5
+
+
+def lower_thread_priority(niceness: int = INFERENCE_NICENESS) -> None:
+    """Run the calling thread, and the onnxruntime pool threads it goes on to create (Linux
+    threads inherit their creator's nice value), below the event loop's priority.
+
+    On a saturated machine inference still takes whatever CPU is left, but the event loop is
+    scheduled first, so health checks, 429s and 413s are answered at once instead of queueing
+    behind a batch. Raising one's own nice value needs no privilege.
+    """
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(current + niceness, 19))
+    except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
+        pass

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from service.errors import NotReady, Overloaded
 from service.generation.batch import Batch, Stepper, join, keep
 from service.generation.sequence import Sequence
+from service.resources import lower_thread_priority
 
 log = logging.getLogger("headwise.service")
 
@@ -29,7 +30,8 @@ class Scheduler:
         self.active = 0
         self.closed = False
         self._wake = asyncio.Event()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"headwise-gen-{name}")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"headwise-gen-{name}",
+                                        initializer=lower_thread_priority)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
