@@ -221,7 +221,7 @@ class ModelRuntime:
                 return self.run_batch(role, entries, padded)
 
             batcher = Batcher(run, limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant),
-                              prepare=self.prepare)
+                              prepare=self.prepare, pad_to_bucket=self.backend.provider == "cuda")
             batcher.start()
             self.batchers[role] = batcher
 

@@ -248,3 +248,18 @@ def test_a_failing_batch_fails_its_requests_only():
         await b.close()
 
     run(main())
+
+
+def test_without_buckets_a_batch_pads_to_its_longest_input():
+    async def main():
+        rec = Recorder()
+        b = Batcher(rec, Limits(64, 64, 0.0, 100), [8, 16, 32, 64], None, pad_to_bucket=False)
+        futs = [submit(b, [30], "old"), submit(b, [3], "s1"), submit(b, [28], "l2"), submit(b, [4], "s2")]
+        b.start()
+        await asyncio.gather(*futs)
+        await b.close()
+        return rec
+
+    rec = run(main())
+    # the same batches as with buckets (cut by their bucketed cost), padded only as far as needed
+    assert rec.batches == [([28, 30], 30), ([3, 4], 4)]
