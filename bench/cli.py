@@ -88,6 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disturbed-cores", default="0.5", metavar="CORES",
                    help="a repetition during which other processes used more CPU than this is left "
                         "out of the medians when two undisturbed ones remain ('none': keep all)")
+    p.add_argument("--retry-disturbed", type=int, default=0, metavar="N",
+                   help="measure a disturbed cell again, up to N times (after --calm); default 0")
     p.add_argument("--from-raw", type=Path, metavar="RAW_JSON",
                    help="measure nothing: write the report again from a <name>.raw.json")
     p.add_argument("--max-minutes", type=float, default=40.0,
@@ -274,15 +276,22 @@ class Run:
         cells.sort(key=lambda c: (c.row.batch or c.row.concurrency or 0,
                                   VARIANT_ORDER.get(c.row.variant, 9), order[c.row.suite]))
         pids = [s.proc.pid for s in self.servers.values() if hasattr(s, "proc")]
+        from bench.common import quiet
+
         for c in cells:
-            waited = wait_for_calm(pids, self.args.calm)
-            t0 = time.perf_counter()
-            with ForeignLoad(pids) as load:
-                sample = c.measure()
-            sample.extra["cell_s"] = time.perf_counter() - t0
-            sample.extra["foreign_cores"] = load.cores
-            if self.args.calm > 0:
-                sample.extra["waited_s"] = waited
+            for attempt in range(1 + self.args.retry_disturbed):  # bounded
+                waited = wait_for_calm(pids, self.args.calm)
+                t0 = time.perf_counter()
+                with ForeignLoad(pids) as load:
+                    sample = c.measure()
+                sample.extra["cell_s"] = time.perf_counter() - t0
+                sample.extra["foreign_cores"] = load.cores
+                sample.extra["attempt"] = attempt
+                if self.args.calm > 0:
+                    sample.extra["waited_s"] = waited
+                if quiet(sample) or attempt == self.args.retry_disturbed:
+                    break
+                print(f"  (others used {load.cores:.2f} cores: measuring again)", flush=True)
             self.add(c.row, sample)
 
     def _http_cell(self, server, path: str, body: bytes, clients: int, key: tuple,
