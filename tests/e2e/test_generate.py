@@ -290,8 +290,8 @@ def test_concurrent_requests_are_batched_and_each_correct(srv, gpt2, marian):
                 metric(text, "headwise_batch_size_count", model=variant[0], variant=variant[1]))
 
     before = srv.metrics()
-    jobs = [("tiny-gpt2", "prompt", FAULT + f"slow=0.01 {p}") for p in PROMPTS] + \
-           [("tiny-marian", "source", FAULT + f"slow=0.01 {p}") for p in PROMPTS]
+    jobs = [("tiny-gpt2", "prompt", FAULT + f"slow=0.05 {p}") for p in PROMPTS] + \
+           [("tiny-marian", "source", FAULT + f"slow=0.05 {p}") for p in PROMPTS]
     with ThreadPoolExecutor(len(jobs)) as pool:
         outs = list(pool.map(lambda j: generate(srv, model=j[0], **{j[1]: j[2]}, max_new_tokens=16), jobs))
     for (name, _, text), out in zip(jobs, outs, strict=True):
