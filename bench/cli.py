@@ -285,7 +285,8 @@ class Run:
                 with ForeignLoad(pids) as load:
                     sample = c.measure()
                 sample.extra["cell_s"] = time.perf_counter() - t0
-                sample.extra["foreign_cores"] = load.cores
+                # an external server's CPU cannot be told from other people's: unknown then
+                sample.extra["foreign_cores"] = math.nan if "external" in self.servers else load.cores
                 sample.extra["attempt"] = attempt
                 if self.args.calm > 0:
                     sample.extra["waited_s"] = waited
