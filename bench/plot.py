@@ -40,7 +40,7 @@ def plot(rows: Sequence[Row], path: Path, title: str) -> Path | None:
             if ce:
                 xs = [r.batch for r in ce]
                 xs_all.update(xs)
-                ax.plot(xs, [r.med("throughput") for r in ce], "--", color=color, alpha=0.7,
+                ax.plot(xs, [r.med("throughput") for r in ce], "x--", color=color, alpha=0.7,
                         label=f"ceiling {variant} (x = batch)")
         nv = sorted((r for r in here if r.suite == "naive-server"), key=lambda r: r.concurrency)
         if nv:
