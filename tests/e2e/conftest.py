@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -129,3 +130,33 @@ def start_server(default_package, tmp_path_factory):
 @pytest.fixture(scope="session")
 def server(start_server) -> HeadwiseServer:
     return start_server(env={"HEADWISE_PRECISION": "fp32"})
+
+
+CHROMIUM = os.environ.get("HEADWISE_CHROMIUM", "/usr/bin/chromium")
+# Without the background-networking flags Chromium reaches for the internet, which is closed here.
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def _no_browser(reason: str):
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the browser tests must run)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium driven by Playwright (never a downloaded browser)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _no_browser("playwright (Python) is not installed")
+    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
+    if not exe:
+        _no_browser(f"no chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

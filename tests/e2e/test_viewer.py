@@ -25,12 +25,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
 DOCS_IMG = REPO / "docs" / "img" / "viewer.png"
-CHROMIUM = os.environ.get("HEADWISE_CHROMIUM", "/usr/bin/chromium")
 # Without the background-networking flags chromium tries to reach the internet on its own.
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 SENTENCE = "Headwise shows what every attention head looks at, unbelievably."
 SPECIAL = {"[CLS]", "[SEP]", "<s>", "</s>"}  # as in service/static/app.js
 F16_ATOL = 1e-3  # float16 keeps 11 significant bits: |error| <= 2**-11 for weights <= 1
@@ -40,25 +35,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 # ---------------------------------------------------------------- browser
 
-def _no_browser(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the browser tests must run)")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _no_browser("playwright (Python) is not installed")
-    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
-    if not exe:
-        _no_browser(f"no chromium at {CHROMIUM} (apt-get install chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 # ---------------------------------------------------------------- server

@@ -9,8 +9,6 @@ packages built in the test."""
 from __future__ import annotations
 
 import base64
-import os
-import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,34 +18,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
-CHROMIUM = os.environ.get("HEADWISE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def _no_browser(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the browser tests must run)")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _no_browser("playwright (Python) is not installed")
-    exe = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
-    if not exe:
-        _no_browser(f"no chromium at {CHROMIUM} (apt-get install chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
