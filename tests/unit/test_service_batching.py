@@ -52,7 +52,7 @@ def run(coro):
 
 def test_idle_server_runs_a_lone_request_at_once():
     async def main():
-        b = make(Recorder(), wait_s=1.0)  # a long max wait must not be spent when idle
+        b = make(Recorder(), wait_s=5.0)  # a long max wait must not be spent when idle
         b.start()
         t0 = time.perf_counter()
         res = await submit(b, [5], "a")
@@ -62,7 +62,7 @@ def test_idle_server_runs_a_lone_request_at_once():
 
     res, elapsed = run(main())
     assert res == [("a", 0, 5)]
-    assert elapsed < 0.2
+    assert elapsed < 2.0  # not the 5 s max wait (loose: 2 shared cores)
 
 
 def test_requests_arriving_during_a_run_share_the_next_batch():
@@ -85,7 +85,7 @@ def test_requests_arriving_during_a_run_share_the_next_batch():
 def test_waits_for_recent_clients_to_come_back_but_no_longer_than_max_wait():
     async def main():
         rec = Recorder()
-        b = make(rec, wait_s=0.3)
+        b = make(rec, wait_s=1.0)
         futs = [submit(b, [5], i) for i in range(3)]
         b.start()
         await asyncio.gather(*futs)  # one batch served 3 clients
@@ -107,9 +107,9 @@ def test_waits_for_recent_clients_to_come_back_but_no_longer_than_max_wait():
 
     rec, together, alone, idle = run(main())
     assert [x[0] for x in rec.batches[:2]] == [[5, 5, 5], [5, 6, 7]]
-    assert together < 0.25
-    assert 0.25 < alone < 1.0
-    assert idle < 0.1
+    assert together < 0.8
+    assert 0.9 < alone < 3.0
+    assert idle < 0.5
 
 
 def test_raw_inputs_are_tokenised_together_on_the_batcher_thread():
