@@ -132,6 +132,9 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         docs_url="/docs" if settings.docs else None,
         redoc_url="/redoc" if settings.docs else None,
         openapi_url="/openapi.json" if settings.docs else None,
+        # Off unless asked: its per-request "is an SDK configured?" check was 10% of the event
+        # loop's work under load (bench/results/experiments-cpu.md).
+        telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.activity = Activity()

@@ -70,6 +70,31 @@ def topk(a: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return idx.astype(INDEX_DTYPE), np.take_along_axis(a, idx, axis=-1)
 
 
+_F32_SUBNORMAL_F16 = np.uint32(113 << 23)  # float32 bits of 2^-14: below it a float16 is subnormal
+
+
+def weights_to_f16(a: np.ndarray) -> np.ndarray:
+    """float32 → float16, bit-identical to `astype`, for arrays in [0, 1] (attention weights).
+
+    numpy's cast leaves its SIMD path for every value that becomes a float16 subnormal, and
+    most attention weights are that small: 55 ms for [6, 12, 128, 128] against 7.6 ms here
+    (bench/results/experiments-cpu.md). Normal values round to nearest-even by integer
+    arithmetic on the bits; subnormals are rint(x · 2^24), exact in float32. Anything else
+    (NaN, out of range) takes numpy's cast."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if not a.size or not (a.min() >= 0.0 and a.max() <= 1.0):
+        return a.astype(np.float16)
+    u = a.view(np.uint32)
+    normal = (u + (np.uint32(0x0FFF) + ((u >> 13) & 1))) >> 13
+    normal -= np.uint32(112 << 10)  # float32 exponent bias 127 → float16's 15
+    sub = np.rint(a * np.float32(2.0 ** 24)).astype(np.uint32)
+    return np.where(u < _F32_SUBNORMAL_F16, sub, normal).astype(np.uint16).view(np.float16)
+
+
+def _cast(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return weights_to_f16(a) if dtype == np.float16 else a.astype(dtype, copy=False)
+
+
 def attention_payload(att: np.ndarray, t: int, spec: AttentionSpec) -> dict:
     a = select_attention(att, t, spec)
     dtype = DTYPES[spec.dtype]
@@ -77,13 +102,13 @@ def attention_payload(att: np.ndarray, t: int, spec: AttentionSpec) -> dict:
            "dtype": spec.dtype, "encoding": spec.encoding}
     if spec.format == "dense":
         out["shape"] = list(a.shape)
-        out["data"] = encode_array(a.astype(dtype, copy=False), spec.encoding)
+        out["data"] = encode_array(_cast(a, dtype), spec.encoding)
     else:
         idx, vals = topk(a, spec.top_k)
         out["shape"] = list(idx.shape)
         out["index_dtype"] = "int32"
         out["data"] = {"indices": encode_array(idx, spec.encoding),
-                       "values": encode_array(vals.astype(dtype, copy=False), spec.encoding)}
+                       "values": encode_array(_cast(vals, dtype), spec.encoding)}
     return out
 
 

@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(16384, ge=1)
     max_batch_size: int = Field(64, ge=1)
     max_wait_ms: float = Field(2.0, ge=0, le=10_000)
+    concurrent_batches: int = Field(1, ge=1, le=16, description="batches in flight per queue: more than 1 "
+                                    "overlaps one batch's HTTP work with another's inference")
     max_client_batch: int = Field(256, ge=1)
     max_body_bytes: int = Field(4 * MiB, ge=1)
     max_queue: int = Field(4096, ge=1, description="queued inputs per queue before 429")
@@ -37,6 +39,8 @@ class Settings(BaseSettings):
     grace_seconds: float = Field(25.0, ge=0)
     max_input_chars: int = Field(100_000, ge=1, description="characters per input; longer → 413 before tokenisation")
     docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json")
+    otel: bool = Field(False, description="FastAPI's native OpenTelemetry (when an SDK is configured); off, "
+                       "requests skip its per-request check")
     fault_injection: bool = Field(
         False, description="TEST ONLY: inputs starting with __headwise_fault__ make the backend fail or hang")
     max_new_tokens: int = Field(256, ge=1, description="most tokens one /v1/generate request may ask for")

@@ -94,3 +94,21 @@ def test_huge_inputs_cost_what_a_long_sentence_costs(tmp_path):
         tok.encode([big], truncate=False)
     assert time.perf_counter() - t0 < 1.0
     assert tok.encode(["the cat " * 5], truncate=False)[0].length == 12
+
+
+def test_weights_to_f16_is_bit_identical_to_numpys_cast():
+    from service.postprocess import weights_to_f16
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 40, 40)).astype(np.float32) * 6
+    soft = np.exp(x - x.max(-1, keepdims=True))
+    soft = (soft / soft.sum(-1, keepdims=True)).astype(np.float32)  # mostly float16 subnormals
+    edges = np.array([0, 2**-25, 2**-24, 1.5 * 2**-24, 2.5 * 2**-24, 2**-14 * (1 - 2**-12), 2**-14,
+                      0.5 + 2**-12, 0.5 + 3 * 2**-12, 1 - 2**-12, 1 - 2**-11, 1.0, 1e-30], np.float32)
+    for a in (soft, soft[:, :, :7, :7], rng.random(100_000, dtype=np.float32) ** 9, edges, edges[:0]):
+        got = weights_to_f16(a)
+        assert got.dtype == np.float16 and got.shape == a.shape
+        assert np.array_equal(got.view(np.uint16), a.astype(np.float16).view(np.uint16))
+    for outside in (np.array([0.5, 1.5], np.float32), np.array([-0.25, 0.5], np.float32),
+                    np.array([np.nan, 0.5], np.float32)):
+        assert np.array_equal(weights_to_f16(outside).view(np.uint16), outside.astype(np.float16).view(np.uint16))
