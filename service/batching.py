@@ -3,9 +3,7 @@
 Requests arrive as raw texts. On its own inference thread the batcher batch-encodes every
 request waiting (one thread hop per batch, not one per request), splits them into entries
 (one per input), cuts batches by padded tokens and batch size, sorting by length and padding
-to a few length buckets, and runs them there: one batch at a time, or up to `concurrency` at
-once, each on an inference thread of its own (one batch's inference then overlaps the HTTP
-work of another's clients). It waits up to `max_wait` for more only when a
+to a few length buckets, and runs them there. It waits up to `max_wait` for more only when a
 recent batch served more clients than are now queued: an idle server runs a lone request at
 once.
 """
@@ -86,7 +84,6 @@ class Limits:
     max_queue: int
     # extra per-batch cap, e.g. attention's B·L·H·T² memory: (count, padded_len) → fits
     fits: Callable[[int, int], bool] | None = None
-    concurrency: int = 1  # batches in flight at once (each on an inference thread of its own)
 
 
 class Batcher:
@@ -107,11 +104,10 @@ class Batcher:
         self._wakeup = asyncio.Event()
         self._recent = 0  # clients served by the last batch
         self._last_end = 0.0
-        self._batches: list[list[Entry]] = []  # the ones running now
-        self._slots = asyncio.Semaphore(limits.concurrency)
-        self._runs: set[asyncio.Task] = set()
+        self._running = False
+        self._batch: list[Entry] = []  # the one running now
         self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=limits.concurrency, thread_name_prefix="headwise-infer",
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
                                             initializer=lower_thread_priority)
 
     # -- public surface -----------------------------------------------------------------
@@ -149,7 +145,7 @@ class Batcher:
         """Finish what is queued and running, then stop."""
         deadline = time.monotonic() + timeout
         alive = self._task is not None and not self._task.done()
-        while alive and (self._queue or self._pending or self._batches) and time.monotonic() < deadline:
+        while alive and (self._queue or self._pending or self._running) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
@@ -164,8 +160,7 @@ class Batcher:
 
     def abort(self, exc: Exception) -> None:
         """Fail every job not answered yet, the running batch's too (its thread may hang)."""
-        running = (e.job for batch in self._batches for e in batch)
-        for job in {*self._pending, *(e.job for e in self._queue), *running}:
+        for job in {*self._pending, *(e.job for e in self._queue), *(e.job for e in self._batch)}:
             if not job.done:
                 job.future.set_exception(exc)
 
@@ -176,38 +171,28 @@ class Batcher:
             while not (self._queue or self._pending):
                 self._wakeup.clear()
                 await self._wakeup.wait()
-            await self._slots.acquire()
-            try:
-                await self._gather()
-                if self._pending:
-                    await self._tokenize(loop)
-                batch, padded = self.cut()
-                batch = await self._drop_disconnected(batch)
-            except BaseException:
-                self._slots.release()
-                raise
+            await self._gather()
+            if self._pending:
+                await self._tokenize(loop)
+            batch, padded = self.cut()
+            batch = await self._drop_disconnected(batch)
             if not batch:
-                self._slots.release()
                 continue
-            self._batches.append(batch)
-            run = loop.create_task(self._run(loop, batch, padded))
-            self._runs.add(run)
-            run.add_done_callback(self._runs.discard)
-
-    async def _run(self, loop, batch: list[Entry], padded: int) -> None:
-        try:
-            results = await loop.run_in_executor(self._executor, self.run_batch, batch, padded)
-        except Exception as e:  # the whole batch fails; each waiting handler gets the error
-            for job in {en.job for en in batch}:
-                if not job.done:
-                    job.future.set_exception(e)
-        else:
-            self._deliver(batch, results)
-        finally:
-            self._batches.remove(batch)
-            self._last_end = time.perf_counter()
-            self._recent = len({en.job for en in batch})
-            self._slots.release()
+            self._running = True
+            self._batch = batch
+            try:
+                results = await loop.run_in_executor(self._executor, self.run_batch, batch, padded)
+            except Exception as e:  # the whole batch fails; each waiting handler gets the error
+                for job in {en.job for en in batch}:
+                    if not job.done:
+                        job.future.set_exception(e)
+            else:
+                self._deliver(batch, results)
+            finally:
+                self._running = False
+                self._batch = []
+                self._last_end = time.perf_counter()
+                self._recent = len({en.job for en in batch})
 
     def _admit(self, job: Job, entries: list[Entry]) -> None:
         job.results = [None] * len(entries)

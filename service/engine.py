@@ -215,8 +215,7 @@ class ModelRuntime:
             if role == "attention":
                 def fits(count, padded, cell=cell):
                     return count * cell * padded * padded <= s.attention_budget_bytes
-            limits = Limits(s.max_batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue, fits,
-                            concurrency=s.concurrent_batches)
+            limits = Limits(s.max_batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue, fits)
 
             def run(entries, padded, role=role):
                 return self.run_batch(role, entries, padded)

@@ -30,8 +30,6 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(16384, ge=1)
     max_batch_size: int = Field(64, ge=1)
     max_wait_ms: float = Field(2.0, ge=0, le=10_000)
-    concurrent_batches: int = Field(1, ge=1, le=16, description="batches in flight per queue: more than 1 "
-                                    "overlaps one batch's HTTP work with another's inference")
     max_client_batch: int = Field(256, ge=1)
     max_body_bytes: int = Field(4 * MiB, ge=1)
     max_queue: int = Field(4096, ge=1, description="queued inputs per queue before 429")

@@ -264,36 +264,3 @@ def test_without_buckets_a_batch_pads_to_its_longest_input():
     # the same batches as with buckets (cut by their bucketed cost), padded only as far as needed
     assert rec.batches == [([28, 30], 30), ([3, 4], 4)]
 
-
-def test_two_batches_in_flight_when_concurrency_is_two():
-    """HEADWISE_CONCURRENT_BATCHES=2: a second batch runs while the first is still inside the
-    model, and every job still gets its own result."""
-    import threading
-
-    class Overlap(Recorder):
-        def __init__(self):
-            super().__init__()
-            self.lock, self.now, self.most = threading.Lock(), 0, 0
-
-        def __call__(self, entries, padded):
-            with self.lock:
-                self.now += 1
-                self.most = max(self.most, self.now)
-            time.sleep(0.1)
-            with self.lock:
-                self.now -= 1
-            return super().__call__(entries, padded)
-
-    async def main(concurrency):
-        rec = Overlap()
-        b = Batcher(rec, Limits(1024, 2, 0.0, 100, concurrency=concurrency), [8, 16, 32, 64])
-        b.start()
-        results = await asyncio.gather(*(submit(b, [5], i) for i in range(6)))
-        await b.close()
-        return rec, results
-
-    for concurrency, most in ((1, 1), (2, 2)):
-        rec, results = run(main(concurrency))
-        assert rec.most == most, (concurrency, rec.most)
-        assert [r[0][0] for r in results] == list(range(6))
-        assert sorted(len(x[0]) for x in rec.batches) == [2, 2, 2]
