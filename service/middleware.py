@@ -27,6 +27,7 @@ class ServiceMiddleware:
         self.metrics = metrics
         self.max_body = max_body_bytes
         self.activity = activity or Activity()
+        self._children: dict[tuple, tuple] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -61,19 +62,37 @@ class ServiceMiddleware:
             self.activity.active -= 1
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             model = (scope.get("state") or {}).get("model", "")
-            m.requests.labels(route=route, model=model, code=str(status)).inc()
-            m.request_duration.labels(route=route, model=model).observe(time.perf_counter() - t0)
+            count, duration = self._series(route, model, status)
+            count.inc()
+            duration.observe(time.perf_counter() - t0)
+
+    def _series(self, route: str, model: str, status: int):
+        """The (counter, histogram) children for these labels; looked up once, then cached
+        (prometheus-client's `labels()` costs a lock and a tuple per call)."""
+        key = (route, model, status)
+        got = self._children.get(key)
+        if got is None:
+            m = self.metrics
+            got = (m.requests.labels(route=route, model=model, code=str(status)),
+                   m.request_duration.labels(route=route, model=model))
+            if len(self._children) < 4096:  # bounded: routes are templates, models a few, codes ~20
+                self._children[key] = got
+        return got
 
     async def _limit_body(self, scope, receive):
         """(over the limit?, receive to pass on). Chunked bodies are read here, up to the limit."""
-        headers = dict(scope.get("headers") or ())
-        length = headers.get(b"content-length")
+        length, encoding = None, b""
+        for name, value in scope.get("headers") or ():
+            if name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                encoding = value
         if length is not None:
             try:
                 return int(length) > self.max_body, receive
             except ValueError:
                 return False, receive  # the server rejects a bad Content-Length itself
-        if b"chunked" not in headers.get(b"transfer-encoding", b""):
+        if b"chunked" not in encoding:
             return False, receive
         chunks, size, more = [], 0, True
         while more:
