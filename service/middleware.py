@@ -53,7 +53,10 @@ class ServiceMiddleware:
             if too_large:
                 status = 413
                 m.request_failures.labels(model="", reason="too_large").inc()
-                resp = error_response(413, "too_large", f"request body over {self.max_body} bytes")
+                # in the route's protocol shape (KServe, OpenAI, native); and the connection
+                # closes, since the unread rest of the body must not be read as a next request
+                resp = error_response(413, "too_large", f"request body over {self.max_body} bytes",
+                                      {"Connection": "close"}, path=path.rstrip("/") or "/")
                 await resp(scope, receive, send)
             else:
                 await self.app(scope, receive, send_wrapper)

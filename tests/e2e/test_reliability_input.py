@@ -5,6 +5,7 @@ echo, always the documented error shape; the server keeps serving throughout."""
 from __future__ import annotations
 
 import contextlib
+import json
 import select
 import socket
 import threading
@@ -112,6 +113,31 @@ def chunked_until_answered(port: int, total_bytes: int, chunk: int = 64 * 1024) 
                 sent += chunk
                 time.sleep(0.002)  # paced, so socket buffers hold little: `sent` is about what was read
         raise AssertionError(f"no answer after {sent} bytes")
+
+
+@pytest.mark.parametrize("path, shape", [("/v1/embed", "native"), ("/v1/embeddings", "openai"),
+                                         ("/v2/models/any/infer", "kserve")])
+def test_an_oversized_body_gets_the_routes_own_413_shape_and_the_connection_closes(srv, path, shape):
+    head = post_head(LIMIT + 1).replace(b"/v1/embed", path.encode(), 1)
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.settimeout(10)
+        s.sendall(head)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(65536)
+        head_part, _, rest = data.partition(b"\r\n\r\n")
+        lines = head_part.decode().split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+        while len(rest) < int(headers["content-length"]):
+            rest += s.recv(65536)
+    assert lines[0].split()[1] == "413" and headers["connection"] == "close"
+    body = json.loads(rest)
+    if shape == "kserve":
+        assert set(body) == {"error"} and isinstance(body["error"], str)
+    else:
+        assert body["error"]["type"] == "too_large" and body["error"]["code"] == 413
+        assert ("param" in body["error"]) == (shape == "openai")
+    assert httpx.get(srv.url + "/health/ready").status_code == 200
 
 
 def test_payload_limits_answer_413_fast_and_memory_stays_flat(srv):
