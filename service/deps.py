@@ -44,6 +44,15 @@ def openapi_body(model: type[BaseModel]) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
+async def checked_body(request: Request, parse) -> tuple[BaseModel, Engine]:
+    """What the embedding routes' dependencies would give (API key checked, body parsed with
+    `parse = json_body(Model)`, the engine), called directly: FastAPI's dependency solving was
+    27 of the 113 µs of app CPU per /v1/embed request (measured in process), and those routes
+    are the ones under load."""
+    await require_api_key(request)
+    return await parse(request), request.app.state.engine
+
+
 async def get_engine(request: Request) -> Engine:
     return request.app.state.engine
 

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from service.deps import get_engine, json_body, openapi_body, require_api_key
-from service.engine import Engine
+from service.deps import checked_body, json_body, openapi_body
 from service.postprocess import EmbedParams
 from service.schemas import EmbedRequest, EmbedResponse, error_responses
 
-router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
+router = APIRouter(tags=["embed"])  # the API key: checked_body (no Depends on this hot path)
 
 DUMPS = orjson.OPT_SERIALIZE_NUMPY
 BIG = 1 << 16  # attention bytes above which the JSON is written off the event loop
+PARSE = json_body(EmbedRequest)
 
 
 def json_response(payload: dict) -> Response:
@@ -24,10 +24,10 @@ def json_response(payload: dict) -> Response:
 
 @router.post("/v1/embed", response_model=EmbedResponse, openapi_extra=openapi_body(EmbedRequest),
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def embed(request: Request, body: EmbedRequest = Depends(json_body(EmbedRequest)),
-                engine: Engine = Depends(get_engine)):
+async def embed(request: Request):
     """Embed one text or a list; with `attention`, also return every asked-for head's weights,
     un-padded to each input's own token count."""
+    body, engine = await checked_body(request, PARSE)
     rt = engine.get(body.model)
     request.state.model = rt.name
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs

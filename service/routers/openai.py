@@ -10,17 +10,17 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from service.compat.openapi import request_body
 from service.compat.schemas import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
-from service.deps import get_engine, json_body, require_api_key
-from service.engine import Engine
+from service.deps import checked_body, json_body
 from service.errors import InvalidRequest
 from service.postprocess import EmbedParams
 from service.routers.embed import json_response
 
-router = APIRouter(tags=["openai"], dependencies=[Depends(require_api_key)])
+router = APIRouter(tags=["openai"])  # the API key: checked_body (no Depends on this hot path)
+PARSE = json_body(EmbeddingsRequest)
 
 
 def shorten(v: np.ndarray, n: int) -> np.ndarray:
@@ -33,9 +33,9 @@ def shorten(v: np.ndarray, n: int) -> np.ndarray:
 
 @router.post("/v1/embeddings", response_model=EmbeddingsResponse, openapi_extra=request_body(EmbeddingsRequest),
              responses={c: {"model": OpenAIError} for c in (400, 401, 404, 413, 422, 429, 503)})
-async def embeddings(request: Request, body: EmbeddingsRequest = Depends(json_body(EmbeddingsRequest)),
-                     engine: Engine = Depends(get_engine)):
+async def embeddings(request: Request):
     """Embeddings in OpenAI's shape; `dimensions` truncates and re-normalises."""
+    body, engine = await checked_body(request, PARSE)
     rt = engine.get(body.model)
     request.state.model = rt.name
     inputs = body.input
