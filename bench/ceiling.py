@@ -8,13 +8,10 @@ back, as the service does (IOBinding), so the ratio compares like with like.
 
 from __future__ import annotations
 
-import time
-
-from bench.common import Row, Sample, latency_summary, usable_cores
+from bench.common import Row, Sample, time_calls, usable_cores
 from bench.workload import Workload
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
-MAX_CALLS = 100_000
 
 
 def outputs_for(variant: str) -> list[str]:
@@ -79,23 +76,7 @@ class Ceiling:
 
     def measure(self, variant: str, tokens: int, batch: int, seconds: float = 1.0,
                 min_calls: int = 3, warmup: int = 1) -> Sample:
-        run = self.runner(variant, tokens, batch)
-        for _ in range(warmup):
-            run()
-        lat: list[float] = []
-        start = time.perf_counter()
-        deadline = start + seconds
-        while len(lat) < MAX_CALLS:
-            t0 = time.perf_counter()
-            run()
-            t1 = time.perf_counter()
-            lat.append(t1 - t0)
-            if t1 >= deadline and len(lat) >= min_calls:
-                break
-        elapsed = time.perf_counter() - start
-        s = latency_summary(lat)
-        return Sample(throughput=batch * len(lat) / elapsed, p50=s["p50"], p95=s["p95"],
-                      p99=s["p99"], requests=len(lat))
+        return time_calls(self.runner(variant, tokens, batch), batch, seconds, min_calls, warmup)
 
     def row(self, variant: str, tokens: int, batch: int) -> Row:
         return Row("ceiling", variant, tokens, self.w.effective(tokens), batch=batch)

@@ -9,6 +9,7 @@ import os
 import platform
 import statistics
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -127,6 +128,30 @@ class Sample:
     requests: int = 0  # calls (in-process) or HTTP requests completed
     errors: int = 0
     extra: dict = field(default_factory=dict)  # e.g. the server's mean batch size
+
+
+MAX_CALLS = 100_000
+
+
+def time_calls(run, batch: int, seconds: float = 1.0, min_calls: int = 3, warmup: int = 1) -> Sample:
+    """An in-process cell: `run()` (one call of `batch` inputs) back to back for `seconds`,
+    at least `min_calls` times, after `warmup` calls."""
+    for _ in range(warmup):
+        run()
+    lat: list[float] = []
+    start = time.perf_counter()
+    deadline = start + seconds
+    while len(lat) < MAX_CALLS:
+        t0 = time.perf_counter()
+        run()
+        t1 = time.perf_counter()
+        lat.append(t1 - t0)
+        if t1 >= deadline and len(lat) >= min_calls:
+            break
+    elapsed = time.perf_counter() - start
+    s = latency_summary(lat)
+    return Sample(throughput=batch * len(lat) / elapsed, p50=s["p50"], p95=s["p95"], p99=s["p99"],
+                  requests=len(lat))
 
 
 @dataclass

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
-from bench.common import Row, Sample, latency_summary, usable_cores
+from bench.common import Row, Sample, time_calls, usable_cores
 from bench.http import HOST, Server, free_port
 from bench.workload import Workload
-
-MAX_CALLS = 100_000
 
 
 def st_model_path(explicit: str | None = None) -> str:
@@ -48,22 +45,7 @@ class SentenceTransformersPeer:
             return self.model.encode(texts, batch_size=batch, convert_to_numpy=True,
                                      normalize_embeddings=True)
 
-        for _ in range(warmup):
-            run()
-        lat: list[float] = []
-        start = time.perf_counter()
-        deadline = start + seconds
-        while len(lat) < MAX_CALLS:
-            t0 = time.perf_counter()
-            run()
-            t1 = time.perf_counter()
-            lat.append(t1 - t0)
-            if t1 >= deadline and len(lat) >= min_calls:
-                break
-        elapsed = time.perf_counter() - start
-        s = latency_summary(lat)
-        return Sample(throughput=batch * len(lat) / elapsed, p50=s["p50"], p95=s["p95"],
-                      p99=s["p99"], requests=len(lat))
+        return time_calls(run, batch, seconds, min_calls, warmup)
 
     def row(self, tokens: int, batch: int) -> Row:
         return Row("sentence-transformers", "fp32", tokens, self.w.effective(tokens), batch=batch,
