@@ -9,7 +9,6 @@ patterns expect another KV-cache layout, and generation quality needs its own ya
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 from export import manifest as mf
 from export.generative_graphs import OPSET, graph_table, io_spec, to_onnx
 from export.generative_verify import verify_generative
+from export.package import staged
 from model.importers import CheckpointError, load_checkpoint
 from model.importers.common import sha256_file, weights_file
 
@@ -46,11 +46,7 @@ def build_generative_package(
     (numbered progress). Written to a temporary folder and moved into place when complete."""
     if not (checkpoint / "tokenizer.json").is_file():
         raise FileNotFoundError(TOKENIZER_MISSING.format(path=checkpoint))
-    final = Path(out) / name
-    work = Path(out) / f".{name}.{os.getpid()}.partial"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
+    with staged(out, name) as work:
         model, info = steps.run(f"load {checkpoint}", load_checkpoint, checkpoint)
         if info["architecture"] not in ("decoder", "encoder-decoder"):
             raise CheckpointError(f"{checkpoint}: not a generative model ({info['architecture']})")
@@ -67,12 +63,7 @@ def build_generative_package(
         if check:
             steps.run("verify parity against torch", verify_generative, work, checkpoint,
                       lambda m: progress("      " + m))
-        shutil.rmtree(final, ignore_errors=True)
-        work.replace(final)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return final
+    return Path(out) / name
 
 
 def _manifest(model, info: dict, checkpoint: Path, name: str, work: Path) -> dict:

@@ -6,7 +6,8 @@ import datetime as _dt
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -27,6 +28,23 @@ def default_name(checkpoint: Path) -> str:
     if checkpoint.resolve() == default_checkpoint().resolve():
         return "all-minilm-l6-v2"
     return checkpoint.resolve().name.lower()
+
+
+@contextmanager
+def staged(out: Path, name: str) -> Iterator[Path]:
+    """A temporary folder beside out/name, moved into place when the block completes and
+    removed if it fails, so a package folder is never half written."""
+    final = Path(out) / name
+    work = Path(out) / f".{name}.{os.getpid()}.partial"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        yield work
+        shutil.rmtree(final, ignore_errors=True)
+        work.replace(final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
 
 
 class Steps:
@@ -66,12 +84,8 @@ def build_package(
         if int8 or fp16:
             progress("note: generative packages are fp32 only for now; --int8/--fp16 are ignored")
         return build_generative_package(checkpoint, out, name, Steps(3 if check else 2, progress), check, progress)
-    final = Path(out) / name
-    work = Path(out) / f".{name}.{os.getpid()}.partial"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     steps = Steps(5 if check else 4, progress)
-    try:
+    with staged(out, name) as work:
         loaded = steps.run(f"load {checkpoint}", load_sentence_model, checkpoint)
         cfg = loaded.model.config
 
@@ -99,12 +113,7 @@ def build_package(
                 "verify parity against torch", verify, work, checkpoint, stsb_path,
                 lambda m: progress("      " + m), quality,
             )
-        shutil.rmtree(final, ignore_errors=True)
-        work.replace(final)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return final
+    return Path(out) / name
 
 
 def _manifest(loaded, name: str, work: Path, fusion: dict, int8: bool, fp16: bool) -> dict:
