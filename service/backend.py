@@ -48,16 +48,20 @@ class OrtBackend:
         workers = max(1, settings.workers)
         self.threads = settings.threads or max(1, usable_cores() // workers)
         self.provider = self._pick_provider(settings.provider)
-        self.variants = {"embed": choose_variant(package, self.provider, settings.precision)}
-        if "attention" in package.variants:
-            self.variants["attention"] = "attention"
-        self.precision = package.variants[self.variants["embed"]].precision
-        self._sessions = {}
-        for role, name in self.variants.items():
-            self._sessions[role] = self._session(package.variants[name].file, self.provider)
+        self.variants, self.precision = self._roles(settings.precision)
+        self._sessions = {role: self._session(package.variants[name].file, self.provider)
+                          for role, name in self.variants.items()}
         self._inputs = {r: [i.name for i in s.get_inputs()] for r, s in self._sessions.items()}
         log.info("model %s: provider %s, %s threads, variants %s", package.name, self.provider,
                  self.threads, self.variants)
+
+    def _roles(self, precision: str) -> tuple[dict[str, str], str]:
+        """(role → package variant, the embed variant's precision): what gets a session."""
+        package = self.package
+        roles = {"embed": choose_variant(package, self.provider, precision)}
+        if "attention" in package.variants:
+            roles["attention"] = "attention"
+        return roles, package.variants[roles["embed"]].precision
 
     def _options(self, provider: str):
         so = self._ort.SessionOptions()
