@@ -36,8 +36,10 @@ class Hooks:
         self.dropped.append(job)
 
 
-def make(run, max_tokens=1024, max_size=64, wait_s=0.0, max_queue=100, buckets=(8, 16, 32, 64), hooks=None):
-    return Batcher(run, Limits(max_tokens, max_size, wait_s, max_queue), list(buckets), hooks)
+def make(run, max_tokens=1024, max_size=64, wait_s=0.0, max_queue=100, buckets=(8, 16, 32, 64), hooks=None,
+         pad_to_bucket=True):
+    return Batcher(run, Limits(max_tokens, max_size, wait_s, max_queue), list(buckets), hooks,
+                   pad_to_bucket=pad_to_bucket)
 
 
 def submit(b, lengths, tag=None, is_disconnected=None):
@@ -164,10 +166,11 @@ def test_cut_by_padded_tokens_and_size():
     assert all(p == 8 for _, p in rec.batches)
 
 
-def test_sorted_by_length_oldest_first():
+@pytest.mark.parametrize("pad_to_bucket, padded", [(True, [32, 8]), (False, [30, 4])])
+def test_sorted_by_length_oldest_first(pad_to_bucket, padded):
     async def main():
         rec = Recorder()
-        b = make(rec, max_tokens=64)
+        b = make(rec, max_tokens=64, pad_to_bucket=pad_to_bucket)
         futs = [submit(b, [30], "old"), submit(b, [3], "s1"), submit(b, [28], "l2"), submit(b, [4], "s2")]
         b.start()
         await asyncio.gather(*futs)
@@ -175,8 +178,10 @@ def test_sorted_by_length_oldest_first():
         return rec
 
     rec = run(main())
-    # the oldest (30) goes first with its nearest length (28); the short ones pad to 8 together.
-    assert rec.batches == [([28, 30], 32), ([3, 4], 8)]
+    # the oldest (30) goes first with its nearest length (28); the short ones go together. The
+    # batches are cut by their bucketed cost either way; without buckets (CPU) each is padded
+    # only to its own longest input.
+    assert rec.batches == [([28, 30], padded[0]), ([3, 4], padded[1])]
 
 
 def test_multi_input_job_split_across_batches_gets_results_in_order():
@@ -248,19 +253,3 @@ def test_a_failing_batch_fails_its_requests_only():
         await b.close()
 
     run(main())
-
-
-def test_without_buckets_a_batch_pads_to_its_longest_input():
-    async def main():
-        rec = Recorder()
-        b = Batcher(rec, Limits(64, 64, 0.0, 100), [8, 16, 32, 64], None, pad_to_bucket=False)
-        futs = [submit(b, [30], "old"), submit(b, [3], "s1"), submit(b, [28], "l2"), submit(b, [4], "s2")]
-        b.start()
-        await asyncio.gather(*futs)
-        await b.close()
-        return rec
-
-    rec = run(main())
-    # the same batches as with buckets (cut by their bucketed cost), padded only as far as needed
-    assert rec.batches == [([28, 30], 30), ([3, 4], 4)]
-
