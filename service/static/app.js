@@ -1286,8 +1286,9 @@
     if (ok && $("#text-a").value.trim()) run();
   }
 
-  // Exposed for debugging in the console and for tests; the page does not depend on it.
-  window.headwise = { state, decodeAttention, headStats };
+  // generate.js (loaded after this file) calls api and decodeAttention; state and headStats are
+  // for debugging in the console and for tests.
+  window.headwise = { state, decodeAttention, headStats, api };
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();

@@ -29,37 +29,13 @@
     return node;
   }
 
-  async function api(path, body) {
-    const init = { headers: { accept: "application/json" } };
-    if (body !== undefined) {
-      init.method = "POST";
-      init.headers["content-type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
-    const key = ($("#api-key") && $("#api-key").value.trim()) || "";
-    if (key) init.headers.authorization = `Bearer ${key}`;
-    const res = await fetch(path, init);
-    const payload = await res.json().catch(() => null);
-    if (!res.ok) {
-      const err = payload && payload.error;
-      throw new Error(`HTTP ${res.status}: ${(err && (err.message || err)) || res.statusText}`);
-    }
-    return payload;
-  }
-
-  function floats(b64) {
-    const bin = atob(b64);
-    const view = new DataView(new ArrayBuffer(bin.length));
-    for (let i = 0; i < bin.length; i++) view.setUint8(i, bin.charCodeAt(i));
-    const out = new Float32Array(bin.length / 4);
-    for (let i = 0; i < out.length; i++) out[i] = view.getFloat32(i * 4, true);
-    return out;
-  }
+  // app.js's: the API key field, and errors as ApiError (message, type, status)
+  const api = (path, body) => window.headwise.api(path, body);
 
   // An array {shape: [L, H, R, C], data} as a function (l, h, r, c) → weight.
   function tensor(a) {
     const [, H, R, C] = a.shape;
-    const v = floats(a.data);
+    const v = window.headwise.decodeAttention({ ...a, dtype: "float32", encoding: "base64" }).values;
     return (l, h, r, c) => v[((l * H + h) * R + r) * C + c];
   }
 
@@ -220,7 +196,7 @@
     } catch (err) {
       if (seq !== state.run) return;
       $("#gen-status").textContent = "";
-      $("#gen-error").textContent = err.message;
+      $("#gen-error").textContent = err.status ? `HTTP ${err.status}: ${err.message}` : err.message;
       $("#gen-error").hidden = false;
       document.body.dataset.genState = "error";
     } finally {
