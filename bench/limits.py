@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from bench.common import percentile
@@ -41,14 +42,33 @@ def http_post(path: str, data: bytes, length: int | None = None) -> bytes:
             f"Content-Length: {len(data) if length is None else length}\r\n\r\n").encode()
 
 
-def read_response(f) -> tuple[int, bytes]:
-    """(status, body) of one HTTP/1.1 response from a socket's binary file."""
+def read_response(f) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers with lower-case names, body) of one HTTP/1.1 response from a socket's
+    binary file."""
     status = int(f.readline().split()[1])
-    length = 0
+    headers = {}
     while (line := f.readline()) not in (b"\r\n", b""):
-        if line.lower().startswith(b"content-length"):
-            length = int(line.split(b":")[1])
-    return status, f.read(length)
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, f.read(int(headers.get("content-length", 0)))
+
+
+def send_raw(port: int, head: bytes, body: bytes = b"", timeout: float = 10) -> tuple[int, dict, bytes, float]:
+    """Send a request head, then its body from another thread (as a client pouring a big body
+    would), and read one response: (status, headers, body, seconds from the end of the head to
+    the response)."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(timeout)
+        s.sendall(head)
+        t0 = time.perf_counter()
+        if body:
+            def pour():
+                with contextlib.suppress(OSError):
+                    s.sendall(body)
+
+            threading.Thread(target=pour, daemon=True).start()
+        status, headers, data = read_response(s.makefile("rb"))
+        return status, headers, data, time.perf_counter() - t0
 
 
 # -- 429 ---------------------------------------------------------------------------------
@@ -64,7 +84,7 @@ def probe(port: int, seconds: float, text: str, n: int) -> list[float]:
         while time.perf_counter() < end:
             t0 = time.perf_counter()
             s.sendall(req)
-            status, _ = read_response(f)
+            status, _, _ = read_response(f)
             if status == 429:
                 out.append(time.perf_counter() - t0)
             time.sleep(0.02)  # a probe, not more load
@@ -78,39 +98,56 @@ def start_probe(port: int, seconds: float, text: str = TEXT, n: int = MAX_QUEUE)
                             cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE, text=True)
 
 
-async def _hammer(host: str, port: int, clients: int, seconds: float, text: str) -> dict:
+def hammer(port: int, clients: int, seconds: float, text: str = TEXT) -> dict:
+    """`clients` keep-alive connections posting one input each for `seconds`; after a 429 a
+    client waits 250 ms (in a hurry: Retry-After says 1 s; retrying every 50 ms made 64 Python
+    clients on the server's own cores measure the load generator, not the server).
+    → codes (status → count), errors (connection failures), t429 (seconds to each 429),
+    retry_after and types_429 (the headers and error types the 429s carried), wall (seconds)."""
     data = json.dumps({"inputs": text}).encode()
     req = http_post("/v1/embed", data) + data
-    codes: dict[int, int] = {}
-    errors: list[str] = []
+    stats: dict = {"codes": defaultdict(int), "errors": [], "t429": [], "retry_after": set(), "types_429": set()}
 
     async def one(end: float):
-        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError as e:
+            stats["errors"].append(repr(e))
+            return
         try:
             while time.perf_counter() < end:
+                t0 = time.perf_counter()
                 writer.write(req)
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
                 status = int(head.split(b" ", 2)[1])
-                length = next(int(ln.split(b":")[1]) for ln in head.split(b"\r\n")
-                              if ln.lower().startswith(b"content-length"))
-                await reader.readexactly(length)
-                codes[status] = codes.get(status, 0) + 1
+                headers = dict(ln.split(b":", 1) for ln in head.split(b"\r\n")[1:] if b":" in ln)
+                headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
+                body = await reader.readexactly(int(headers[b"content-length"]))
+                stats["codes"][status] += 1
                 if status == 429:
+                    stats["t429"].append(time.perf_counter() - t0)
+                    stats["retry_after"].add(headers.get(b"retry-after", b"").decode())
+                    stats["types_429"].add(json.loads(body)["error"]["type"])
                     await asyncio.sleep(0.25)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
-            errors.append(repr(e))
+            stats["errors"].append(repr(e))
         finally:
             writer.close()
 
-    end = time.perf_counter() + seconds
-    await asyncio.gather(*(one(end) for _ in range(clients)))
-    return {"codes": codes, "errors": errors}
+    async def run():
+        end = time.perf_counter() + seconds
+        await asyncio.gather(*(one(end) for _ in range(clients)))
+
+    t0 = time.perf_counter()
+    asyncio.run(run())
+    stats["wall"] = time.perf_counter() - t0
+    return stats
 
 
 def overload(port: int, clients: int, seconds: float) -> dict:
     p = start_probe(port, seconds)
     try:
-        load = asyncio.run(_hammer("127.0.0.1", port, clients, seconds, TEXT))
+        load = hammer(port, clients, seconds)
     finally:
         out, _ = p.communicate(timeout=seconds + 60)
     lat = sorted(json.loads(out))
@@ -120,20 +157,8 @@ def overload(port: int, clients: int, seconds: float) -> dict:
 
 # -- 413 ---------------------------------------------------------------------------------
 def too_large(port: int, size: int, declared: int) -> float:
-    """Seconds from the end of the head (Content-Length: declared) to a 413; the body is poured
-    from another thread meanwhile, as a client would."""
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.settimeout(30)
-        s.sendall(http_post("/v1/embed", b"", declared))
-        t0 = time.perf_counter()
-
-        def pour():
-            with contextlib.suppress(OSError):
-                s.sendall(b"x" * size)
-
-        threading.Thread(target=pour, daemon=True).start()
-        status, body = read_response(s.makefile("rb"))
-        dt = time.perf_counter() - t0
+    """Seconds from the end of the head (Content-Length: declared) to a 413."""
+    status, _, body, dt = send_raw(port, http_post("/v1/embed", b"", declared), b"x" * size, timeout=30)
     if status != 413 or b'"too_large"' not in body:
         raise RuntimeError(f"expected 413 too_large, got {status}: {body[:200]!r}")
     return dt

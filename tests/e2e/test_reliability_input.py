@@ -4,16 +4,15 @@ echo, always the documented error shape; the server keeps serving throughout."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import select
 import socket
-import threading
 import time
 
 import httpx
 import pytest
 
+from bench.limits import send_raw
 from tests.e2e.test_service_traffic import total
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -62,29 +61,6 @@ def check(r: httpx.Response, status: int | tuple, type_: str | None = None) -> d
     return body["error"]
 
 
-def raw(port: int, head: bytes, body: bytes = b"", timeout: float = 10) -> tuple[int, bytes, float]:
-    """Send head (and body, from another thread), read one response: (status, body, seconds
-    from the end of the head to the response)."""
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.settimeout(timeout)
-        s.sendall(head)
-        t0 = time.perf_counter()
-        if body:
-            def pour():
-                with contextlib.suppress(OSError):
-                    s.sendall(body)
-            threading.Thread(target=pour, daemon=True).start()
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += s.recv(65536)
-        elapsed = time.perf_counter() - t0
-        head_part, _, rest = data.partition(b"\r\n\r\n")
-        length = int(next(ln.split(b":")[1] for ln in head_part.split(b"\r\n") if ln.lower().startswith(b"content-length")))
-        while len(rest) < length:
-            rest += s.recv(65536)
-        return int(head_part.split()[1]), rest[:length], elapsed
-
-
 def post_head(length: int) -> bytes:
     return (b"POST /v1/embed HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
             + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(length).encode() + b"\r\n\r\n")
@@ -119,18 +95,8 @@ def chunked_until_answered(port: int, total_bytes: int, chunk: int = 64 * 1024) 
                                          ("/v2/models/any/infer", "kserve")])
 def test_an_oversized_body_gets_the_routes_own_413_shape_and_the_connection_closes(srv, path, shape):
     head = post_head(LIMIT + 1).replace(b"/v1/embed", path.encode(), 1)
-    with socket.create_connection(("127.0.0.1", srv.port)) as s:
-        s.settimeout(10)
-        s.sendall(head)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += s.recv(65536)
-        head_part, _, rest = data.partition(b"\r\n\r\n")
-        lines = head_part.decode().split("\r\n")
-        headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-        while len(rest) < int(headers["content-length"]):
-            rest += s.recv(65536)
-    assert lines[0].split()[1] == "413" and headers["connection"] == "close"
+    status, headers, rest, _ = send_raw(srv.port, head)
+    assert status == 413 and headers["connection"] == "close"
     body = json.loads(rest)
     if shape == "kserve":
         assert set(body) == {"error"} and isinstance(body["error"], str)
@@ -142,10 +108,10 @@ def test_an_oversized_body_gets_the_routes_own_413_shape_and_the_connection_clos
 
 def test_payload_limits_answer_413_fast_and_memory_stays_flat(srv):
     def round_():
-        status, body, dt = raw(srv.port, post_head(LIMIT + 1), b"x" * (LIMIT + 1))
+        status, _, body, dt = send_raw(srv.port, post_head(LIMIT + 1), b"x" * (LIMIT + 1))
         assert status == 413 and b'"too_large"' in body and len(body) < 2048
         assert dt < 1.0, f"413 took {dt * 1000:.0f} ms"  # the 100 ms target: bench/limits.py
-        status, body, dt = raw(srv.port, post_head(10 * 1000 * 1000), b"x" * (10 * 1000 * 1000))
+        status, _, body, dt = send_raw(srv.port, post_head(10 * 1000 * 1000), b"x" * (10 * 1000 * 1000))
         assert status == 413 and b'"too_large"' in body and dt < 1.0
         status, sent = chunked_until_answered(srv.port, 10 * 1000 * 1000)
         assert status == 413
