@@ -141,10 +141,13 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
+    routers = [r.router for r in (embed, tokenize, models, health, metrics, generate, openai, kserve)]
+    for router in routers:
+        app.include_router(router)
+    direct = {(method, route.path): route for router in routers for route in router.routes
+              if getattr(getattr(route, "endpoint", None), "direct", False) for method in route.methods}
     app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes,
-                       activity=app.state.activity)
-    for r in (embed, tokenize, models, health, metrics, generate, openai, kserve):
-        app.include_router(r.router)
+                       activity=app.state.activity, direct=direct)
 
     @app.get("/", include_in_schema=False)
     async def index():

@@ -170,9 +170,20 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal server error", path=route_of(request))
 
 
+# Looked up along the exception's MRO, as Starlette does: the most specific class wins.
+HANDLERS = {APIError: _api_error, RequestValidationError: _request_validation,
+            StarletteHTTPException: _http_exception, Disconnected: _disconnected, Exception: _unexpected}
+
+
+async def handle(request: Request, exc: Exception) -> Response:
+    """The response for an exception raised outside FastAPI's own handling (the direct routes
+    of service.middleware): the same handlers that `install` registers."""
+    for cls in type(exc).__mro__:
+        if cls in HANDLERS:
+            return await HANDLERS[cls](request, exc)
+    return await _unexpected(request, exc)
+
+
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(APIError, _api_error)
-    app.add_exception_handler(RequestValidationError, _request_validation)
-    app.add_exception_handler(StarletteHTTPException, _http_exception)
-    app.add_exception_handler(Disconnected, _disconnected)
-    app.add_exception_handler(Exception, _unexpected)
+    for cls, handler in HANDLERS.items():
+        app.add_exception_handler(cls, handler)

@@ -1,11 +1,15 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): body size
-limit, in-flight gauge and count (for draining), per-route request counts and latency, and
-security headers on the viewer's page and files."""
+limit, in-flight gauge and count (for draining), per-route request counts and latency,
+security headers on the viewer's page and files, and the direct routes (service.deps.direct):
+the hot POST routes, called from here rather than through FastAPI's stack."""
 
 from __future__ import annotations
 
 import time
 
+from starlette.requests import Request
+
+from service import errors
 from service.errors import error_response
 from service.metrics import Metrics
 
@@ -22,8 +26,10 @@ class Activity:
 
 
 class ServiceMiddleware:
-    def __init__(self, app, metrics: Metrics, max_body_bytes: int, activity: Activity | None = None):
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int, activity: Activity | None = None,
+                 direct: dict | None = None):
         self.app = app
+        self.direct = direct or {}  # (method, path) → the FastAPI route of a direct endpoint
         self.metrics = metrics
         self.max_body = max_body_bytes
         self.activity = activity or Activity()
@@ -58,6 +64,9 @@ class ServiceMiddleware:
                 resp = error_response(413, "too_large", f"request body over {self.max_body} bytes",
                                       {"Connection": "close"}, path=path.rstrip("/") or "/")
                 await resp(scope, receive, send)
+            elif (route := self.direct.get((scope["method"], path))) is not None:
+                scope["route"] = route  # for the metrics' label and the error shape, as routing would
+                await self._call_direct(route.endpoint, scope, receive, send_wrapper)
             else:
                 await self.app(scope, receive, send_wrapper)
         finally:
@@ -68,6 +77,15 @@ class ServiceMiddleware:
             count, duration = self._series(route, model, status)
             count.inc()
             duration.observe(time.perf_counter() - t0)
+
+    @staticmethod
+    async def _call_direct(endpoint, scope, receive, send) -> None:
+        request = Request(scope, receive)
+        try:
+            response = await endpoint(request)
+        except Exception as exc:  # what FastAPI's exception handlers would answer
+            response = await errors.handle(request, exc)
+        await response(scope, receive, send)
 
     def _series(self, route: str, model: str, status: int):
         """The (counter, histogram) children for these labels; looked up once, then cached

@@ -7,11 +7,11 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from service.deps import checked_body, json_body, openapi_body
+from service.deps import checked_body, direct, disconnect_probe, json_body, openapi_body
 from service.postprocess import EmbedParams
 from service.schemas import EmbedRequest, EmbedResponse, error_responses
 
-router = APIRouter(tags=["embed"])  # the API key: checked_body (no Depends on this hot path)
+router = APIRouter(tags=["embed"])  # the API key: checked_body (a direct route: no Depends)
 
 DUMPS = orjson.OPT_SERIALIZE_NUMPY
 BIG = 1 << 16  # attention bytes above which the JSON is written off the event loop
@@ -24,6 +24,7 @@ def json_response(payload: dict) -> Response:
 
 @router.post("/v1/embed", response_model=EmbedResponse, openapi_extra=openapi_body(EmbedRequest),
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+@direct
 async def embed(request: Request):
     """Embed one text or a list; with `attention`, also return every asked-for head's weights,
     un-padded to each input's own token count."""
@@ -36,7 +37,7 @@ async def embed(request: Request):
         a = body.attention
         spec = rt.attention_spec(a.layers, a.heads, a.format, a.top_k, a.dtype, a.encoding)
     params = EmbedParams(output=body.output, normalize=body.normalize, truncate=body.truncate, attention=spec)
-    encs, results = await engine.embed(rt, texts, params, request.is_disconnected)
+    encs, results = await engine.embed(rt, texts, params, disconnect_probe(request))
     data = []
     n_tokens = 0
     for i, (enc, (emb, att)) in enumerate(zip(encs, results, strict=True)):

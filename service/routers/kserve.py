@@ -26,7 +26,7 @@ from service.compat.schemas import (
     V2ModelMetadata,
     V2ServerMetadata,
 )
-from service.deps import get_engine, require_api_key
+from service.deps import disconnect_probe, get_engine, require_api_key
 from service.engine import Engine, ModelRuntime
 from service.errors import InvalidRequest, NotFound, TooLarge, error_response, route_of
 from service.postprocess import EmbedParams
@@ -287,7 +287,7 @@ async def infer(model: str, request: Request, version: str | None = None, engine
     if kinds:
         outs = {"sentence_embedding": "sentence", "last_hidden_state": "tokens"}
         calls = [engine.embed(rt, texts, EmbedParams(output=outs[k], normalize=normalize, truncate=truncate,
-                                                     attention=spec), request.is_disconnected) for k in kinds]
+                                                     attention=spec), disconnect_probe(request)) for k in kinds]
         for k, (encs, results) in zip(kinds, await asyncio.gather(*calls), strict=True):
             found[k] = results
             lengths = [e.length for e in encs]

@@ -14,12 +14,12 @@ from fastapi import APIRouter, Request
 
 from service.compat.openapi import request_body
 from service.compat.schemas import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
-from service.deps import checked_body, json_body
+from service.deps import checked_body, direct, disconnect_probe, json_body
 from service.errors import InvalidRequest
 from service.postprocess import EmbedParams
 from service.routers.embed import json_response
 
-router = APIRouter(tags=["openai"])  # the API key: checked_body (no Depends on this hot path)
+router = APIRouter(tags=["openai"])  # the API key: checked_body (a direct route: no Depends)
 PARSE = json_body(EmbeddingsRequest)
 
 
@@ -33,6 +33,7 @@ def shorten(v: np.ndarray, n: int) -> np.ndarray:
 
 @router.post("/v1/embeddings", response_model=EmbeddingsResponse, openapi_extra=request_body(EmbeddingsRequest),
              responses={c: {"model": OpenAIError} for c in (400, 401, 404, 413, 422, 429, 503)})
+@direct
 async def embeddings(request: Request):
     """Embeddings in OpenAI's shape; `dimensions` truncates and re-normalises."""
     body, engine = await checked_body(request, PARSE)
@@ -46,7 +47,7 @@ async def embeddings(request: Request):
     d = rt.package.d_model
     if body.dimensions is not None and not 1 <= body.dimensions <= d:
         raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", param="dimensions")
-    encs, results = await engine.embed(rt, inputs, EmbedParams(), request.is_disconnected)
+    encs, results = await engine.embed(rt, inputs, EmbedParams(), disconnect_probe(request))
     data, n_tokens = [], 0
     for i, (enc, (emb, _)) in enumerate(zip(encs, results, strict=True)):
         if body.dimensions is not None:
