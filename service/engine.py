@@ -18,7 +18,7 @@ from service.backend import Backend, OrtBackend
 from service.batching import Batcher, Entry, Job, Limits, length_buckets
 from service.errors import InvalidRequest, NotFound, NotReady, TooLarge, Validation
 from service.generation import GenerativeRuntime
-from service.metrics import Metrics, QueueHooks
+from service.metrics import Metrics, ModelSeries, QueueHooks
 from service.package import ModelPackage, find_packages
 from service.postprocess import AttentionSpec, EmbedParams, attention_payload, pool
 from service.resources import lower_thread_priority
@@ -57,6 +57,7 @@ class ModelRuntime:
         self.package = package
         self.settings = settings
         self.metrics = metrics
+        self.series = ModelSeries(metrics, package.name)
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.buckets = length_buckets(package.max_len)
         self.backend: Backend | None = None
@@ -122,11 +123,10 @@ class ModelRuntime:
         t0 = time.perf_counter()
         out = self.backend.run(role, feeds, outputs)
         if record:
-            variant = self.backend.variants[role]
-            m = self.metrics
-            m.inference_duration.labels(model=pkg.name, variant=variant).observe(time.perf_counter() - t0)
-            m.batch_size.labels(model=pkg.name, variant=variant).observe(b)
-            m.batch_tokens.labels(model=pkg.name, variant=variant).observe(b * padded)
+            inference, size, tokens = self.series.batch(self.backend.variants[role])
+            inference.observe(time.perf_counter() - t0)
+            size.observe(b)
+            tokens.observe(b * padded)
         results = []
         for i, e in enumerate(entries):
             p: EmbedParams = e.job.params
@@ -144,7 +144,6 @@ class ModelRuntime:
     def prepare(self, jobs: list[Job]) -> list:
         """Batch-encode every waiting job (inference thread) → per job its entries, or the
         client error that ends it: 422 over max_len without truncation, 413 over the budget."""
-        m = self.metrics
         out: list = [None] * len(jobs)
         for i, job in enumerate(jobs):
             if _token_ids(job.inputs):
@@ -159,7 +158,7 @@ class ModelRuntime:
             texts = [t for i in group for t in jobs[i].inputs]
             t0 = time.perf_counter()
             encs = self.tokenizer.encode_unchecked(texts, truncate)
-            m.tokenize_duration.labels(model=self.name).observe(time.perf_counter() - t0)
+            self.series.tokenize.observe(time.perf_counter() - t0)
             at = 0
             for i in group:
                 job = jobs[i]
@@ -180,7 +179,7 @@ class ModelRuntime:
             if need > budget:
                 raise TooLarge(f"asked-for attention is {need} bytes, over the budget of {budget}; "
                                "ask for fewer layers, heads or inputs")
-        hist = self.metrics.input_tokens.labels(model=self.name)
+        hist = self.series.input_tokens
         for e in encs:
             hist.observe(e.length)
         job.prepared = encs
@@ -327,6 +326,6 @@ class Engine:
         results = await batcher.submit(job)
         encs = job.prepared
         if params.attention is not None:
-            self.metrics.attention_bytes.labels(model=rt.name).inc(
+            rt.series.attention_bytes.inc(
                 sum(params.attention.returned_bytes(e.length) for e in encs))
         return encs, results

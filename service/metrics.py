@@ -92,6 +92,27 @@ class Metrics:
             multiprocess.mark_process_dead(os.getpid())
 
 
+class ModelSeries:
+    """One model's metric children, looked up once: prometheus-client's `labels()` takes a lock
+    and builds a tuple per call, and the inference thread would call it for every batch."""
+
+    def __init__(self, metrics: Metrics, model: str):
+        self._metrics, self._model = metrics, model
+        self.tokenize = metrics.tokenize_duration.labels(model=model)
+        self.input_tokens = metrics.input_tokens.labels(model=model)
+        self.attention_bytes = metrics.attention_bytes.labels(model=model)
+        self._batches: dict[str, tuple] = {}
+
+    def batch(self, variant: str) -> tuple:
+        """(inference_duration, batch_size, batch_tokens) of this variant."""
+        got = self._batches.get(variant)
+        if got is None:
+            m, labels = self._metrics, {"model": self._model, "variant": variant}
+            got = self._batches[variant] = (m.inference_duration.labels(**labels),
+                                            m.batch_size.labels(**labels), m.batch_tokens.labels(**labels))
+        return got
+
+
 class QueueHooks:
     """What a Batcher reports, bound to its (model, variant) labels."""
 
