@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bench.common import Row, Sample, time_calls, usable_cores
 from bench.workload import Workload
+from service.backend import CPU_DISABLED_OPTIMIZERS
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
@@ -46,8 +47,9 @@ class Ceiling:
             if not self.spin:
                 so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             providers = [CUDA, CPU] if self.provider == "cuda" else [CPU]
-            sess = self.ort.InferenceSession(str(self.w.variant_file(variant)), sess_options=so,
-                                             providers=providers)
+            # the session the service makes: on CPU, no SkipLayerNorm fusion at load time
+            sess = self.ort.InferenceSession(str(self.w.variant_file(variant)), sess_options=so, providers=providers,
+                                             disabled_optimizers=CPU_DISABLED_OPTIMIZERS if self.provider == "cpu" else None)
             if self.provider == "cuda" and CUDA not in sess.get_providers():
                 raise RuntimeError(f"{variant}: CUDAExecutionProvider did not load "
                                    f"(got {sess.get_providers()})")

@@ -396,8 +396,9 @@ def main(args: argparse.Namespace) -> int:
     notes = [*run.notes,
              "Ceiling: the package's own ONNX graph in this process, all inputs the same length "
              "(no padding), outputs fetched as the service fetches them (sentence_embedding, plus "
-             "attentions for the attention graph); intra-op threads = usable cores, ORT defaults "
-             "otherwise (spinning on).",
+             "attentions for the attention graph); intra-op threads = usable cores; on CPU, as the "
+             "service does, no SkipLayerNormFusion at load time (the package's CPU graphs carry "
+             "Add + LayerNormalization instead); ORT defaults otherwise (spinning on).",
              "headwise attention rows: all layers and heads, float16, base64, served by the "
              f"{run.serving_precision('attention')} server (attention.onnx is fp32).",
              "sentence-transformers: `encode(texts, batch_size=b)`, tokenising included; the naive "

@@ -59,9 +59,50 @@ def scale_as_div(src: Path, dst: Path) -> int:
     return rewritten
 
 
+# onnxruntime's CPU SkipLayerNormalization kernel (1.31) is ~10× slower than its
+# LayerNormalization: 630 vs 62 µs for [16, 20, 384], 22% of int8 MiniLM's run time at 20 tokens.
+CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)  # so it does not fuse them back at load time
+
+
+def unfuse_skip_layernorm(path: Path) -> int:
+    """Rewrite each SkipLayerNormalization(x, skip, γ, β, bias) as Add(x, skip) [+ Add bias]
+    → LayerNormalization(γ, β), in place; the same arithmetic, in onnxruntime's faster CPU
+    kernels (CPU graphs only: the fp16 / CUDA graph keeps the fused kernel). Sessions on CPU
+    pass `disabled_optimizers=CPU_DISABLED_OPTIMIZERS`. Returns the number rewritten."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path))
+    nodes, rewritten = [], 0
+    for n in model.graph.node:
+        if n.op_type != "SkipLayerNormalization" or any(n.output[1:]):  # mean / inv-std / sum used
+            nodes.append(n)
+            continue
+        eps = next((a.f for a in n.attribute if a.name == "epsilon"), 1e-12)
+        x, skip, gamma, *rest = n.input
+        beta, bias = [*rest, "", ""][:2]
+        total = f"{n.name}/sum"
+        nodes.append(helper.make_node("Add", [x, skip], [total], name=f"{n.name}/add"))
+        if bias:
+            nodes.append(helper.make_node("Add", [total, bias], [f"{total}_bias"], name=f"{n.name}/add_bias"))
+            total = f"{total}_bias"
+        nodes.append(helper.make_node("LayerNormalization", [total, gamma, *([beta] if beta else [])],
+                                      [n.output[0]], name=f"{n.name}/layernorm", axis=-1, epsilon=eps))
+        rewritten += 1
+    if rewritten:
+        if max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 17:
+            raise ValueError(f"{path}: LayerNormalization needs opset 17 or later")
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+        onnx.save(model, str(path))
+    return rewritten
+
+
 def optimize(src: Path, dst: Path, n_heads: int, d_model: int, fp16_dst: Path | None = None) -> dict[str, int]:
     """Fuse attention, SkipLayerNorm, EmbedLayerNorm and Gelu; write dst (fp32) and, when
-    asked, an fp16 copy. Returns the non-zero fused-operator counts."""
+    asked, an fp16 copy. Then dst, a CPU graph, gets its SkipLayerNorms back as Add +
+    LayerNormalization (unfuse_skip_layernorm). Returns the non-zero operator counts of the
+    fused kinds in dst (the fp16 copy keeps SkipLayerNormalization)."""
     from onnxruntime.transformers import optimizer
 
     _quiet()
@@ -76,6 +117,10 @@ def optimize(src: Path, dst: Path, n_heads: int, d_model: int, fp16_dst: Path | 
         # kernels that accumulate in fp32.
         opt.convert_float_to_float16(keep_io_types=True)
         opt.save_model_to_file(str(fp16_dst))
+    unfused = unfuse_skip_layernorm(dst)
+    if unfused:
+        stats.pop("SkipLayerNormalization", None)
+        stats["LayerNormalization"] = stats.get("LayerNormalization", 0) + unfused
     return stats
 
 

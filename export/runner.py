@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from export.optimize import CPU_DISABLED_OPTIMIZERS
 from model.tokenizer import Tokenizer
 
 
@@ -15,7 +16,8 @@ def session(path: Path, threads: int = 0) -> ort.InferenceSession:
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=list(CPU_DISABLED_OPTIMIZERS))
 
 
 def feeds(tokenizer: Tokenizer, texts: list[str]) -> dict[str, np.ndarray]:

@@ -18,6 +18,10 @@ from service.settings import Settings
 log = logging.getLogger("headwise.service")
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+# CPU graphs carry Add + LayerNormalization where the fuser made SkipLayerNormalization, whose
+# CPU kernel is ~10× slower (export/optimize.py: unfuse_skip_layernorm); onnxruntime must not
+# fuse them back when it loads the graph.
+CPU_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 
 class Backend(Protocol):
@@ -81,7 +85,8 @@ class OrtBackend:
 
     def _session(self, file, provider: str):
         providers = [CUDA, CPU] if provider == "cuda" else [CPU]
-        sess = self._ort.InferenceSession(str(file), sess_options=self._options(provider), providers=providers)
+        sess = self._ort.InferenceSession(str(file), sess_options=self._options(provider), providers=providers,
+                                          disabled_optimizers=CPU_DISABLED_OPTIMIZERS if provider == "cpu" else None)
         if provider == "cuda" and CUDA not in sess.get_providers():
             raise RuntimeError(f"{file}: CUDAExecutionProvider did not load")
         return sess

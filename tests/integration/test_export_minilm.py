@@ -62,12 +62,21 @@ def test_fp32_graphs_match_torch(minilm_package, reference, file):
         np.testing.assert_allclose(got["attentions"].sum(-1)[np.broadcast_to(real[:, None, None, :], want.shape[:-1])], 1.0, atol=1e-5)
 
 
+def ops_of(path):
+    return [n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node]
+
+
 def test_fast_graph_is_fused(minilm_package, manifest):
-    ops = [n.op_type for n in onnx.load(str(minilm_package / "fast.onnx"), load_external_data=False).graph.node]
-    counts = {k: ops.count(k) for k in ("Attention", "SkipLayerNormalization", "EmbedLayerNormalization", "BiasGelu")}
-    assert counts == {"Attention": 6, "SkipLayerNormalization": 12, "EmbedLayerNormalization": 1, "BiasGelu": 6}
-    assert manifest["fusion"]["Attention"] == 6
+    ops = ops_of(minilm_package / "fast.onnx")
+    kinds = ("Attention", "SkipLayerNormalization", "LayerNormalization", "EmbedLayerNormalization", "BiasGelu")
+    # CPU graph: the fuser's SkipLayerNormalizations are back to Add + LayerNormalization (faster kernels)
+    assert {k: ops.count(k) for k in kinds} == {"Attention": 6, "SkipLayerNormalization": 0, "LayerNormalization": 12,
+                                                "EmbedLayerNormalization": 1, "BiasGelu": 6}
+    assert manifest["fusion"] == {"Attention": 6, "LayerNormalization": 12, "EmbedLayerNormalization": 1, "BiasGelu": 6}
     assert "Softmax" not in ops
+    int8 = ops_of(minilm_package / "fast.int8.onnx")
+    assert int8.count("QAttention") == 6 and int8.count("LayerNormalization") == 12
+    assert ops_of(minilm_package / "fast.fp16.onnx").count("SkipLayerNormalization") == 12  # the CUDA graph
 
 
 def test_quality_figures(manifest):

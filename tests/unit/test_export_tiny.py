@@ -26,6 +26,10 @@ def test_package_layout_and_hashes(tiny_package):
         onnx.checker.check_model(str(tiny_package / v["file"]))
     assert m["fusion"]["Attention"] == 2
     assert m["parity"]["fast"]["sentence_embedding"] < 1e-5
+    for file, fused in (("fast.onnx", 0), ("fast.int8.onnx", 0), ("fast.fp16.onnx", 4)):  # 2 layers × 2
+        ops = [n.op_type for n in onnx.load(str(tiny_package / file)).graph.node]
+        assert ops.count("SkipLayerNormalization") == fused, file
+        assert ops.count("LayerNormalization") == 4 - fused, file
 
 
 def test_dynamic_batch_and_sequence(tiny_package, tiny_checkpoint):

@@ -1,0 +1,51 @@
+"""export.optimize.unfuse_skip_layernorm: SkipLayerNormalization → Add (+ bias) + LayerNormalization,
+the same numbers in onnxruntime's faster CPU kernels."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from export.optimize import CPU_DISABLED_OPTIMIZERS, unfuse_skip_layernorm
+from service.backend import CPU_DISABLED_OPTIMIZERS as SERVICE_DISABLED
+
+D = 16
+
+
+def graph_with_skip_layernorms(path, with_bias: bool) -> None:
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(size=D).astype(np.float32), n) for n in ("g", "b", "bias")]
+    ins = ["x", "skip", "g", "b", *(["bias"] if with_bias else [])]
+    nodes = [helper.make_node("SkipLayerNormalization", ins, ["h"], name="sln0", domain="com.microsoft", epsilon=1e-5),
+             helper.make_node("SkipLayerNormalization", ["h", "skip", "g"], ["y"], name="sln1",
+                              domain="com.microsoft", epsilon=1e-12)]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", "T", D]) for n in ("x", "skip", "y")]
+    model = helper.make_model(helper.make_graph(nodes, "g", io[:2], io[2:], inits),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def run(path, feeds):
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"], disabled_optimizers=CPU_DISABLED_OPTIMIZERS)
+    return s.run(["y"], feeds)[0]
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_unfused_graph_computes_the_same(tmp_path, with_bias):
+    fused, unfused = tmp_path / "fused.onnx", tmp_path / "unfused.onnx"
+    graph_with_skip_layernorms(fused, with_bias)
+    graph_with_skip_layernorms(unfused, with_bias)
+    assert unfuse_skip_layernorm(unfused) == 2
+    ops = [n.op_type for n in onnx.load(str(unfused)).graph.node]
+    assert ops.count("SkipLayerNormalization") == 0 and ops.count("LayerNormalization") == 2
+    assert ops.count("Add") == (3 if with_bias else 2)
+    rng = np.random.default_rng(1)
+    feeds = {k: rng.normal(size=(3, 5, D)).astype(np.float32) for k in ("x", "skip")}
+    np.testing.assert_allclose(run(unfused, feeds), run(fused, feeds), atol=2e-6)
+    assert unfuse_skip_layernorm(unfused) == 0  # nothing left: the file is not rewritten
+
+
+def test_export_and_service_disable_the_same_fusion():
+    assert list(CPU_DISABLED_OPTIMIZERS) == list(SERVICE_DISABLED) == ["SkipLayerNormFusion"]
