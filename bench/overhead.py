@@ -1,0 +1,120 @@
+"""The server's own cost per request, without the model: the real app under uvicorn (the
+options `headwise serve` uses), its backend replaced by one that answers at once, loaded with
+wrk; reports requests/s and the server's CPU per request (user + system, from /proc).
+
+    python -m bench.overhead --models models                 # /v1/embed, 16 clients, 5 s
+    python -m bench.overhead --models models --floor         # a bare ASGI app: uvicorn's floor
+
+What is left is HTTP, routing, parsing, tokenising, batching and the JSON answer: the part of a
+request that the CPU spends outside onnxruntime (bench/results/experiments-cpu.md, session 3).
+Linux only (/proc); needs wrk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench.http import free_port, http, load
+
+TEXT = "The quick brown fox jumps over the lazy dog near the river bank today."
+
+
+def _serve(models: str, port: int, floor: bool) -> None:  # the child process
+    import numpy as np
+    import uvicorn
+
+    if floor:
+        body = b'{"ok": true}'
+
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            more = True
+            while more:
+                more = (await receive()).get("more_body", False)
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
+            await send({"type": "http.response.body", "body": body})
+    else:
+        from service.app import create_app
+        from service.settings import Settings
+
+        class Instant:  # the Backend surface, answering at once
+            provider, precision = "cpu", "fp32"
+
+            def __init__(self, package, settings):
+                self.package = package
+                self.variants = {"embed": "fast"}
+                self.pooled = np.random.default_rng(0).random((256, package.d_model), dtype=np.float32)
+
+            def run(self, role, feeds, outputs):
+                b, t = feeds["input_ids"].shape
+                out = {"sentence_embedding": self.pooled[:b]}
+                if "last_hidden_state" in outputs:
+                    out["last_hidden_state"] = np.zeros((b, t, self.package.d_model), np.float32)
+                return out
+
+        app = create_app(Settings(models_dir=models), backend_factory=Instant)
+    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", access_log=False,
+                log_level="warning", lifespan="off" if floor else "on")
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def measure(models: str, clients: int, seconds: float, floor: bool) -> dict:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.overhead", "--serve", str(port), "--models", models]
+                            + (["--floor"] if floor else []))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while http("GET", url + ("/" if floor else "/health/ready"), timeout=2)[0] != 200:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.1)
+        body = json.dumps({"inputs": TEXT}).encode()
+        load(url + "/v1/embed", body, clients, 1)  # warm
+        t0 = _cpu_ticks(proc.pid)
+        res = load(url + "/v1/embed", body, clients, seconds)
+        ticks = _cpu_ticks(proc.pid) - t0
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    n = res["requests"]
+    return {"requests_per_s": round(n / (res["duration_us"] / 1e6)),
+            "server_cpu_us_per_request": round(ticks / os.sysconf("SC_CLK_TCK") / n * 1e6, 1),
+            "p50_ms": res["p50"] / 1000, "errors": res["status"], "clients": clients,
+            "app": "bare ASGI" if floor else "headwise, instant backend"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="models", help="a folder with one package (its tokenizer is used)")
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--floor", action="store_true", help="a bare ASGI app instead of headwise")
+    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve:
+        _serve(a.models, a.serve, a.floor)
+        return
+    runs = [measure(a.models, a.clients, a.seconds, a.floor) for _ in range(a.reps)]
+    for r in runs:
+        print(json.dumps(r))
+    cpu = sorted(r["server_cpu_us_per_request"] for r in runs)[len(runs) // 2]
+    rps = sorted(r["requests_per_s"] for r in runs)[len(runs) // 2]
+    print(f"median of {len(runs)}: {rps} requests/s, {cpu} µs of server CPU per request ({runs[0]['app']})")
+
+
+if __name__ == "__main__":
+    main()
