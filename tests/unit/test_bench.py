@@ -289,3 +289,27 @@ def test_report_again_from_raw_json(rows, tmp_path, monkeypatch):
     assert cli.main(args) == 0
     md = (tmp_path / "out" / "run.md").read_text()
     assert "headwise bench --quick" in md and "kept note" in md and "## Targets" in md
+
+
+def test_ab_server_spec():
+    from bench.ab import parse_server
+
+    name, tree, env = parse_server("spin=.:HEADWISE_THREADS=2,X=a=b")
+    assert name == "spin" and tree.is_absolute() and env == {"HEADWISE_THREADS": "2", "X": "a=b"}
+    assert parse_server("base=/tmp/x")[2] == {}
+
+
+def test_layernorm_refuse_undoes_the_export_rewrite(tmp_path):
+    import onnx
+
+    from bench.layernorm import refuse
+    from export.optimize import unfuse_skip_layernorm
+    from tests.unit.test_export_unfuse import graph_with_skip_layernorms, run
+
+    original, path = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    graph_with_skip_layernorms(original, with_bias=True)
+    graph_with_skip_layernorms(path, with_bias=True)
+    assert unfuse_skip_layernorm(path) == 2 and refuse(path) == 2
+    assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["SkipLayerNormalization"] * 2
+    feeds = {k: np.random.default_rng(2).normal(size=(2, 3, 16)).astype(np.float32) for k in ("x", "skip")}
+    np.testing.assert_allclose(run(path, feeds), run(original, feeds), atol=1e-6)
