@@ -12,6 +12,7 @@ from typing import TypeVar
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from service.engine import Engine
 from service.errors import Unauthorized
@@ -32,11 +33,27 @@ def json_body(model: type[M]):
             # as FastAPI's strict content type: no JSON without saying so (CSRF)
             raise RequestValidationError([{"loc": ("body",), "msg": "not JSON", "type": "model_type"}])
         try:
-            return model.model_validate_json(await request.body())
+            return model.model_validate_json(await read_body(request))
         except ValidationError as e:
             raise RequestValidationError(e.errors(include_input=False, include_url=False)) from None
 
     return parse
+
+
+async def read_body(request: Request) -> bytes:
+    """The whole body, straight from `receive`: Starlette's `request.body()` goes through an
+    async generator, 12 µs more per request under uvicorn (bench.overhead: 57 vs 45 µs for a
+    request that only reads its body). A disconnect mid-body raises as Starlette's does."""
+    chunks, more = [], True
+    while more:
+        message = await request.receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    body = b"".join(chunks)
+    request._body = body  # what Request.body() caches, should anything read it again
+    return body
 
 
 def openapi_body(model: type[BaseModel]) -> dict:

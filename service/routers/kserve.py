@@ -26,7 +26,7 @@ from service.compat.schemas import (
     V2ModelMetadata,
     V2ServerMetadata,
 )
-from service.deps import disconnect_probe, get_engine, require_api_key
+from service.deps import disconnect_probe, get_engine, read_body, require_api_key
 from service.engine import Engine, ModelRuntime
 from service.errors import InvalidRequest, NotFound, TooLarge, error_response, route_of
 from service.postprocess import EmbedParams
@@ -110,7 +110,7 @@ async def model_metadata(model: str, request: Request, version: str | None = Non
 async def _body(request: Request) -> bytes:
     """The body, inflated when Content-Encoding says so (tritonclient's request compression),
     to at most the body limit."""
-    body = await request.body()
+    body = await read_body(request)
     enc = request.headers.get("content-encoding", "identity").strip().lower()
     if enc in ("", "identity"):
         return body

@@ -103,3 +103,28 @@ def test_disconnect_probe_reads_uvicorns_flag_else_asks_starlette():
 
     other = SimpleNamespace(receive=plain_receive, is_disconnected="starlette's")
     assert disconnect_probe(other) == "starlette's"
+
+
+def test_read_body_joins_chunks_and_reports_a_disconnect():
+    from starlette.requests import ClientDisconnect, Request
+
+    from service.deps import read_body
+
+    def request(*messages):
+        queue = list(messages)
+
+        async def receive():
+            return queue.pop(0)
+
+        return Request({"type": "http", "method": "POST", "headers": []}, receive)
+
+    async def main():
+        r = request({"type": "http.request", "body": b'{"inputs":', "more_body": True},
+                    {"type": "http.request", "body": b' "a"}', "more_body": False})
+        assert await read_body(r) == b'{"inputs": "a"}'
+        assert await r.body() == b'{"inputs": "a"}'  # cached, as Starlette's own read would be
+        with pytest.raises(ClientDisconnect):
+            await read_body(request({"type": "http.request", "body": b"{", "more_body": True},
+                                    {"type": "http.disconnect"}))
+
+    asyncio.run(main())
