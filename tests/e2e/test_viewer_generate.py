@@ -46,7 +46,9 @@ def page(browser, gen_server):
     pg.on("request", lambda r: pg.requests.append(r.url))
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
     pg.goto(gen_server.url + "/")
-    pg.wait_for_function("document.body.dataset.genState === 'idle'", timeout=30_000)
+    # A function, not a bare expression: Playwright evals a bare expression inside the page while
+    # polling, which the page's CSP (no 'unsafe-eval') refuses whenever the first check fails.
+    pg.wait_for_function("() => document.body.dataset.genState === 'idle'", timeout=30_000)
     yield pg
     ctx.close()
     assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
