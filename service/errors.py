@@ -178,10 +178,8 @@ HANDLERS = {APIError: _api_error, RequestValidationError: _request_validation,
 async def handle(request: Request, exc: Exception) -> Response:
     """The response for an exception raised outside FastAPI's own handling (the direct routes
     of service.middleware): the same handlers that `install` registers."""
-    for cls in type(exc).__mro__:
-        if cls in HANDLERS:
-            return await HANDLERS[cls](request, exc)
-    return await _unexpected(request, exc)
+    handler = next(HANDLERS[cls] for cls in type(exc).__mro__ if cls in HANDLERS)  # Exception at worst
+    return await handler(request, exc)
 
 
 def install(app: FastAPI) -> None:

@@ -286,8 +286,9 @@ async def infer(model: str, request: Request, version: str | None = None, engine
     found, lengths = {}, None
     if kinds:
         outs = {"sentence_embedding": "sentence", "last_hidden_state": "tokens"}
+        probe = disconnect_probe(request)
         calls = [engine.embed(rt, texts, EmbedParams(output=outs[k], normalize=normalize, truncate=truncate,
-                                                     attention=spec), disconnect_probe(request)) for k in kinds]
+                                                     attention=spec), probe) for k in kinds]
         for k, (encs, results) in zip(kinds, await asyncio.gather(*calls), strict=True):
             found[k] = results
             lengths = [e.length for e in encs]
