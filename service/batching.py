@@ -3,7 +3,8 @@
 Requests arrive as raw texts. On its own inference thread the batcher batch-encodes every
 request waiting (one thread hop per batch, not one per request), splits them into entries
 (one per input), cuts batches by padded tokens and batch size, sorting by length and padding
-to a few length buckets, and runs them there. It waits up to `max_wait` for more only when a
+to a few length buckets, and runs them there. When everything that was waiting fits in one
+batch (the common case under steady load) tokenising and running are one hop, not two. It waits up to `max_wait` for more only when a
 recent batch served more clients than are now queued: an idle server runs a lone request at
 once.
 """
@@ -105,7 +106,7 @@ class Batcher:
         self._recent = 0  # clients served by the last batch
         self._last_end = 0.0
         self._running = False
-        self._batch: list[Entry] = []  # the one running now
+        self._inflight: list[Job] = []  # the jobs of the hop running now
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
                                             initializer=lower_thread_priority)
@@ -160,7 +161,7 @@ class Batcher:
 
     def abort(self, exc: Exception) -> None:
         """Fail every job not answered yet, the running batch's too (its thread may hang)."""
-        for job in {*self._pending, *(e.job for e in self._queue), *(e.job for e in self._batch)}:
+        for job in {*self._pending, *(e.job for e in self._queue), *self._inflight}:
             if not job.done:
                 job.future.set_exception(exc)
 
@@ -172,49 +173,102 @@ class Batcher:
                 self._wakeup.clear()
                 await self._wakeup.wait()
             await self._gather()
+            if self._pending and not self._queue:
+                await self._run_fresh(loop)
+                continue
             if self._pending:
                 await self._tokenize(loop)
             batch, padded = self.cut()
-            batch = await self._drop_disconnected(batch)
-            if not batch:
-                continue
-            self._running = True
-            self._batch = batch
-            try:
-                results = await loop.run_in_executor(self._executor, self.run_batch, batch, padded)
-            except Exception as e:  # the whole batch fails; each waiting handler gets the error
+            gone = await self._disconnected({e.job for e in batch})
+            batch = [e for e in batch if e.job not in gone] if gone else batch
+            if batch:
+                await self._hop(loop, [*{e.job: None for e in batch}], self._run_cut, batch, padded)
+
+    async def _hop(self, loop, jobs: list[Job], fn, *args) -> None:
+        """Run fn(*args) → (per-job prepare outcome or None, batch, results or exception) on
+        the inference thread, then answer on the loop; jobs are what abort() must reach."""
+        self._running = True
+        self._inflight = jobs
+        try:
+            outcome, batch, results = await loop.run_in_executor(self._executor, fn, *args)
+        except Exception as e:  # prepare itself failed: every job gets the error
+            outcome, batch, results = [e] * len(jobs), [], []
+        try:
+            if outcome is not None:
+                self._settle(jobs, outcome, admit=batch is None)
+            if isinstance(results, Exception):  # the whole batch fails; each handler gets it
                 for job in {en.job for en in batch}:
                     if not job.done:
-                        job.future.set_exception(e)
-            else:
+                        job.future.set_exception(results)
+            elif batch:
                 self._deliver(batch, results)
-            finally:
-                self._running = False
-                self._batch = []
-                self._last_end = time.perf_counter()
+        finally:
+            self._running = False
+            self._inflight = []
+            self._last_end = time.perf_counter()
+            if batch:
                 self._recent = len({en.job for en in batch})
+
+    def _run_cut(self, batch: list[Entry], padded: int):
+        try:
+            return None, batch, self.run_batch(batch, padded)
+        except Exception as e:
+            return None, batch, e
+
+    async def _run_fresh(self, loop) -> None:
+        """Tokenise what is waiting and, if it all fits in one batch, run it in the same hop."""
+        jobs = self._take_pending()
+        gone = await self._disconnected(jobs)
+        jobs = [j for j in jobs if j not in gone and not j.done]
+        if jobs:
+            await self._hop(loop, jobs, self._prepare_and_run, jobs)
+
+    def _prepare_and_run(self, jobs: list[Job]):
+        """Inference thread: → (outcome, batch or None if it did not fit in one, results)."""
+        outcome = self.prepare(jobs)
+        batch = sorted((e for res in outcome if not isinstance(res, BaseException) for e in res),
+                       key=lambda e: e.length)
+        if not batch:
+            return outcome, [], []
+        longest = self.bucket(batch[-1].length)
+        if not self._fits(len(batch), longest):
+            return outcome, None, None
+        for job in jobs:
+            job.results, job.left = [None] * job.size, job.size
+        self._waited({e.job for e in batch})
+        _, _, results = self._run_cut(batch, longest if self.pad_to_bucket else batch[-1].length)
+        return outcome, batch, results
 
     def _admit(self, job: Job, entries: list[Entry]) -> None:
         job.results = [None] * len(entries)
         job.left = len(entries)
         self._queue.extend(entries)
 
-    async def _tokenize(self, loop) -> None:
+    def _take_pending(self) -> list[Job]:
         jobs = [j for j in self._pending if not j.done]
         self._pending.clear()
         self._pending_inputs = 0
-        try:
-            outcome = await loop.run_in_executor(self._executor, self.prepare, jobs)
-        except Exception as e:
-            outcome = [e] * len(jobs)
+        self._depth_changed()
+        return jobs
+
+    def _settle(self, jobs: list[Job], outcome, admit: bool) -> None:
+        """Fail each job `prepare` refused; queue the others' entries if `admit`."""
         for job, res in zip(jobs, outcome, strict=True):
             if job.done:
                 continue
             if isinstance(res, BaseException):
                 job.future.set_exception(res)
-            else:
+            elif admit:
                 self._admit(job, res)
         self._depth_changed()
+
+    async def _tokenize(self, loop) -> None:
+        jobs = self._take_pending()
+        try:
+            outcome = await loop.run_in_executor(self._executor, self.prepare, jobs)
+        except Exception as e:
+            outcome = [e] * len(jobs)
+        self._settle(jobs, outcome, admit=True)
 
     async def _gather(self) -> None:
         """Wait (at most max_wait) for the clients a recent batch served to come back."""
@@ -268,23 +322,27 @@ class Batcher:
         taken = set(map(id, batch))
         self._queue = deque(e for e in self._queue if id(e) not in taken and not e.job.done)
         self._depth_changed()
-        now = time.perf_counter()
-        if self.hooks is not None:
-            for job in {e.job for e in batch}:
-                self.hooks.on_queue_wait(now - job.enqueued_at)
+        self._waited({e.job for e in batch})
         longest = batch[-1].length
         return batch, self.bucket(longest) if self.pad_to_bucket else longest
 
-    async def _drop_disconnected(self, batch: list[Entry]) -> list[Entry]:
+    def _waited(self, jobs) -> None:
+        if self.hooks is not None:
+            now = time.perf_counter()
+            for job in jobs:
+                self.hooks.on_queue_wait(now - job.enqueued_at)
+
+    async def _disconnected(self, jobs) -> set[Job]:
+        """The jobs whose client has gone: failed (nobody reads it) and counted as dropped."""
         gone = set()
-        for job in {e.job for e in batch}:
+        for job in jobs:
             if job.is_disconnected is not None and await job.is_disconnected():
                 gone.add(job)
                 if not job.done:
                     job.future.set_exception(Disconnected("client disconnected"))
                 if self.hooks is not None:
                     self.hooks.on_dropped(job)
-        return [e for e in batch if e.job not in gone] if gone else batch
+        return gone
 
     def _deliver(self, batch: list[Entry], results: Sequence[Any]) -> None:
         for entry, result in zip(batch, results, strict=True):

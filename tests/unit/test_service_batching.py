@@ -253,3 +253,42 @@ def test_a_failing_batch_fails_its_requests_only():
         await b.close()
 
     run(main())
+
+
+def _prepare_lengths(jobs):
+    return [[Entry(j, i, np.ones(n, np.int64), np.zeros(n, np.int64)) for i, n in enumerate(j.inputs)]
+            for j in jobs]
+
+
+def test_waiting_requests_that_fit_one_batch_are_tokenised_and_run_in_one_hop():
+    async def main():
+        rec = Recorder()
+        b = Batcher(rec, Limits(1024, 64, 0.0, 100), [8, 16], None, prepare=_prepare_lengths)
+        hops = []
+        submit_ = b._executor.submit
+        b._executor.submit = lambda fn, *a: hops.append(fn) or submit_(fn, *a)
+        futs = [b.submit(Job(1, inputs=[n], params=n)) for n in (7, 3, 5)]
+        b.start()
+        res = await asyncio.gather(*futs)
+        await b.close()
+        return rec, hops, res
+
+    rec, hops, res = run(main())
+    assert len(hops) == 1 and rec.batches == [([3, 5, 7], 8)]
+    assert res == [[(7, 0, 7)], [(3, 0, 3)], [(5, 0, 5)]]
+
+
+def test_waiting_requests_over_one_batch_are_queued_and_cut():
+    async def main():
+        rec = Recorder()
+        b = Batcher(rec, Limits(64, 6, 0.0, 100), [8, 16], None, prepare=_prepare_lengths)
+        futs = [b.submit(Job(10, inputs=[5] * 10, params="a")), b.submit(Job(3, inputs=[9, 2, 4], params="b"))]
+        b.start()
+        res = await asyncio.gather(*futs)
+        await b.close()
+        return rec, res
+
+    rec, (a, bb) = run(main())
+    assert sorted(n for lengths, _ in rec.batches for n in lengths) == sorted([5] * 10 + [9, 2, 4])
+    assert all(len(lengths) <= 6 for lengths, _ in rec.batches)
+    assert a == [("a", i, 5) for i in range(10)] and bb == [("b", 0, 9), ("b", 1, 2), ("b", 2, 4)]
