@@ -13,15 +13,11 @@ repetition and the medians: inputs/s, ratio to the ceiling next to it, p50.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from bench.ceiling import Ceiling
-from bench.http import free_port, http, load
+from bench.http import load, start_headwise
 from bench.workload import Workload, find_package
 
 
@@ -29,25 +25,6 @@ def parse_server(spec: str) -> tuple[str, Path, dict]:
     name, _, rest = spec.partition("=")
     tree, _, env = rest.partition(":")
     return name, Path(tree).resolve(), dict(kv.split("=", 1) for kv in env.split(",") if kv)
-
-
-def serve(tree: Path, package: Path, precision: str, env: dict, log: Path) -> tuple[subprocess.Popen, str]:
-    python = tree / ".venv" / "bin" / "python"
-    full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
-    full.update(HEADWISE_PRECISION=precision, HEADWISE_PROVIDER="cpu", **env)
-    port = free_port()
-    proc = subprocess.Popen([str(python if python.exists() else sys.executable), "-m", "headwise.cli", "serve",
-                             "--models", str(package), "--host", "127.0.0.1", "--port", str(port),
-                             "--log-level", "warning"], cwd=tree, env=full, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while http("GET", url + "/health/ready", timeout=2)[0] != 200:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"{tree}: the server did not get ready; see {log}")
-        time.sleep(0.1)
-    return proc, url
 
 
 def main() -> None:
@@ -68,13 +45,13 @@ def main() -> None:
     for rep in range(a.reps):
         for name, tree, env in servers:
             ceil = ceiling.measure(a.precision, a.tokens, 16, seconds=1.5).throughput
-            proc, url = serve(tree, w.dir, a.precision, env, Path(f"/tmp/headwise-ab-{name}.log"))
+            server = start_headwise(w, a.precision, "cpu", Path("/tmp"), env, tree=tree, name=f"headwise-ab-{name}")
             try:
-                load(url + "/v1/embed", body, a.clients, 1)
-                res = load(url + "/v1/embed", body, a.clients, a.seconds)
+                server.wait_ready()
+                load(server.url + "/v1/embed", body, a.clients, 1)
+                res = load(server.url + "/v1/embed", body, a.clients, a.seconds)
             finally:
-                proc.terminate()
-                proc.wait(30)
+                server.stop()
             rate = res["requests"] / (res["duration_us"] / 1e6)
             got[name].append((rate / ceil, rate, res["p50"] / 1000))
             print(f"rep {rep} {name:12s} ceiling b16 {ceil:7.0f}/s  headwise {rate:6.0f}/s  "

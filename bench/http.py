@@ -52,7 +52,7 @@ class Server:
     """A server process on loopback, started and stopped by the harness (its own process group)."""
 
     def __init__(self, name: str, argv: list[str], env: dict, port: int, ready_path: str,
-                 log_dir: Path):
+                 log_dir: Path, cwd: Path | None = None):
         self.name = name
         self.port = port
         self.url = f"http://{HOST}:{port}"
@@ -60,7 +60,7 @@ class Server:
         self.log = log_dir / f"{name}.log"
         self._log = self.log.open("wb")
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, cwd=cwd)
 
     def wait_ready(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
@@ -94,15 +94,20 @@ class Server:
 
 
 def start_headwise(workload: Workload, precision: str, provider: str, log_dir: Path,
-                   extra_env: dict | None = None) -> Server:
-    """`headwise serve` on a free port with a clean HEADWISE_* environment."""
+                   extra_env: dict | None = None, tree: Path | None = None,
+                   name: str | None = None) -> Server:
+    """`headwise serve` on a free port with a clean HEADWISE_* environment; from another
+    checkout `tree` (its own .venv when it has one) for A/B runs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
     env.update(HEADWISE_PROVIDER=provider, HEADWISE_PRECISION=PRECISION[precision])
     env.update(extra_env or {})
+    python = sys.executable
+    if tree is not None and (tree / ".venv" / "bin" / "python").exists():
+        python = str(tree / ".venv" / "bin" / "python")
     port = free_port()
-    argv = [sys.executable, "-m", "headwise.cli", "serve", "--models", str(workload.dir),
+    argv = [python, "-m", "headwise.cli", "serve", "--models", str(workload.dir),
             "--host", HOST, "--port", str(port), "--log-level", "warning"]
-    return Server(f"headwise-{precision}", argv, env, port, "/health/ready", log_dir)
+    return Server(name or f"headwise-{precision}", argv, env, port, "/health/ready", log_dir, cwd=tree)
 
 
 def histogram_totals(metrics_text: str, name: str) -> tuple[float, float]:

@@ -22,7 +22,7 @@ def _busy_ticks() -> int | None:
     return user + nice + system + irq + softirq + steal
 
 
-def _proc_ticks(pid: int | str) -> int:
+def proc_ticks(pid: int | str) -> int:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -65,7 +65,7 @@ class ForeignLoad:
 
     def _snap(self):
         members = _group_members(self.pids)
-        return (_busy_ticks(), _proc_ticks("self"), {p: _proc_ticks(p) for p in members},
+        return (_busy_ticks(), proc_ticks("self"), {p: proc_ticks(p) for p in members},
                 _children_seconds(), time.perf_counter())
 
     def __enter__(self):

@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
+import tempfile
+from pathlib import Path
 
-from bench.http import free_port, http, load
+from bench.http import Server, free_port, load
+from bench.noise import TICK, proc_ticks
 
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank today."
 
@@ -64,34 +65,23 @@ def _serve(models: str, port: int, floor: bool) -> None:  # the child process
                 log_level="warning", lifespan="off" if floor else "on")
 
 
-def _cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
 def measure(models: str, clients: int, seconds: float, floor: bool) -> dict:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bench.overhead", "--serve", str(port), "--models", models]
-                            + (["--floor"] if floor else []))
+    argv = [sys.executable, "-m", "bench.overhead", "--serve", str(port), "--models", models]
+    server = Server("overhead", argv + (["--floor"] if floor else []), dict(os.environ), port,
+                    "/" if floor else "/health/ready", Path(tempfile.gettempdir()))
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while http("GET", url + ("/" if floor else "/health/ready"), timeout=2)[0] != 200:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.1)
+        server.wait_ready(120)
         body = json.dumps({"inputs": TEXT}).encode()
-        load(url + "/v1/embed", body, clients, 1)  # warm
-        t0 = _cpu_ticks(proc.pid)
-        res = load(url + "/v1/embed", body, clients, seconds)
-        ticks = _cpu_ticks(proc.pid) - t0
+        load(server.url + "/v1/embed", body, clients, 1)  # warm
+        t0 = proc_ticks(server.proc.pid)
+        res = load(server.url + "/v1/embed", body, clients, seconds)
+        ticks = proc_ticks(server.proc.pid) - t0
     finally:
-        proc.terminate()
-        proc.wait(30)
+        server.stop()
     n = res["requests"]
     return {"requests_per_s": round(n / (res["duration_us"] / 1e6)),
-            "server_cpu_us_per_request": round(ticks / os.sysconf("SC_CLK_TCK") / n * 1e6, 1),
+            "server_cpu_us_per_request": round(ticks / TICK / n * 1e6, 1),
             "p50_ms": res["p50"] / 1000, "errors": res["status"], "clients": clients,
             "app": "bare ASGI" if floor else "headwise, instant backend"}
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.common import machine_facts
 from bench.http import load, probe, sample_from, start_headwise
-from bench.noise import TICK, ForeignLoad, _proc_ticks
+from bench.noise import TICK, ForeignLoad, proc_ticks
 from bench.workload import Workload
 
 FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             result["res"] = load(server.url + "/v1/embed", body, args.clients, args.seconds + 2)
 
         t = threading.Thread(target=drive)
-        ticks0 = _proc_ticks(server.proc.pid)
+        ticks0 = proc_ticks(server.proc.pid)
         with ForeignLoad([server.proc.pid]) as others:
             t0 = time.perf_counter()
             t.start()
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             spy = subprocess.run(cmd, capture_output=True, text=True, timeout=args.seconds + 60)
             t.join(args.seconds + 120)
             wall = time.perf_counter() - t0
-        cpu_s = (_proc_ticks(server.proc.pid) - ticks0) / TICK
+        cpu_s = (proc_ticks(server.proc.pid) - ticks0) / TICK
         if not raw_file.is_file():
             print(f"py-spy wrote nothing:\n{spy.stdout}\n{spy.stderr}", file=sys.stderr)
             return 1
