@@ -7,7 +7,8 @@ environment, loaded by wrk. Servers alternate, so the machine's drift hits all a
 
 A server is NAME=TREE[:KEY=VALUE,...]: TREE is a checkout whose `headwise.cli` is run (its own
 .venv when it has one); the environment is added to a clean HEADWISE_* one. Prints every
-repetition and the medians: inputs/s, ratio to the ceiling next to it, p50.
+repetition and the medians: inputs/s, ratio to the ceiling next to it, p50, and the wall
+time per batch outside onnxruntime (the server's own metrics).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import statistics
 from pathlib import Path
 
 from bench.ceiling import Ceiling
-from bench.http import load, start_headwise
+from bench.http import load, server_stats, start_headwise
 from bench.workload import Workload, find_package
 
 
@@ -49,17 +50,22 @@ def main() -> None:
             try:
                 server.wait_ready()
                 load(server.url + "/v1/embed", body, a.clients, 1)
+                before = server.metrics_text()
                 res = load(server.url + "/v1/embed", body, a.clients, a.seconds)
+                stats = server_stats(before, server.metrics_text(), res["duration_us"] / 1e6)
             finally:
                 server.stop()
             rate = res["requests"] / (res["duration_us"] / 1e6)
-            got[name].append((rate / ceil, rate, res["p50"] / 1000))
+            gap = stats["infer_ms"] * (1 / stats["ort_busy"] - 1)  # wall time per batch outside onnxruntime
+            got[name].append((rate / ceil, rate, res["p50"] / 1000, gap))
             print(f"rep {rep} {name:12s} ceiling b16 {ceil:7.0f}/s  headwise {rate:6.0f}/s  "
-                  f"{100 * rate / ceil:5.1f}%  p50 {res['p50'] / 1000:.2f} ms", flush=True)
+                  f"{100 * rate / ceil:5.1f}%  p50 {res['p50'] / 1000:.2f} ms  batch {stats['mean_batch']:.1f}  "
+                  f"run {stats['infer_ms']:.2f} ms + gap {gap:.2f} ms", flush=True)
     print(f"medians: {a.precision}, {a.tokens} tokens, {a.clients} clients, {a.reps} repetitions")
     for name, rows in got.items():
-        ratio, rate, p50 = (statistics.median(r[i] for r in rows) for i in range(3))
-        print(f"  {name:12s} {100 * ratio:5.1f}% of the ceiling  {rate:6.0f} inputs/s  p50 {p50:.2f} ms")
+        ratio, rate, p50, gap = (statistics.median(r[i] for r in rows) for i in range(4))
+        print(f"  {name:12s} {100 * ratio:5.1f}% of the ceiling  {rate:6.0f} inputs/s  p50 {p50:.2f} ms  "
+              f"gap {gap:.2f} ms per batch")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,10 @@ def _serve(models: str, port: int, floor: bool) -> None:  # the child process
                 return out
 
         app = create_app(Settings(models_dir=models), backend_factory=Instant)
-    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", access_log=False,
+    from service.http_protocol import UVICORN_HTTP
+
+    http = os.environ.get("HEADWISE_BENCH_HTTP", UVICORN_HTTP)  # "httptools": uvicorn's own
+    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http=http, access_log=False,
                 log_level="warning", lifespan="off" if floor else "on")
 
 

@@ -79,7 +79,9 @@ def main(args: argparse.Namespace) -> int:
 
     # uvicorn re-raises SIGTERM once it has drained; a no-op handler here makes that an exit 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    options = dict(host=settings.host, port=settings.port, loop="uvloop", http="httptools",
+    from service.http_protocol import UVICORN_HTTP
+
+    options = dict(host=settings.host, port=settings.port, loop="uvloop", http=UVICORN_HTTP,
                    # the app's SIGTERM drain waits for requests in flight (service.app); this is
                    # only what uvicorn waits after it, or on SIGINT
                    lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
