@@ -44,7 +44,8 @@ class Metrics:
                                         ["model", "reason"], registry=r)
         self.queue_duration = Histogram(p + "queue_duration_seconds", "time from enqueue to batch start",
                                         ["model", "variant"], buckets=(*FAST, 2.0, 5.0), registry=r)
-        self.tokenize_duration = Histogram(p + "tokenize_duration_seconds", "batch encode time per request",
+        self.tokenize_duration = Histogram(p + "tokenize_duration_seconds",
+                                           "time per batch encode (the requests waiting, tokenised together)",
                                            ["model"], buckets=FAST, registry=r)
         self.inference_duration = Histogram(p + "inference_duration_seconds", "onnxruntime run time per batch",
                                             ["model", "variant"], buckets=LATENCY, registry=r)
