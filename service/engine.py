@@ -208,19 +208,22 @@ class ModelRuntime:
     def start(self) -> None:
         s, pkg = self.settings, self.package
         cell = pkg.n_layers * pkg.n_heads * 4  # fp32 attention bytes per T² per input
+        on_cpu = self.backend.provider != "cuda"
+        batch_tokens = (min(s.max_batch_tokens, s.cpu_max_batch_tokens)
+                        if on_cpu and s.cpu_max_batch_tokens else s.max_batch_tokens)
 
         for role, variant in self.backend.variants.items():
             fits = None
             if role == "attention":
                 def fits(count, padded, cell=cell):
                     return count * cell * padded * padded <= s.attention_budget_bytes
-            limits = Limits(s.max_batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue, fits)
+            limits = Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue, fits)
 
             def run(entries, padded, role=role):
                 return self.run_batch(role, entries, padded)
 
             batcher = Batcher(run, limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant),
-                              prepare=self.prepare, pad_to_bucket=self.backend.provider == "cuda")
+                              prepare=self.prepare, pad_to_bucket=not on_cpu)
             batcher.start()
             self.batchers[role] = batcher
 

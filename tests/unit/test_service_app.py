@@ -257,3 +257,21 @@ def test_usable_cores_follow_the_cgroup_quota(tmp_path):
     assert usable_cores(tmp_path) == min(2, usable_cores(tmp_path / "none"))
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert usable_cores(tmp_path) == usable_cores(tmp_path / "none") >= 1
+
+
+class CudaFakeBackend(FakeBackend):
+    provider = "cuda"
+
+
+@pytest.mark.parametrize("backend, settings, tokens", [
+    (FakeBackend, {}, 1024),  # CPU: the smaller of the two caps
+    (FakeBackend, {"cpu_max_batch_tokens": 0}, 16384),
+    (FakeBackend, {"max_batch_tokens": 512}, 512),
+    (CudaFakeBackend, {}, 16384),
+])
+def test_batch_token_cap_depends_on_the_provider(package, backend, settings, tokens):
+    with client_for(package, backend=backend, **settings) as c:
+        wait_ready(c)
+        rt = next(iter(c.app.state.engine.models.values()))
+        assert {b.limits.max_batch_tokens for b in rt.batchers.values()} == {tokens}
+        assert all(b.pad_to_bucket is (backend is CudaFakeBackend) for b in rt.batchers.values())
