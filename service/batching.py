@@ -4,9 +4,9 @@ Requests arrive as raw texts. On its own inference thread the batcher batch-enco
 request waiting (one thread hop per batch, not one per request), splits them into entries
 (one per input), cuts batches by padded tokens and batch size, sorting by length and padding
 to a few length buckets, and runs them there. When everything that was waiting fits in one
-batch (the common case under steady load) tokenising and running are one hop, not two. It waits up to `max_wait` for more only when a
-recent batch served more clients than are now queued: an idle server runs a lone request at
-once.
+batch (the common case under steady load) tokenising and running are one hop, not two. It
+waits up to `max_wait` for more only when a recent batch served more clients than are now
+queued: an idle server runs a lone request at once.
 """
 
 from __future__ import annotations
