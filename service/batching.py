@@ -59,6 +59,11 @@ class Job:
     def done(self) -> bool:
         return self.future is None or self.future.done()
 
+    def expect(self, n: int) -> None:
+        """Make room for n results (one per entry) before any is delivered."""
+        self.results = [None] * n
+        self.left = n
+
 
 @dataclass(eq=False, slots=True)
 class Entry:
@@ -173,20 +178,19 @@ class Batcher:
                 self._wakeup.clear()
                 await self._wakeup.wait()
             await self._gather()
-            if self._pending and not self._queue:
-                await self._run_fresh(loop)
-                continue
-            if self._pending:
-                await self._tokenize(loop)
+            if self._pending and await self._tokenize(loop, run=not self._queue):
+                continue  # tokenised and ran in one hop
             batch, padded = self.cut()
             gone = await self._disconnected({e.job for e in batch})
             batch = [e for e in batch if e.job not in gone] if gone else batch
             if batch:
                 await self._hop(loop, [*{e.job: None for e in batch}], self._run_cut, batch, padded)
 
-    async def _hop(self, loop, jobs: list[Job], fn, *args) -> None:
-        """Run fn(*args) → (per-job prepare outcome or None, batch, results or exception) on
-        the inference thread, then answer on the loop; jobs are what abort() must reach."""
+    async def _hop(self, loop, jobs: list[Job], fn, *args) -> bool:
+        """Run fn(*args) → (per-job prepare outcome or None, batch or None, results or
+        exception) on the inference thread, then answer on the loop; jobs are what abort()
+        must reach. A batch of None: `prepare` ran alone, its entries are queued. → whether
+        nothing is left to queue."""
         self._running = True
         self._inflight = jobs
         try:
@@ -208,6 +212,7 @@ class Batcher:
             self._last_end = time.perf_counter()
             if batch:
                 self._recent = len({en.job for en in batch})
+        return batch is not None
 
     def _run_cut(self, batch: list[Entry], padded: int):
         try:
@@ -215,33 +220,33 @@ class Batcher:
         except Exception as e:
             return None, batch, e
 
-    async def _run_fresh(self, loop) -> None:
-        """Tokenise what is waiting and, if it all fits in one batch, run it in the same hop."""
+    async def _tokenize(self, loop, run: bool) -> bool:
+        """Tokenise what is waiting, its entries then queued; with `run`, when it all fits in
+        one batch, run it in the same hop instead. → whether it ran (nothing was queued)."""
         jobs = self._take_pending()
         gone = await self._disconnected(jobs)
         jobs = [j for j in jobs if j not in gone and not j.done]
-        if jobs:
-            await self._hop(loop, jobs, self._prepare_and_run, jobs)
+        return bool(jobs) and await self._hop(loop, jobs, self._prepare, jobs, run) and run
 
-    def _prepare_and_run(self, jobs: list[Job]):
-        """Inference thread: → (outcome, batch or None if it did not fit in one, results)."""
+    def _prepare(self, jobs: list[Job], run: bool):
+        """Inference thread: → (outcome, batch or None if not run, results)."""
         outcome = self.prepare(jobs)
+        if not run:
+            return outcome, None, None
         batch = sorted((e for res in outcome if not isinstance(res, BaseException) for e in res),
                        key=lambda e: e.length)
         if not batch:
             return outcome, [], []
-        longest = self.bucket(batch[-1].length)
-        if not self._fits(len(batch), longest):
+        if not self._fits(len(batch), self.bucket(batch[-1].length)):
             return outcome, None, None
         for job in jobs:
-            job.results, job.left = [None] * job.size, job.size
+            job.expect(job.size)
         self._waited({e.job for e in batch})
-        _, _, results = self._run_cut(batch, longest if self.pad_to_bucket else batch[-1].length)
+        _, _, results = self._run_cut(batch, self._padded(batch[-1].length))
         return outcome, batch, results
 
     def _admit(self, job: Job, entries: list[Entry]) -> None:
-        job.results = [None] * len(entries)
-        job.left = len(entries)
+        job.expect(len(entries))
         self._queue.extend(entries)
 
     def _take_pending(self) -> list[Job]:
@@ -261,14 +266,6 @@ class Batcher:
             elif admit:
                 self._admit(job, res)
         self._depth_changed()
-
-    async def _tokenize(self, loop) -> None:
-        jobs = self._take_pending()
-        try:
-            outcome = await loop.run_in_executor(self._executor, self.prepare, jobs)
-        except Exception as e:
-            outcome = [e] * len(jobs)
-        self._settle(jobs, outcome, admit=True)
 
     async def _gather(self) -> None:
         """Wait (at most max_wait) for the clients a recent batch served to come back."""
@@ -323,8 +320,11 @@ class Batcher:
         self._queue = deque(e for e in self._queue if id(e) not in taken and not e.job.done)
         self._depth_changed()
         self._waited({e.job for e in batch})
-        longest = batch[-1].length
-        return batch, self.bucket(longest) if self.pad_to_bucket else longest
+        return batch, self._padded(batch[-1].length)
+
+    def _padded(self, longest: int) -> int:
+        """The length a batch whose longest input is `longest` is padded to."""
+        return self.bucket(longest) if self.pad_to_bucket else longest
 
     def _waited(self, jobs) -> None:
         if self.hooks is not None:
