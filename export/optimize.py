@@ -1,4 +1,4 @@
-"""onnxruntime's transformer optimiser (fusion), dynamic int8 and fp16 conversion."""
+"""onnxruntime's transformer optimiser (fusion) and fp16 conversion (int8: export/quantize.py)."""
 
 from __future__ import annotations
 
@@ -122,18 +122,3 @@ def optimize(src: Path, dst: Path, n_heads: int, d_model: int, fp16_dst: Path | 
         stats.pop("SkipLayerNormalization", None)
         stats["LayerNormalization"] = stats.get("LayerNormalization", 0) + unfused
     return stats
-
-
-def quantize_int8(src: Path, dst: Path) -> None:
-    """Dynamic int8: weights quantised once (per output channel: per-tensor scales cost
-    all-MiniLM-L6-v2 ~3 points of cosine), activations per batch at run time (CPU)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    _quiet()
-    import onnx
-
-    quantize_dynamic(
-        str(src), str(dst), weight_type=QuantType.QInt8, per_channel=True,
-        # Fused contrib ops (Attention, SkipLayerNorm) defeat ONNX shape inference.
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )

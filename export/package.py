@@ -1,4 +1,4 @@
-"""Build a model package: load → export → optimise → quantise → verify (DESIGN.md §3)."""
+"""Build a model package: load → export → optimise → quantise → verify (docs/model-package.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ import torch
 
 from export import manifest as mf
 from export.graphs import OPSET, io_spec, to_onnx
-from export.optimize import optimize, quantize_int8
+from export.optimize import optimize
+from export.quantize import SCHEME as INT8_SCHEME
+from export.quantize import quantize_int8
+from export.speed import measure as measure_speed
+from export.speed import speed_lines
 from export.verify import verify
 from model.importers.common import checkpoint_architecture
 from model.sentence import default_checkpoint, load_sentence_model
@@ -84,7 +88,8 @@ def build_package(
         if int8 or fp16:
             progress("note: generative packages are fp32 only for now; --int8/--fp16 are ignored")
         return build_generative_package(checkpoint, out, name, Steps(3 if check else 2, progress), check, progress)
-    steps = Steps(5 if check else 4, progress)
+    speed = check and quality and int8
+    steps = Steps(4 + check + speed, progress)
     with staged(out, name) as work:
         loaded = steps.run(f"load {checkpoint}", load_sentence_model, checkpoint)
         cfg = loaded.model.config
@@ -102,7 +107,7 @@ def build_package(
         progress("      fused operators: " + ", ".join(f"{k}={v}" for k, v in sorted(fusion.items())))
         (work / "raw.onnx").unlink()
         if int8:
-            steps.run("quantise (dynamic int8)", quantize_int8, work / "fast.onnx", work / "fast.int8.onnx")
+            steps.run("quantise (int8, per-token scales)", quantize_int8, work / "fast.onnx", work / "fast.int8.onnx")
         else:
             steps.run("quantise (skipped: --no-int8)", lambda: None)
         shutil.copyfile(checkpoint / "tokenizer.json", work / "tokenizer.json")
@@ -113,6 +118,11 @@ def build_package(
                 "verify parity against torch", verify, work, checkpoint, stsb_path,
                 lambda m: progress("      " + m), quality,
             )
+        if speed:
+            measured = steps.run("measure CPU speed per precision", measure_speed, work, mf.read(work))
+            for line in speed_lines(measured):
+                progress("      " + line)
+            mf.write(work, {**mf.read(work), "speed": measured})
     return Path(out) / name
 
 
@@ -122,6 +132,7 @@ def _manifest(loaded, name: str, work: Path, fusion: dict, int8: bool, fp16: boo
     variants = {"fast": ("fast.onnx", "fp32", fast_outputs)}
     if int8:
         variants["fast.int8"] = ("fast.int8.onnx", "int8", fast_outputs)
+    notes = {"fast.int8": INT8_SCHEME}
     if fp16:
         variants["fast.fp16"] = ("fast.fp16.onnx", "fp16", fast_outputs)
     variants["attention"] = ("attention.onnx", "fp32", [*fast_outputs, "attentions"])
@@ -147,7 +158,8 @@ def _manifest(loaded, name: str, work: Path, fusion: dict, int8: bool, fp16: boo
         "inputs": inputs,
         "outputs": outputs,
         "variants": {
-            v: {"file": f, "precision": p, "sha256": mf.sha256(work / f), "outputs": o}
+            v: {"file": f, "precision": p, "sha256": mf.sha256(work / f), "outputs": o,
+                **({"scheme": notes[v]} if v in notes else {})}
             for v, (f, p, o) in variants.items()
         },
         "parity": {},
