@@ -11,6 +11,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -70,12 +71,15 @@ def _on_sigterm(app: FastAPI) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-async def _prepare(engine: Engine) -> None:
+async def _prepare(app: FastAPI) -> None:
+    engine: Engine = app.state.engine
     try:
         await anyio.to_thread.run_sync(engine.prepare)
     except Exception as e:
         engine.failed = f"{type(e).__name__}: {e}"
         log.error("model start-up failed: %s", engine.failed)
+        if app.state.on_fatal is not None:  # `headwise serve` stops and exits non-zero
+            app.state.on_fatal()
         return
     if not engine.draining:
         engine.start()
@@ -87,7 +91,7 @@ async def lifespan(app: FastAPI):
     engine: Engine = app.state.engine
     await anyio.to_thread.run_sync(engine.load_packages)  # bad package → start-up fails
     _on_sigterm(app)
-    task = asyncio.get_running_loop().create_task(_prepare(engine))
+    task = asyncio.get_running_loop().create_task(_prepare(app))
     try:
         yield
     finally:
@@ -120,8 +124,12 @@ def _document_bodies(app: FastAPI) -> None:
     app.openapi = openapi
 
 
-def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:
-    """Build the app. Settings default to the HEADWISE_* environment, validated now."""
+def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None,
+               on_fatal: Callable[[], None] | None = None) -> FastAPI:
+    """Build the app. Settings default to the HEADWISE_* environment, validated now.
+    `on_fatal` is called when the models cannot be prepared (sessions, warm-up): `headwise
+    serve` passes one that stops the server, which then exits non-zero; without it the app
+    stays up, live but never ready, and `/health/ready` says why."""
     settings = settings if settings is not None else load_settings()
     m = Metrics()
     app = FastAPI(
@@ -137,6 +145,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
+    app.state.on_fatal = on_fatal
     app.state.activity = Activity()
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)

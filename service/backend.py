@@ -32,14 +32,38 @@ class Backend(Protocol):
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
 
+PRECISION_VARIANTS = {"fp32": "fast", "int8": "fast.int8", "fp16": "fast.fp16"}
+
+
+def verified(package: ModelPackage, variant: str) -> bool:
+    """True when `headwise export`/`verify` recorded that the variant met its parity bar."""
+    return bool(package.manifest.get("parity", {}).get(variant, {}).get("passed"))
+
+
+def check_precision(packages: list[ModelPackage], precision: str) -> None:
+    """Refuse, before anything starts, a HEADWISE_PRECISION that an encoder package cannot serve."""
+    for package in packages:
+        if not package.generative and precision != "auto":
+            choose_variant(package, "cpu", precision)
+
+
 def choose_variant(package: ModelPackage, provider: str, precision: str) -> str:
+    """The embed variant for HEADWISE_PRECISION. `auto` is the model's own precision (fp32),
+    except fp16 on CUDA where the package's fp16 variant passed its parity bar. int8 and fp16
+    are served only when present: asking for a missing one fails, naming those there are."""
     have = package.variants
     if precision == "auto":
-        preferred = ["fast.fp16", "fast"] if provider == "cuda" else ["fast.int8", "fast"]
-        return next(v for v in preferred if v in have)
-    name = {"fp32": "fast", "int8": "fast.int8", "fp16": "fast.fp16"}[precision]
+        if provider == "cuda" and "fast.fp16" in have:
+            if verified(package, "fast.fp16"):
+                return "fast.fp16"
+            log.warning("model %s: fast.fp16 has not passed its parity bar (run `headwise verify`); "
+                        "serving fp32 on CUDA", package.name)
+        return "fast"
+    name = PRECISION_VARIANTS[precision]
     if name not in have:
-        raise PackageError(f"{package.path}: HEADWISE_PRECISION={precision} but the package has no {name} variant")
+        present = ", ".join(f"{v} ({have[v].precision})" for v in have)
+        raise PackageError(f"{package.path}: HEADWISE_PRECISION={precision} but the package has no {name} "
+                           f"variant; it has {present}")
     return name
 
 

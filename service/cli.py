@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 
+from service.backend import check_precision
 from service.package import PackageError, find_packages
 from service.settings import SettingsError, load_settings
 
@@ -65,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
         settings = load_settings()
         # Checked here too (hashes included) so a bad package stops us with a clear message
         # before any worker starts; the app's start-up repeats it from a cache.
-        find_packages(settings.models_dir)
+        check_precision(find_packages(settings.models_dir), settings.precision)
     except (SettingsError, PackageError) as e:
         print(f"headwise serve: error: {e}", file=sys.stderr)
         return 2
@@ -90,9 +91,13 @@ def main(args: argparse.Namespace) -> int:
         if settings.workers == 1:
             from service.app import create_app
 
-            server = uvicorn.Server(uvicorn.Config(create_app(settings), **options))
+            def stop() -> None:
+                server.should_exit = True
+
+            app = create_app(settings, on_fatal=stop)
+            server = uvicorn.Server(uvicorn.Config(app, **options))
             server.run()
-            code = 0 if server.started else 3
+            code = 3 if not server.started or app.state.engine.failed else 0
             _exit_if_stuck(code)
             return code
         uvicorn.run("service.app:create_app", factory=True, workers=settings.workers, **options)

@@ -1,4 +1,4 @@
-"""The engine: loaded models, their tokenizers, backends and queues (DESIGN.md §5).
+"""The engine: loaded models, their tokenizers, backends and queues (docs/architecture.md).
 
 Routers call `Engine.embed` / `Engine.tokenize`; those raise service.errors exceptions for
 client mistakes and never touch HTTP.
@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from service.backend import Backend, OrtBackend
+from service.backend import Backend, OrtBackend, check_precision
 from service.batching import Batcher, Entry, Job, Limits, length_buckets
 from service.errors import InvalidRequest, NotFound, NotReady, TooLarge, Validation
 from service.generation import GenerativeRuntime
 from service.metrics import Metrics, ModelSeries, QueueHooks
-from service.package import ModelPackage, find_packages
+from service.package import ModelPackage, find_packages, variant_facts
 from service.postprocess import AttentionSpec, EmbedParams, attention_payload, pool
 from service.resources import lower_thread_priority
 from service.settings import Settings
@@ -77,7 +77,8 @@ class ModelRuntime:
             "pooling": p.pooling, "normalize": p.normalize,
             "provider": b.provider if b else None, "precision": b.precision if b else None,
             "variants": {name: {"precision": v.precision, "outputs": list(v.outputs),
-                                "serving": b is not None and name in b.variants.values()}
+                                "serving": b is not None and name in b.variants.values(),
+                                **variant_facts(p.manifest, name)}
                          for name, v in p.variants.items()},
             "attention": b is not None and "attention" in b.variants,
             "ready": self.ready,
@@ -241,7 +242,9 @@ class Engine:
 
     def load_packages(self) -> None:
         """Read and verify every package (hashes included); raises PackageError."""
-        for pkg in find_packages(self.settings.models_dir):
+        packages = find_packages(self.settings.models_dir)
+        check_precision(packages, self.settings.precision)
+        for pkg in packages:
             cls = GenerativeRuntime if pkg.generative else ModelRuntime
             self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
 

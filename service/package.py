@@ -133,3 +133,30 @@ def find_packages(models_dir: str | Path, verify: bool = True) -> list[ModelPack
     if dup:
         raise PackageError(f"{root}: several packages named {', '.join(sorted(dup))}")
     return packages
+
+
+# The parity figures /v1/models shows for a variant: how close to the model it is, and whether
+# its answer depends on its batch (max |diff| alone vs batched), as `headwise verify` measured.
+QUALITY_FIGURES = ("sentence_embedding", "batch_invariance", "stsb_spearman", "mean_cosine_to_fp32",
+                   "min_cosine_to_fp32", "passed")
+
+
+def variant_facts(manifest: dict, name: str) -> dict:
+    """What a variant costs and buys, as measured when the package was made: `scheme`,
+    `quality` (figures of QUALITY_FIGURES) and `speed` (inputs/s and the ratio to fp32 per
+    workload, with the CPU that measured it). Keys are absent where nothing was measured."""
+    out: dict = {}
+    spec = manifest.get("variants", {}).get(name, {})
+    if "scheme" in spec:
+        out["scheme"] = spec["scheme"]
+    parity = manifest.get("parity", {}).get(name)
+    if parity:
+        out["quality"] = {k: parity[k] for k in QUALITY_FIGURES if k in parity}
+    speed = manifest.get("speed") or {}
+    rows = [{"batch": w["batch"], "tokens": w["tokens"], "inputs_per_s": w["inputs_per_s"][name],
+             **({"vs_fp32": w["vs_fp32"][name]} if name in w.get("vs_fp32", {}) else {})}
+            for w in speed.get("workloads", []) if name in w.get("inputs_per_s", {})]
+    if rows:
+        cpu = speed.get("cpu", {})
+        out["speed"] = {"cpu": cpu.get("model"), "cpu_flags": cpu.get("flags", []), "workloads": rows}
+    return out
