@@ -75,7 +75,10 @@ def test_fast_graph_is_fused(minilm_package, manifest):
     assert manifest["fusion"] == {"Attention": 6, "LayerNormalization": 12, "EmbedLayerNormalization": 1, "BiasGelu": 6}
     assert "Softmax" not in ops
     int8 = ops_of(minilm_package / "fast.int8.onnx")
-    assert int8.count("QAttention") == 6 and int8.count("LayerNormalization") == 12
+    # per-token int8 (export/quantize.py): W_O and both FFN MatMuls; attention stays fp32
+    assert int8.count("MatMulIntegerToFloat") == 18 and int8.count("MatMul") == 0
+    assert int8.count("Attention") == 6 and int8.count("LayerNormalization") == 12
+    assert "DynamicQuantizeLinear" not in int8 and "QAttention" not in int8
     assert ops_of(minilm_package / "fast.fp16.onnx").count("SkipLayerNormalization") == 12  # the CUDA graph
 
 
@@ -83,14 +86,26 @@ def test_quality_figures(manifest):
     p = manifest["parity"]
     assert abs(p["fast"]["stsb_spearman"] - 86.72) <= 0.01
     assert abs(p["attention"]["stsb_spearman"] - 86.72) <= 0.01
-    assert p["fast.int8"]["stsb_spearman"] >= 86.2
-    assert p["fast.int8"]["mean_cosine_to_fp32"] >= 0.99
+    # issue 15's int8 targets, over every STS-B dev sentence
+    assert p["fast.int8"]["stsb_spearman"] >= 86.55
+    assert p["fast.int8"]["mean_cosine_to_fp32"] >= 0.998
+    assert p["fast.int8"]["min_cosine_to_fp32"] >= 0.99
     assert p["fast.fp16"]["mean_cosine_to_fp32"] >= 0.999
+    for variant, bar in (("fast", 1e-5), ("attention", 1e-5), ("fast.int8", 1e-4), ("fast.fp16", 1e-3)):
+        assert p[variant]["batch_invariance"] <= bar, variant
+        assert p[variant]["passed"] is True, variant
+
+
+def test_speed_is_measured_on_a_named_cpu(manifest):
+    speed = manifest["speed"]
+    assert speed["cpu"]["model"] and isinstance(speed["cpu"]["flags"], list)
+    for w in speed["workloads"]:
+        assert set(w["inputs_per_s"]) == {"fast", "fast.int8"} and w["vs_fp32"]["fast"] == 1.0
 
 
 def test_int8_and_fp16_close_to_fp32(minilm_package, reference):
     feeds, out = reference
     want = out.sentence_embedding.numpy()
-    for file, floor in (("fast.int8.onnx", 0.95), ("fast.fp16.onnx", 0.999)):
+    for file, floor in (("fast.int8.onnx", 0.99), ("fast.fp16.onnx", 0.999)):
         got = run(minilm_package, file, feeds)["sentence_embedding"]
         assert (got * want).sum(1).min() > floor, file
