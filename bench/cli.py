@@ -361,6 +361,7 @@ def main(args: argparse.Namespace) -> int:
     facts["model package"] = f"{run.w.name} ({run.w.dir}), max_len {run.w.max_len}"
     facts["load average at start (1/5/15 min)"] = load_average()
     started = time.monotonic()
+    print(f"headwise bench: {name} on {facts['cpu']}", flush=True)
     print(f"headwise bench: {name}: suites {', '.join(args.suites)}; variants {', '.join(cfg['variants'])}; "
           f"lengths {cfg['lengths']}; clients {cfg['concurrency']}; batches {cfg['batches']}; "
           f"{cfg['reps']} reps", flush=True)

@@ -435,14 +435,9 @@ def _version(mod: str) -> str:
 
 
 def machine_facts(provider: str) -> dict:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from export import cpu as cpu_info  # stdlib only: no torch, no onnx
+
+    cpu = cpu_info.label()
     # HEADWISE_BENCH_COMMIT: when run from an export of a commit (git archive), not a checkout
     commit = os.environ.get("HEADWISE_BENCH_COMMIT") or _git("rev-parse", "--short", "HEAD") or "?"
     dirty = _git("status", "--porcelain", "--", "service", "model", "export", "headwise", "bench")
@@ -455,7 +450,7 @@ def machine_facts(provider: str) -> dict:
     return {
         "cores usable (affinity, cgroup)": usable_cores(),
         "cores on host": os.cpu_count(),
-        "cpu": cpu,
+        "cpu": cpu,  # the model and its avx2 / avx512 / vnni / amx flags: ratios hold only for it
         "provider": provider,
         "onnxruntime": f"{ort.__version__} ({build}); available: {', '.join(ort.get_available_providers())}",
         "python": platform.python_version(),
