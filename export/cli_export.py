@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True, help="write fast.int8.onnx (CPU)")
     p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True, help="write fast.fp16.onnx (GPU)")
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default: on)")
-    p.add_argument("--stsb", type=Path, help="STS Benchmark dev file (default: $HEADWISE_STSB or ../shared/data/stsb)")
+    p.add_argument("--stsb", type=Path, help="STS Benchmark dev file (default: $HEADWISE_STSB, else the bundled export/data/stsb/sts-dev.csv)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", type=Path,
                    help="checkpoint to compare with (default: the bundled one when it matches; "
                         "required for decoder and encoder-decoder packages)")
-    p.add_argument("--stsb", type=Path, help="STS Benchmark dev file")
+    p.add_argument("--stsb", type=Path, help="STS Benchmark dev file (default: $HEADWISE_STSB, else the bundled one)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
             if args.checkpoint is None:
                 raise mf.PackageError(f"a {architecture} package is verified against its checkpoint: pass --checkpoint DIR")
             parity = verify_generative(args.package, args.checkpoint)
-    except mf.PackageError as e:
+    except (mf.PackageError, FileNotFoundError) as e:
         print(f"headwise verify: FAILED: {e}", file=sys.stderr)
         return 1
     print(parity_table(parity))

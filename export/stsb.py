@@ -11,15 +11,20 @@ import numpy as np
 REFERENCE_ALL_MINILM_L6_V2 = 86.72
 
 
+# The STS Benchmark dev split ships inside the package (export/data/stsb: licence and citation
+# in LICENSE.txt there), so every export measures quality.
+BUNDLED = Path(__file__).resolve().parent / "data" / "stsb" / "sts-dev.csv"
+
+
 def find_stsb(explicit: str | Path | None = None) -> Path | None:
-    """--stsb, $HEADWISE_STSB, or the shared/ data folder beside the checkout."""
-    candidates = [explicit, os.environ.get("HEADWISE_STSB")]
-    here = Path(__file__).resolve().parent.parent
-    candidates += [here.parent / "shared/data/stsb/sts-dev.csv", Path.cwd().parent / "shared/data/stsb/sts-dev.csv"]
-    for c in candidates:
-        if c and Path(c).is_file():
-            return Path(c)
-    return None
+    """--stsb FILE, else $HEADWISE_STSB, else the bundled dev split. An explicit file that does
+    not exist is an error, not a silent fallback."""
+    for given, what in ((explicit, "--stsb"), (os.environ.get("HEADWISE_STSB"), "HEADWISE_STSB")):
+        if given:
+            if not Path(given).is_file():
+                raise FileNotFoundError(f"{what}: {given}: no such file")
+            return Path(given)
+    return BUNDLED if BUNDLED.is_file() else None
 
 
 def load_pairs(path: Path) -> tuple[list[str], list[str], np.ndarray]:

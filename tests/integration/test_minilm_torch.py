@@ -50,7 +50,7 @@ def test_every_layer_attention_matches_transformers_eager(ours):
 
 def test_stsb_dev_spearman(ours):
     path = find_stsb()
-    assert path is not None, "STS Benchmark dev file not found (../shared/data/stsb/sts-dev.csv)"
+    assert path is not None, "STS Benchmark dev file not found (export/data/stsb/sts-dev.csv)"
     a, b, gold = load_pairs(path)
     assert len(gold) == 1500
 
