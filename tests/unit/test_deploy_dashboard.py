@@ -1,5 +1,7 @@
 """docker/grafana/dashboards/headwise.json: every PromQL expression parses (promtool) and
-names only DESIGN.md §6 metrics; every panel issue 7 lists is there.
+names only the metrics docs/metrics.md lists; every panel issue 7 lists is there. And
+docs/metrics.md lists exactly what service/metrics.py registers (names, types, labels,
+histogram buckets), so a metric added without documenting it fails here.
 
 The helpers at the top (`dashboard_queries`, `metric_names`) are also used by
 tests/e2e/test_prometheus_live.py, which runs every query against a live Prometheus.
@@ -7,7 +9,9 @@ tests/e2e/test_prometheus_live.py, which runs every query against a live Prometh
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import re
 import shutil
@@ -20,50 +24,98 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "headwise.json"
 ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"
+METRICS_MD = ROOT / "docs" / "metrics.md"
 
-# DESIGN.md §6: metric → labels. Histograms export _bucket/_sum/_count, counters _total.
-DESIGN_METRICS: dict[str, tuple[str, set[str]]] = {
-    "headwise_requests_total": ("counter", {"route", "model", "code"}),
-    "headwise_request_duration_seconds": ("histogram", {"route", "model"}),
-    "headwise_request_failures_total": ("counter", {"model", "reason"}),
-    "headwise_queue_duration_seconds": ("histogram", {"model", "variant"}),
-    "headwise_tokenize_duration_seconds": ("histogram", {"model"}),
-    "headwise_inference_duration_seconds": ("histogram", {"model", "variant"}),
-    "headwise_batch_size": ("histogram", {"model", "variant"}),
-    "headwise_batch_tokens": ("histogram", {"model", "variant"}),
-    "headwise_input_tokens": ("histogram", {"model"}),
-    "headwise_queue_depth": ("gauge", {"model", "variant"}),
-    "headwise_inflight_requests": ("gauge", set()),
-    "headwise_attention_bytes_total": ("counter", {"model"}),
-    "headwise_model_info": ("gauge", {"model", "version", "provider", "precision"}),
-}
-# prometheus-client's standard collectors (ProcessCollector, PlatformCollector, GCCollector).
-STANDARD_METRICS: dict[str, set[str]] = {
-    "process_cpu_seconds_total": set(), "process_resident_memory_bytes": set(),
-    "process_virtual_memory_bytes": set(), "process_open_fds": set(), "process_max_fds": set(),
-    "process_start_time_seconds": set(), "python_info": {"implementation", "major", "minor",
-                                                         "patchlevel", "version"},
-    "python_gc_objects_collected_total": {"generation"}, "python_gc_collections_total": {"generation"},
-    "python_gc_objects_uncollectable_total": {"generation"},
-    "up": set(),
-}
+# One metric as exposed: (type, label names, histogram upper bounds without +Inf, else None).
+# Names are as scraped: counters with their `_total`, histograms by their base name.
+MetricSpec = tuple[str, frozenset[str], tuple[float, ...] | None]
+
+PROMETHEUS_SERIES = {"up": set()}  # written by Prometheus itself for every scrape target
 TARGET_LABELS = {"job", "instance"}  # added by Prometheus to every scraped series
 
 
-def allowed_metrics() -> dict[str, set[str]]:
-    """Every series name headwise may export → its labels."""
-    out = dict(STANDARD_METRICS)
-    for name, (kind, labels) in DESIGN_METRICS.items():
-        if kind == "histogram":
-            out[name + "_bucket"] = labels | {"le"}
-            out[name + "_sum"] = labels
-            out[name + "_count"] = labels
-        else:
-            out[name] = labels
+# ------------------------------------------------------------------ the metrics: code and docs
+
+
+def registered_metrics(metrics=None) -> dict[str, MetricSpec]:
+    """What the registry of a `service.metrics.Metrics` really exposes, read from its own
+    collection: one child per labelled metric (placeholder label values) makes every label
+    name and bucket show up in the samples."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from service.metrics import Metrics
+
+    metrics = metrics if metrics is not None else Metrics()
+    for m in vars(metrics).values():
+        if isinstance(m, MetricWrapperBase) and m._labelnames:
+            m.labels(*["x"] * len(m._labelnames))
+    out: dict[str, MetricSpec] = {}
+    for family in metrics.registry.collect():
+        name = family.name + "_total" if family.type == "counter" else family.name
+        if not family.samples:
+            raise AssertionError(f"{name}: no sample to read its labels from (not an attribute of Metrics?)")
+        labels = frozenset(k for s in family.samples for k in s.labels) - {"le"}
+        buckets = None
+        if family.type == "histogram":
+            bounds = (float(s.labels["le"]) for s in family.samples if s.name == family.name + "_bucket")
+            buckets = tuple(sorted(b for b in set(bounds) if not math.isinf(b)))
+        out[name] = (family.type, labels, buckets)
     return out
 
 
-# ------------------------------------------------------------------ shared helpers
+def parse_metrics_md(text: str) -> dict[str, MetricSpec]:
+    """The rows of every `metric | type | labels | meaning` table: the metric in backticks,
+    the type's first word (a histogram's cell also says `buckets 0.1, 0.5, ...`), label names
+    in bold (`**model**: ...`; a dash for none)."""
+    out: dict[str, MetricSpec] = {}
+    header: list[str] | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if header is None:
+            header = [c.lower() for c in cells]
+            continue
+        if header != ["metric", "type", "labels", "meaning"] or all(set(c) <= set("-: ") for c in cells):
+            continue
+        assert len(cells) == 4, f"docs/metrics.md: a row without 4 cells: {line!r}"
+        name_cell, type_cell, labels_cell, _ = cells
+        m = re.fullmatch(r"`([a-zA-Z_:][\w:]*)`", name_cell)
+        assert m, f"docs/metrics.md: the metric cell must be one `name`: {name_cell!r}"
+        name = m.group(1)
+        assert name not in out, f"docs/metrics.md lists {name} twice"
+        kind = type_cell.split()[0].strip(",;") if type_cell else ""
+        buckets = None
+        if "buckets" in type_cell:
+            numbers = re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", type_cell.split("buckets", 1)[1])
+            buckets = tuple(sorted(float(x) for x in numbers))
+        labels = frozenset(re.findall(r"\*\*([a-zA-Z_]\w*)\*\*", labels_cell))
+        out[name] = (kind, labels, buckets)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def documented_metrics() -> dict[str, MetricSpec]:
+    return parse_metrics_md(METRICS_MD.read_text())
+
+
+def allowed_metrics() -> dict[str, set[str]]:
+    """Every series name headwise may export (docs/metrics.md; the test below keeps it equal
+    to the code) → its labels. Histograms export _bucket/_sum/_count."""
+    out = {name: set(labels) for name, labels in PROMETHEUS_SERIES.items()}
+    for name, (kind, labels, _) in documented_metrics().items():
+        if kind == "histogram":
+            out[name + "_bucket"] = set(labels) | {"le"}
+            out[name + "_sum"] = set(labels)
+            out[name + "_count"] = set(labels)
+        else:
+            out[name] = set(labels)
+    return out
+
+
+# ------------------------------------------------------------------ dashboard helpers
 
 GRAFANA_RANGE_VARS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h",
                       "__range_s": "3600", "__interval_ms": "15000"}
@@ -186,13 +238,13 @@ def test_syntax_check_catches_a_broken_query(tmp_path):
     assert res.returncode != 0, "an unsubstituted Grafana variable must not parse"
 
 
-def test_queries_name_only_design_metrics():
+def test_queries_name_only_documented_metrics():
     allowed = allowed_metrics()
     for where, q in dashboard_queries():
         names = metric_names(q)
         assert names, f"{where}: no metric in {q!r}"
         unknown = names - allowed.keys()
-        assert not unknown, f"{where}: {sorted(unknown)} are not DESIGN.md §6 metrics"
+        assert not unknown, f"{where}: {sorted(unknown)} are not in docs/metrics.md"
 
 
 def test_queries_use_only_existing_labels():
@@ -206,7 +258,7 @@ def test_queries_use_only_existing_labels():
         assert grouping <= every, f"{where}: grouping by unknown label(s) {sorted(grouping - every)}"
 
 
-def test_alert_rules_name_only_design_metrics():
+def test_alert_rules_name_only_documented_metrics():
     allowed = allowed_metrics()
     for group in yaml.safe_load(ALERTS.read_text())["groups"]:
         for rule in group["rules"]:
@@ -223,38 +275,55 @@ def test_lexer_finds_metrics_and_not_functions():
     assert grouping == {"le", "route", "job", "model"}
 
 
-def test_design_md_section_6_matches_the_list_here():
-    """DESIGN.md (../shared/ beside the repo) is the contract; this file's copy must agree."""
-    candidates = [ROOT.parent / "shared" / "DESIGN.md", ROOT / "shared" / "DESIGN.md"]
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("DESIGN.md not found beside the repository (../shared/DESIGN.md)")
-        pytest.skip("DESIGN.md not found")
-    text = found.read_text()
-    section = text[text.index("## 6."):text.index("## 7.")]
-    listed = {}
-    for name, labels in re.findall(r"`(\w+)(?:\{([^}]*)\})?`", section):
-        if name == "headwise_":
-            continue
-        labels = set(filter(None, (x.strip() for x in (labels or "").split(","))))
-        listed["headwise_" + name] = labels
-    expected = {n: labels for n, (_, labels) in DESIGN_METRICS.items()}
-    assert listed == expected
+def test_metrics_md_lists_exactly_the_registered_metrics():
+    """docs/metrics.md's table and service/metrics.py's registry: the same metrics, with the
+    same types, label names and histogram buckets."""
+    documented, registered = documented_metrics(), registered_metrics()
+    assert len(documented) >= 20, "docs/metrics.md: the table was not found or not parsed"
+    if not any(n.startswith("process_") for n in registered):  # ProcessCollector reads /proc: Linux
+        documented = {n: v for n, v in documented.items() if not n.startswith("process_")}
+    undocumented = sorted(registered.keys() - documented.keys())
+    assert not undocumented, f"registered but not in docs/metrics.md: {undocumented}"
+    gone = sorted(documented.keys() - registered.keys())
+    assert not gone, f"in docs/metrics.md but not registered: {gone}"
+    for name, (kind, labels, buckets) in registered.items():
+        doc_kind, doc_labels, doc_buckets = documented[name]
+        assert doc_kind == kind, f"{name}: docs/metrics.md says {doc_kind}, the code registers a {kind}"
+        assert doc_labels == labels, f"{name}: docs/metrics.md labels {sorted(doc_labels)}, code {sorted(labels)}"
+        assert doc_buckets == buckets, f"{name}: docs/metrics.md buckets {doc_buckets}, code {buckets}"
 
 
-def test_service_registers_every_design_metric():
-    """service/metrics.py (the exporter) defines each §6 metric with its type and labels."""
-    from prometheus_client.metrics import MetricWrapperBase
+def test_an_undocumented_metric_is_caught():
+    from prometheus_client import Counter, Histogram
 
     from service.metrics import Metrics
 
-    defined = {m._name: (m._type, set(m._labelnames))
-               for m in vars(Metrics()).values() if isinstance(m, MetricWrapperBase)}
-    for name, (kind, labels) in DESIGN_METRICS.items():
-        base = name.removesuffix("_total") if kind == "counter" else name
-        assert base in defined, f"service/metrics.py does not define {name}"
-        assert defined[base] == (kind, labels), name
+    m = Metrics()
+    m.extra = Counter("headwise_extra_total", "not documented", ["model"], registry=m.registry)
+    m.spans = Histogram("headwise_spans_seconds", "not documented", buckets=(0.5, 1.0), registry=m.registry)
+    registered = registered_metrics(m)
+    assert registered["headwise_extra_total"] == ("counter", frozenset({"model"}), None)
+    assert registered["headwise_spans_seconds"] == ("histogram", frozenset(), (0.5, 1.0))
+    assert {"headwise_extra_total", "headwise_spans_seconds"}.isdisjoint(documented_metrics())
+
+
+def test_metrics_md_parser():
+    text = """
+| metric | type | labels | meaning |
+|---|---|---|---|
+| `a_total` | counter | **model**: the package name; **reason**: `x` or `y` | one |
+| `b_seconds` | histogram, buckets 0.001, 0.5, 1, 10 | — | two |
+| `c` | gauge (multiprocess: `livesum`) | **model**: `m`<br>**variant**: `fast` | three |
+
+| other | table |
+|---|---|
+| `d` | x |
+"""
+    assert parse_metrics_md(text) == {
+        "a_total": ("counter", frozenset({"model", "reason"}), None),
+        "b_seconds": ("histogram", frozenset(), (0.001, 0.5, 1.0, 10.0)),
+        "c": ("gauge", frozenset({"model", "variant"}), None),
+    }
 
 
 # ------------------------------------------------------------------ panels issue 7 asks for
