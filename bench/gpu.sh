@@ -8,7 +8,7 @@
 #
 # NOT RUN YET: no GPU was lent to the task that wrote it. Each step prints what it found.
 #
-# What the GPU machine lacks travels in parts (see ../shared/gpu/README.md):
+# What the GPU machine lacks travels in parts (bench/README.md, section GPU):
 #   here:   bash bench/gpu-prepare.sh       → .gpu/p*, .gpu/NAME, .gpu/wheels, .gpu/bench/p*, .gpu/wrk
 #   there:  one `run` per part, back to back (the machine stays warm ~30 s):
 #             carry [".gpu/p0", ".gpu/NAME", ".gpu/wheels"]:  mkdir -p /tmp/ort && cp .gpu/p0/* /tmp/ort/ && cp -r .gpu/wheels /tmp/wheels

@@ -1,4 +1,4 @@
-"""manifest.json: read, write, hash (DESIGN.md §3, docs/model-package.md)."""
+"""manifest.json: read, write, hash (docs/model-package.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""headwise export | verify | serve | bench (DESIGN.md §8)."""
+"""headwise export | verify | serve | bench (README: CLI)."""
 
 from __future__ import annotations
 

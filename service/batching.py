@@ -1,4 +1,4 @@
-"""Dynamic batching (DESIGN.md §5): one queue and one batcher task per (model, variant).
+"""Dynamic batching (docs/architecture.md): one queue and one batcher task per (model, variant).
 
 Requests arrive as raw texts. On its own inference thread the batcher batch-encodes every
 request waiting (one thread hop per batch, not one per request), splits them into entries

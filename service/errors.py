@@ -1,4 +1,4 @@
-"""The one place where exceptions become HTTP responses (DESIGN.md §4, errors).
+"""The one place where exceptions become HTTP responses (docs/api.md, errors).
 
 Body: {"error": {"message", "type", "code"}}; on the compatible routes the protocol's shape:
 KServe v2 (/v2 routes) {"error": "..."}, OpenAI (/v1/embeddings) adds "param". Messages never

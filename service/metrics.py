@@ -1,4 +1,4 @@
-"""Prometheus metrics of DESIGN.md §6 (prefix headwise_).
+"""Prometheus metrics (prefix headwise_; docs/metrics.md lists them).
 
 One `Metrics` per app, on its own registry. With several workers the CLI sets
 PROMETHEUS_MULTIPROC_DIR before prometheus_client is imported; values then live in files

@@ -146,17 +146,21 @@ def variant_facts(manifest: dict, name: str) -> dict:
     `quality` (figures of QUALITY_FIGURES) and `speed` (inputs/s and the ratio to fp32 per
     workload, with the CPU that measured it). Keys are absent where nothing was measured."""
     out: dict = {}
-    spec = manifest.get("variants", {}).get(name, {})
-    if "scheme" in spec:
+    spec = (manifest.get("variants") or {}).get(name) or {}
+    if isinstance(spec.get("scheme"), str):
         out["scheme"] = spec["scheme"]
-    parity = manifest.get("parity", {}).get(name)
-    if parity:
+    parity = (manifest.get("parity") or {}).get(name)
+    if isinstance(parity, dict) and parity:
         out["quality"] = {k: parity[k] for k in QUALITY_FIGURES if k in parity}
-    speed = manifest.get("speed") or {}
-    rows = [{"batch": w["batch"], "tokens": w["tokens"], "inputs_per_s": w["inputs_per_s"][name],
-             **({"vs_fp32": w["vs_fp32"][name]} if name in w.get("vs_fp32", {}) else {})}
-            for w in speed.get("workloads", []) if name in w.get("inputs_per_s", {})]
+    speed = manifest.get("speed") if isinstance(manifest.get("speed"), dict) else {}
+    rows = []
+    for w in speed.get("workloads") or []:
+        rates = w.get("inputs_per_s") if isinstance(w, dict) else None
+        if isinstance(rates, dict) and name in rates:
+            ratio = (w.get("vs_fp32") or {}).get(name)
+            rows.append({"batch": w.get("batch"), "tokens": w.get("tokens"), "inputs_per_s": rates[name],
+                         **({"vs_fp32": ratio} if ratio is not None else {})})
     if rows:
-        cpu = speed.get("cpu", {})
+        cpu = speed.get("cpu") if isinstance(speed.get("cpu"), dict) else {}
         out["speed"] = {"cpu": cpu.get("model"), "cpu_flags": cpu.get("flags", []), "workloads": rows}
     return out

@@ -1,4 +1,4 @@
-"""Request and response bodies of the native routes (DESIGN.md §4), with OpenAPI examples."""
+"""Request and response bodies of the native routes (docs/api.md), with OpenAPI examples."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Runtime settings (DESIGN.md §7): environment variables prefixed HEADWISE_, read and
+"""Runtime settings (README: Settings): environment variables prefixed HEADWISE_, read and
 validated when the app is created, never at import time."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, le=256)
-    api_key: SecretStr | None = Field(None, description="bearer token required on /v1 routes")
+    api_key: SecretStr | None = Field(None, description="bearer token required on /v1 and /v2 routes (health probes excepted)")
     provider: Literal["auto", "cuda", "cpu"] = "auto"
     precision: Literal["auto", "fp32", "int8", "fp16"] = "auto"
     threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads; default: usable cores")

@@ -1,4 +1,4 @@
-"""Every row of DESIGN.md §4's error table against a real server: status, type, shape, no stack
+"""Every row of docs/api.md's error tables against a real server: status, type, shape, no stack
 trace, no echo of the input; the server keeps serving afterwards. (503 is in test_service_lifecycle.)"""
 
 from __future__ import annotations

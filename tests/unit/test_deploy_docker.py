@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 DOCKERFILES = {"cpu": DOCKER / "Dockerfile", "gpu": DOCKER / "Dockerfile.gpu"}
 HADOLINT_CONFIG = ROOT / ".hadolint.yaml"
-GRACE_SECONDS = 25  # DESIGN.md §7 default of HEADWISE_GRACE_SECONDS
+GRACE_SECONDS = 25  # the default of HEADWISE_GRACE_SECONDS (service/settings.py)
 
 
 def _program(name: str) -> str:

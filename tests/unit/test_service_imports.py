@@ -1,4 +1,4 @@
-"""The runtime carries no torch (DESIGN.md §1): importing the app must not pull it in."""
+"""The runtime carries no torch (docs/architecture.md): importing the app must not pull it in."""
 
 import subprocess
 import sys

@@ -61,3 +61,15 @@ def test_bad_setting_from_the_cli(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HEADWISE_PRECISION", "int3")
     code, err = serve(tmp_path, capsys, monkeypatch)
     assert code == 2 and "HEADWISE_PRECISION" in err
+
+
+def test_variant_facts_survive_an_odd_manifest():
+    from service.package import variant_facts
+
+    assert variant_facts({}, "fast") == {}
+    assert variant_facts({"parity": None, "speed": None, "variants": None}, "fast") == {}
+    odd = {"parity": {"fast": {"passed": True, "other": 1}}, "speed": {"cpu": None, "workloads": [
+        {"inputs_per_s": {"fast": 10.0}}, "junk", {"batch": 16, "tokens": 20}]}}
+    assert variant_facts(odd, "fast") == {
+        "quality": {"passed": True},
+        "speed": {"cpu": None, "cpu_flags": [], "workloads": [{"batch": None, "tokens": None, "inputs_per_s": 10.0}]}}

@@ -1,4 +1,4 @@
-"""Settings: HEADWISE_* environment, defaults of DESIGN.md §7, clear errors for bad values."""
+"""Settings: HEADWISE_* environment, the defaults of README's settings table, clear errors for bad values."""
 
 import pytest
 
