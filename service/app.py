@@ -37,30 +37,42 @@ STATIC = Path(__file__).parent / "static"
 SHUTDOWN_MARGIN_S = 2.0  # of the grace period, kept for closing once requests are done
 
 
+DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def _on_sigterm(app: FastAPI) -> None:
-    """SIGTERM: readiness and new requests get 503 at once; requests in flight finish, for at
-    most the grace period less a margin; then uvicorn's own handler closes the listener. A
-    second SIGTERM stops at once."""
+    """SIGTERM, SIGINT (Ctrl-C) and SIGHUP alike: readiness and new requests get 503 at once;
+    requests in flight finish, for at most the grace period less a margin; then uvicorn's own
+    SIGTERM handler closes the listener. A second signal skips the wait (a second Ctrl-C
+    makes uvicorn stop without waiting for connections)."""
     if threading.current_thread() is not threading.main_thread():
         return
     engine, grace = app.state.engine, app.state.settings.grace_seconds
     loop = asyncio.get_running_loop()
-    previous = signal.getsignal(signal.SIGTERM)
+    uvicorn_exit = signal.getsignal(signal.SIGTERM)
+
+    def previous(sig, frame) -> None:
+        # uvicorn knows SIGTERM and SIGINT; SIGHUP is told as SIGTERM.
+        uvicorn_exit(signal.SIGTERM if sig == signal.SIGHUP else sig, frame)
 
     async def drain(sig) -> None:
+        # Requests still waiting for their body are not waited for: uvicorn's shutdown answers
+        # them 503 (service.http_protocol), so one stalled upload cannot hold the server.
         until = time.monotonic() + max(0.0, grace - SHUTDOWN_MARGIN_S)
-        while app.state.activity.active > 0 and time.monotonic() < until:
+        activity = app.state.activity
+        while activity.active - activity.uploading() > 0 and time.monotonic() < until:
             await asyncio.sleep(0.02)
-        if app.state.activity.active:
-            log.error("grace period over with %d request(s) in flight; they get 503", app.state.activity.active)
+        busy = activity.active - activity.uploading()
+        if busy:
+            log.error("grace period over with %d request(s) in flight; they get 503", busy)
             engine.abort()
             await asyncio.sleep(0.2)  # for those answers to go out
-        previous(sig, None)
+        previous(signal.SIGTERM, None)
 
     def handler(sig, frame):
         engine.draining = True
         engine.ready = False
-        if not callable(previous):
+        if not callable(uvicorn_exit):
             return
         if getattr(app.state, "drain_deadline", None) is not None:
             previous(sig, frame)
@@ -68,7 +80,8 @@ def _on_sigterm(app: FastAPI) -> None:
         app.state.drain_deadline = time.monotonic() + grace
         loop.call_soon_threadsafe(lambda: setattr(app.state, "drain_task", loop.create_task(drain(sig))))
 
-    signal.signal(signal.SIGTERM, handler)
+    for sig in DRAIN_SIGNALS:
+        signal.signal(sig, handler)
 
 
 async def _prepare(app: FastAPI) -> None:

@@ -78,8 +78,10 @@ def main(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    # uvicorn re-raises SIGTERM once it has drained; a no-op handler here makes that an exit 0.
+    # uvicorn re-raises SIGTERM (or a second SIGINT) once it has drained; no-op handlers here
+    # make that an exit 0, with no KeyboardInterrupt traceback.
     signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)
     from service.http_protocol import UVICORN_HTTP
 
     options = dict(host=settings.host, port=settings.port, loop="uvloop", http=UVICORN_HTTP,

@@ -13,6 +13,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 log = logging.getLogger("headwise.service")
@@ -45,6 +46,10 @@ class TooLarge(APIError):
     status, type = 413, "too_large"
 
 
+class UnsupportedMediaType(APIError):
+    status, type = 415, "unsupported_media_type"
+
+
 class Validation(APIError):
     status, type = 422, "validation"
 
@@ -62,7 +67,7 @@ class Disconnected(Exception):
 
 
 _BY_STATUS = {c.status: c.type for c in (InvalidRequest, Unauthorized, NotFound, TooLarge,
-                                          Validation, Overloaded, NotReady)}
+                                          UnsupportedMediaType, Validation, Overloaded, NotReady)}
 
 
 OPENAI_PATHS = frozenset({"/v1/embeddings"})
@@ -164,6 +169,13 @@ async def _disconnected(request: Request, exc: Disconnected) -> Response:
     return error_response(499, "disconnected", "client closed the connection")
 
 
+async def _disconnected_mid_body(request: Request, exc: ClientDisconnect) -> Response:
+    # The client went away while sending its body: its mistake or its network, not ours, and
+    # nothing to log beyond the count.
+    _note_failure(request, "disconnected")
+    return error_response(499, "disconnected", "client closed the connection while sending its body")
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     _note_failure(request, "internal")
@@ -172,7 +184,8 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 # Looked up along the exception's MRO, as Starlette does: the most specific class wins.
 HANDLERS = {APIError: _api_error, RequestValidationError: _request_validation,
-            StarletteHTTPException: _http_exception, Disconnected: _disconnected, Exception: _unexpected}
+            StarletteHTTPException: _http_exception, Disconnected: _disconnected,
+            ClientDisconnect: _disconnected_mid_body, Exception: _unexpected}
 
 
 async def handle(request: Request, exc: Exception) -> Response:

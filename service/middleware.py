@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from service import errors
 from service.errors import error_response
+from service.http_protocol import body_pending
 from service.metrics import Metrics
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -19,10 +20,15 @@ PAGE_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-op
 
 
 class Activity:
-    """HTTP requests being served right now (what a SIGTERM drain waits for)."""
+    """HTTP requests being served right now (what a SIGTERM drain waits for): `active`, and the
+    `receive` of each, to tell those still waiting for their body (`uploading`)."""
 
     def __init__(self) -> None:
         self.active = 0
+        self.receives: set = set()
+
+    def uploading(self) -> int:
+        return sum(1 for r in self.receives if body_pending(r))
 
 
 class ServiceMiddleware:
@@ -43,6 +49,7 @@ class ServiceMiddleware:
         t0 = time.perf_counter()
         m.inflight.inc()
         self.activity.active += 1
+        self.activity.receives.add(receive)
         path = scope.get("path", "")
         page = path == "/" or path.startswith("/static/")
 
@@ -72,6 +79,7 @@ class ServiceMiddleware:
         finally:
             m.inflight.dec()
             self.activity.active -= 1
+            self.activity.receives.discard(receive)
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             model = (scope.get("state") or {}).get("model", "")
             count, duration = self._series(route, model, status)
@@ -102,18 +110,18 @@ class ServiceMiddleware:
 
     async def _limit_body(self, scope, receive):
         """(over the limit?, receive to pass on). Chunked bodies are read here, up to the limit."""
-        length, encoding = None, b""
+        length, framed = None, False
         for name, value in scope.get("headers") or ():
             if name == b"content-length":
                 length = value
             elif name == b"transfer-encoding":
-                encoding = value
-        if length is not None:
+                framed = True  # any coding, any case ("Chunked"): the body is counted as it comes
+        if length is not None and not framed:
             try:
                 return int(length) > self.max_body, receive
             except ValueError:
                 return False, receive  # the server rejects a bad Content-Length itself
-        if b"chunked" not in encoding:
+        if not framed:
             return False, receive
         chunks, size, more = [], 0, True
         while more:

@@ -102,18 +102,42 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     if arch != "encoder" and not isinstance(m.get("special_tokens"), dict):
         raise PackageError(f"{mf}: a generative package needs 'special_tokens'")
     tok = m["tokenizer"]
+    if not isinstance(tok, dict) or not isinstance(m["variants"], dict):
+        raise PackageError(f"{mf}: 'tokenizer' and 'variants' must be objects")
     tok_file = _checked_file(folder, tok, "tokenizer") if verify else folder / tok["file"]
     variants = {}
     for name, v in m["variants"].items():
         path = _checked_file(folder, v, f"variant {name}") if verify else folder / v["file"]
         variants[name] = Variant(name, path, str(v.get("precision", "fp32")), tuple(v.get("outputs", ())))
+    try:
+        sizes = {k: _positive_int(m[k], k) for k in ("n_layers", "n_heads", "d_model", "max_len")}
+        pad_id = int(tok.get("pad_id", 0))
+    except (TypeError, ValueError) as e:
+        raise PackageError(f"{mf}: {e}") from None
+    _check_tokenizer(tok_file)
     return ModelPackage(
         path=folder, name=str(m["name"]), version=str(m["version"]), family=str(m.get("family", "")),
-        architecture=m["architecture"], n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]),
-        d_model=int(m["d_model"]), max_len=int(m["max_len"]), pooling=str(m["pooling"] or "none"),
-        normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=int(tok.get("pad_id", 0)),
+        architecture=m["architecture"], **sizes, pooling=str(m["pooling"] or "none"),
+        normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=pad_id,
         variants=variants, manifest=m,
     )
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {str(value)[:40]!r}")
+    return value
+
+
+def _check_tokenizer(path: Path) -> None:
+    """A tokenizer.json that matches its hash but is not one fails here, naming the file."""
+    from tokenizers import Tokenizer
+
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises plain Exception for a bad file
+        first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise PackageError(f"{path}: not a tokenizer file ({first})") from None
 
 
 def find_packages(models_dir: str | Path, verify: bool = True) -> list[ModelPackage]:

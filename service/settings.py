@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1 << 20
@@ -39,6 +39,12 @@ class Settings(BaseSettings):
     attention_budget_bytes: int = Field(64 * MiB, ge=1)
     grace_seconds: float = Field(25.0, ge=0)
     max_input_chars: int = Field(100_000, ge=1, description="characters per input; longer → 413 before tokenisation")
+    max_head_bytes: int = Field(64 * 1024, ge=1024, description="request line and headers; more → 431, closed")
+    max_headers: int = Field(100, ge=8, description="headers per request; more → 431, closed")
+    head_timeout_s: float = Field(10.0, gt=0, description="to send a request's head once connected or after "
+                                  "a response; slower → 408, closed")
+    body_timeout_s: float = Field(60.0, gt=0, description="to send a request's body once its head is in; "
+                                  "slower → 408, closed")
     docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json")
     otel: bool = Field(False, description="FastAPI's native OpenTelemetry (when an SDK is configured); off, "
                        "requests skip its per-request check")
@@ -53,6 +59,13 @@ class Settings(BaseSettings):
     def _empty_key_is_none(cls, v):
         return None if v in ("", None) else v
 
+    @model_validator(mode="after")
+    def _a_client_batch_fits_the_queue(self):
+        if self.max_client_batch > self.max_queue:  # such a request would get 429 forever
+            raise ValueError(f"HEADWISE_MAX_CLIENT_BATCH ({self.max_client_batch}) is over HEADWISE_MAX_QUEUE "
+                             f"({self.max_queue}): a request that large could never be queued")
+        return self
+
 
 def load_settings(**overrides) -> Settings:
     """Settings from the environment (and overrides), or SettingsError naming each bad variable."""
@@ -61,6 +74,9 @@ def load_settings(**overrides) -> Settings:
     except ValidationError as e:
         lines = []
         for err in e.errors(include_input=False, include_url=False):
+            if not err["loc"]:  # a rule across settings: its message names them
+                lines.append(err["msg"].removeprefix("Value error, "))
+                continue
             name = "HEADWISE_" + "_".join(str(p) for p in err["loc"]).upper()
             lines.append(f"{name}: {err['msg']}")
         raise SettingsError("invalid settings: " + "; ".join(lines)) from None

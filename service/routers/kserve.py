@@ -28,7 +28,14 @@ from service.compat.schemas import (
 )
 from service.deps import disconnect_probe, get_engine, read_body, require_api_key
 from service.engine import Engine, ModelRuntime
-from service.errors import InvalidRequest, NotFound, TooLarge, error_response, route_of
+from service.errors import (
+    InvalidRequest,
+    NotFound,
+    TooLarge,
+    UnsupportedMediaType,
+    error_response,
+    route_of,
+)
 from service.postprocess import EmbedParams
 from service.routers.embed import json_response
 
@@ -107,9 +114,18 @@ async def model_metadata(model: str, request: Request, version: str | None = Non
 
 # -- inference ----------------------------------------------------------------------------
 
+# The content types a browser may POST cross-site without asking first (a CORS "simple"
+# request): a page elsewhere must not drive inference. tritonclient sends no Content-Type.
+SIMPLE_TYPES = frozenset({"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"})
+
+
 async def _body(request: Request) -> bytes:
     """The body, inflated when Content-Encoding says so (tritonclient's request compression),
-    to at most the body limit."""
+    to at most the body limit. Refused (415) under a content type a cross-site form could send."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype in SIMPLE_TYPES:
+        raise UnsupportedMediaType(f"Content-Type {ctype} is not accepted: send application/json, "
+                                   "application/octet-stream or none")
     body = await read_body(request)
     enc = request.headers.get("content-encoding", "identity").strip().lower()
     if enc in ("", "identity"):

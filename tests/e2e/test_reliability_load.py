@@ -178,7 +178,8 @@ def test_threads_bounded_and_stable_over_1000_requests(server):
 
 @pytest.fixture(scope="module")
 def small_queue(start_server):
-    s = start_server(env={"HEADWISE_PRECISION": "fp32", "HEADWISE_MAX_QUEUE": "16"})
+    s = start_server(env={"HEADWISE_PRECISION": "fp32", "HEADWISE_MAX_QUEUE": "16",
+                          "HEADWISE_MAX_CLIENT_BATCH": "16"})
     yield s
     s.stop()
 

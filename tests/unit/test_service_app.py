@@ -165,7 +165,7 @@ class SlowBackend(FakeBackend):
 
 
 def test_queue_full_is_429(package):
-    with client_for(package, backend=SlowBackend, max_queue=2) as c, ThreadPoolExecutor(4) as pool:
+    with client_for(package, backend=SlowBackend, max_queue=2, max_client_batch=2) as c, ThreadPoolExecutor(4) as pool:
         wait_ready(c)
         first = pool.submit(embed, c, inputs="a")  # running
         time.sleep(0.1)

@@ -45,4 +45,4 @@ def test_validated_when_the_app_is_created(monkeypatch):
     with pytest.raises(SettingsError, match="HEADWISE_MAX_QUEUE"):
         create_app()
     monkeypatch.delenv("HEADWISE_MAX_QUEUE")
-    assert create_app(Settings(max_queue=3)).state.settings.max_queue == 3
+    assert create_app(Settings(max_queue=3, max_client_batch=3)).state.settings.max_queue == 3
