@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int8", action=argparse.BooleanOptionalAction, default=True, help="write fast.int8.onnx (CPU)")
     p.add_argument("--fp16", action=argparse.BooleanOptionalAction, default=True, help="write fast.fp16.onnx (GPU)")
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default: on)")
+    p.add_argument("--quality", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure STS-B quality and CPU speed (default: on; off for untrained test models)")
     p.add_argument("--stsb", type=Path, help="STS Benchmark dev file (default: $HEADWISE_STSB, else the bundled export/data/stsb/sts-dev.csv)")
 
 
@@ -27,7 +29,8 @@ def main(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        pkg = build_package(args.checkpoint, args.out, args.name, args.int8, args.fp16, args.verify, args.stsb)
+        pkg = build_package(args.checkpoint, args.out, args.name, args.int8, args.fp16, args.verify, args.stsb,
+                            quality=args.quality)
     except (PackageError, CheckpointError, FileNotFoundError, ValueError) as e:
         print(f"headwise export: error: {e}", file=sys.stderr)
         return 1

@@ -13,6 +13,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint to compare with (default: the bundled one when it matches; "
                         "required for decoder and encoder-decoder packages)")
     p.add_argument("--stsb", type=Path, help="STS Benchmark dev file (default: $HEADWISE_STSB, else the bundled one)")
+    p.add_argument("--quality", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure the STS-B figures and their bars (default: on; off for untrained test models)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -23,7 +25,7 @@ def main(args: argparse.Namespace) -> int:
         if architecture == "encoder":
             from export.verify import parity_table, verify
 
-            parity = verify(args.package, args.checkpoint, args.stsb)
+            parity = verify(args.package, args.checkpoint, args.stsb, quality=args.quality)
         else:
             from export.generative_verify import parity_table, verify_generative
 

@@ -16,11 +16,12 @@ import numpy as np
 
 from service.backend import Backend, OrtBackend, check_precision
 from service.batching import Batcher, Entry, Job, Limits, length_buckets
+from service.budget import ResponseBudget
 from service.errors import InvalidRequest, NotFound, NotReady, TooLarge, Validation
 from service.generation import GenerativeRuntime
 from service.metrics import Metrics, ModelSeries, QueueHooks
 from service.package import ModelPackage, find_packages, variant_facts
-from service.postprocess import AttentionSpec, EmbedParams, attention_payload, pool
+from service.postprocess import AttentionSpec, EmbedParams, attention_payload, pool, response_bytes
 from service.resources import lower_thread_priority
 from service.settings import Settings
 from service.tokenizer import Encoded, TextTokenizer
@@ -180,6 +181,11 @@ class ModelRuntime:
             if need > budget:
                 raise TooLarge(f"asked-for attention is {need} bytes, over the budget of {budget}; "
                                "ask for fewer layers, heads or inputs")
+        answer = sum(response_bytes(job.params, e.length, self.package.d_model) for e in encs)
+        if answer > self.settings.max_response_bytes:
+            raise TooLarge(f"the response asked for takes up to {answer} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
+                           f"({self.settings.max_response_bytes}); ask for fewer inputs, layers or heads, "
+                           "top-k or base64 attention, or sentence embeddings")
         hist = self.series.input_tokens
         for e in encs:
             hist.observe(e.length)
@@ -233,6 +239,7 @@ class Engine:
     def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None):
         self.settings = settings
         self.metrics = metrics
+        self.responses = ResponseBudget(settings.max_inflight_response_bytes)
         self.backend_factory = backend_factory or OrtBackend
         self.models: dict[str, ModelRuntime] = {}
         self.ready = False

@@ -62,6 +62,9 @@ class _Refused(Exception):
     """Raised inside a parser callback to stop parsing a request that was refused."""
 
 
+JOIN_LIMIT = 1 << 16  # bytes: writes up to this are joined into one; larger ones are not copied
+
+
 class CoalescingTransport:
     """A transport whose writes in one loop turn are sent as one; everything else passes through."""
 
@@ -83,8 +86,14 @@ class CoalescingTransport:
 
     def flush(self) -> None:
         held, self._held = self._held, []
-        if held and not self._transport.is_closing():
-            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+        if not held or self._transport.is_closing():
+            return
+        if len(held) == 1:
+            self._transport.write(held[0])
+        elif sum(map(len, held)) <= JOIN_LIMIT:
+            self._transport.write(b"".join(held))
+        else:  # a large body is not copied to save a packet
+            self._transport.writelines(held)
 
     def write_eof(self) -> None:
         self.flush()

@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(4 * MiB, ge=1)
     max_queue: int = Field(4096, ge=1, description="queued inputs per queue before 429")
     attention_budget_bytes: int = Field(64 * MiB, ge=1)
+    max_response_bytes: int = Field(128 * MiB, ge=1, description="largest response one request may ask for, "
+                                    "counted as serialised (attention, token embeddings); more → 413")
+    max_inflight_response_bytes: int = Field(256 * MiB, ge=1, description="responses being built or sent at "
+                                             "once, counted as serialised; a request past it → 429")
     grace_seconds: float = Field(25.0, ge=0)
     max_input_chars: int = Field(100_000, ge=1, description="characters per input; longer → 413 before tokenisation")
     max_head_bytes: int = Field(64 * 1024, ge=1024, description="request line and headers; more → 431, closed")
@@ -58,6 +62,13 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_key_is_none(cls, v):
         return None if v in ("", None) else v
+
+    @model_validator(mode="after")
+    def _a_response_fits_the_inflight_budget(self):
+        if self.max_response_bytes > self.max_inflight_response_bytes:
+            raise ValueError(f"HEADWISE_MAX_RESPONSE_BYTES ({self.max_response_bytes}) is over "
+                             f"HEADWISE_MAX_INFLIGHT_RESPONSE_BYTES ({self.max_inflight_response_bytes})")
+        return self
 
     @model_validator(mode="after")
     def _a_client_batch_fits_the_queue(self):

@@ -7,19 +7,36 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from service.budget import BudgetedResponse
 from service.deps import checked_body, direct, disconnect_probe, json_body, openapi_body
-from service.postprocess import EmbedParams
+from service.postprocess import EmbedParams, response_bytes
 from service.schemas import EmbedRequest, EmbedResponse, error_responses
 
 router = APIRouter(tags=["embed"])  # the API key: checked_body (a direct route: no Depends)
 
 DUMPS = orjson.OPT_SERIALIZE_NUMPY
-BIG = 1 << 16  # attention bytes above which the JSON is written off the event loop
+BIG = 1 << 16  # response bytes above which the JSON is written off the event loop
 PARSE = json_body(EmbedRequest)
 
 
 def json_response(payload: dict) -> Response:
     return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
+
+
+async def budgeted_json(engine, size: int, build) -> Response:
+    """`build()` → the payload dict; its JSON is made off the event loop when `size` (the
+    response's serialised bound) is large, and counted against the process's in-flight
+    response budget until sent (429 when it does not fit)."""
+    reservation = engine.responses.reserve(size)
+    try:
+        if size > BIG:
+            body = await run_in_threadpool(lambda: orjson.dumps(build(), option=DUMPS))
+        else:
+            body = orjson.dumps(build(), option=DUMPS)
+    except BaseException:
+        reservation.release()
+        raise
+    return BudgetedResponse(body, reservation)
 
 
 @router.post("/v1/embed", response_model=EmbedResponse, openapi_extra=openapi_body(EmbedRequest),
@@ -38,16 +55,16 @@ async def embed(request: Request):
         spec = rt.attention_spec(a.layers, a.heads, a.format, a.top_k, a.dtype, a.encoding)
     params = EmbedParams(output=body.output, normalize=body.normalize, truncate=body.truncate, attention=spec)
     encs, results = await engine.embed(rt, texts, params, disconnect_probe(request))
-    data = []
-    n_tokens = 0
-    for i, (enc, (emb, att)) in enumerate(zip(encs, results, strict=True)):
-        item = {"index": i, "embedding": emb, "tokens": enc.tokens, "offsets": enc.offsets}
-        if att is not None:
-            item["attention"] = att
-        data.append(item)
-        n_tokens += enc.length
-    payload = {"model": rt.name, "data": data,
-               "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
-    if spec is not None and sum(spec.returned_bytes(e.length) for e in encs) > BIG:
-        return await run_in_threadpool(json_response, payload)
-    return json_response(payload)
+
+    def build() -> dict:
+        data = []
+        for i, (enc, (emb, att)) in enumerate(zip(encs, results, strict=True)):
+            item = {"index": i, "embedding": emb, "tokens": enc.tokens, "offsets": enc.offsets}
+            if att is not None:
+                item["attention"] = att
+            data.append(item)
+        n_tokens = sum(e.length for e in encs)
+        return {"model": rt.name, "data": data, "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+
+    size = sum(response_bytes(params, e.length, rt.package.d_model) for e in encs)
+    return await budgeted_json(engine, size, build)

@@ -15,8 +15,8 @@ import zlib
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
 
+from service.budget import BudgetedResponse
 from service.compat import v2tensors as v2
 from service.compat.openapi import request_body
 from service.compat.schemas import (
@@ -36,7 +36,7 @@ from service.errors import (
     error_response,
     route_of,
 )
-from service.postprocess import EmbedParams
+from service.postprocess import JSON_VALUE_BYTES, EmbedParams
 from service.routers.embed import json_response
 
 router = APIRouter(tags=["kserve v2"])
@@ -239,7 +239,7 @@ def _pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
 
 
 def _respond(rt: ModelRuntime, header: dict, want: dict[str, bool], lengths: list[int], found: dict,
-             att_dtype: str) -> Response:
+             att_dtype: str) -> tuple[bytes, int | None]:
     t = max(lengths)
     arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)}
     if "sentence_embedding" in found:
@@ -258,10 +258,15 @@ def _respond(rt: ModelRuntime, header: dict, want: dict[str, bool], lengths: lis
     head = {"model_name": rt.name, "model_version": rt.package.version, "outputs": outs}
     if isinstance(header.get("id"), str):
         head["id"] = header["id"]
-    body, n = v2.encode_response(head, buffers)
-    if n is None:
-        return Response(body, media_type="application/json")
-    return Response(body, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(n)})
+    return v2.encode_response(head, buffers)
+
+
+def _response_bound(rt: ModelRuntime, want: dict[str, bool], lengths: list[int], spec) -> int:
+    """The bytes the padded output tensors take in the body: raw when binary, else as JSON."""
+    n, t, p = len(lengths), max(lengths), rt.package
+    cells = {"attention_mask": n * t, "sentence_embedding": n * p.d_model, "last_hidden_state": n * t * p.d_model,
+             "attentions": n * t * t * (len(spec.layers) * len(spec.heads) if spec is not None else 0)}
+    return sum(cells[name] * (8 if binary else JSON_VALUE_BYTES["float32"]) for name, binary in want.items())
 
 
 @router.post("/v2/models/{model}/infer", response_model=V2InferResponse, dependencies=AUTH, responses=ERRORS,
@@ -310,6 +315,21 @@ async def infer(model: str, request: Request, version: str | None = None, engine
             lengths = [e.length for e in encs]
     else:
         lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
-    if "attentions" in want or "last_hidden_state" in want:
-        return await run_in_threadpool(_respond, rt, header, want, lengths, found, att_dtype)
-    return _respond(rt, header, want, lengths, found, att_dtype)
+    size = _response_bound(rt, want, lengths, spec)
+    if size > rt.settings.max_response_bytes:
+        raise TooLarge(f"the outputs asked for take up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
+                       f"({rt.settings.max_response_bytes}); ask for fewer inputs, layers or heads, or binary outputs")
+    reservation = engine.responses.reserve(size)
+    try:
+        if "attentions" in want or "last_hidden_state" in want:
+            body, n = await run_in_threadpool(_respond, rt, header, want, lengths, found, att_dtype)
+        else:
+            body, n = _respond(rt, header, want, lengths, found, att_dtype)
+    except BaseException:
+        reservation.release()
+        raise
+    if n is None:
+        return BudgetedResponse(body, reservation)
+    response = BudgetedResponse(body, reservation, media_type="application/octet-stream")
+    response.headers["Inference-Header-Content-Length"] = str(n)
+    return response

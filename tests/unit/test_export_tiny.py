@@ -82,7 +82,10 @@ def test_cli_export_and_verify(tiny_checkpoint, tmp_path, capsys):
     assert "[1/4] load" in out and "fused operators: Attention=2" in out
     m = json.loads((tmp_path / "t/manifest.json").read_text())
     assert "fast.fp16" not in m["variants"]
-    assert main(["verify", str(tmp_path / "t"), "--checkpoint", str(tiny_checkpoint), "--stsb", "/nonexistent"]) == 0
+    assert main(["verify", str(tmp_path / "t"), "--checkpoint", str(tiny_checkpoint), "--no-quality"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "t"), "--checkpoint", str(tiny_checkpoint), "--stsb", "/nonexistent"]) == 1
+    assert "/nonexistent: no such file" in capsys.readouterr().err
     (tmp_path / "t/tokenizer.json").write_text("{}")
     assert main(["verify", str(tmp_path / "t"), "--checkpoint", str(tiny_checkpoint)]) == 1
     assert "tokenizer.json" in capsys.readouterr().err

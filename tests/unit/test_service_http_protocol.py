@@ -52,3 +52,33 @@ def test_close_sends_what_is_held_first_and_the_rest_passes_through():
     real, t = asyncio.run(main())
     assert real.writes == [b"bye"] and real.closed and t.is_closing()
     assert t.get_extra_info("peername") == ("127.0.0.1", 1)
+
+
+def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
+    """service/http_protocol.py overrides uvicorn's httptools protocol and reads its private
+    state. Written for these versions: a new one must be read against it before this moves."""
+    from importlib.metadata import version
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+    assert (version("uvicorn"), version("httptools")) == ("0.54.0", "0.9.0")
+    for name in ("_unset_keepalive_if_required", "_should_upgrade", "handle_websocket_upgrade",
+                 "_unsupported_upgrade_warning", "send_400_response", "shutdown", "on_message_begin",
+                 "on_url", "on_header", "on_headers_complete", "on_message_complete", "connection_lost"):
+        assert callable(getattr(HttpToolsProtocol, name)), name
+    cycle_fields = RequestResponseCycle.__init__.__code__.co_names
+    for field in ("more_body", "disconnected", "response_complete", "message_event"):
+        assert field in cycle_fields, field
+
+
+def test_a_refusal_is_a_complete_json_response_that_closes():
+    import json
+
+    from service.http_protocol import refusal
+
+    raw = refusal(431, "request head over 65536 bytes")
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    assert b"connection: close" in head and b"content-length: %d" % len(body) in head
+    assert json.loads(body) == {"error": {"message": "request head over 65536 bytes",
+                                          "type": "request_header_fields_too_large", "code": 431}}

@@ -1,0 +1,121 @@
+"""A real server with default settings stays inside the shipped memory limit (docker/k8s:
+1,536 MiB) under a mix of the largest valid requests at once, turns away what does not fit
+(429) or what no request may ask for (413), and gives the memory back afterwards (issue 17)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+LIMIT_MIB = 1536
+LONG = " ".join(["attention"] * 300)  # truncated to max_len, 256 tokens
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def srv(start_server):
+    return start_server(env={"HEADWISE_PRECISION": "fp32"})
+
+
+def test_what_no_request_may_ask_for_is_413_before_inference(srv):
+    every_head = {"format": "dense", "dtype": "float32", "encoding": "json"}
+    r = srv.post("/v1/embed", {"inputs": [LONG, LONG], "attention": every_head})  # 2 × 75 MB of JSON
+    assert r.status_code == 413 and "HEADWISE_MAX_RESPONSE_BYTES" in r.json()["error"]["message"]
+    r = srv.post("/v1/embed", {"inputs": [LONG] * 200, "output": "tokens"})  # 200 × 256 × 384 floats
+    assert r.status_code == 413
+    r = srv.post("/v1/embed", {"inputs": [LONG], "attention": {**every_head, "format": "topk", "top_k": 1000}})
+    assert r.status_code == 200  # top-k of every key: values and indices, 1 input, within the bound
+
+
+def test_the_largest_valid_requests_at_once_stay_under_the_memory_limit(srv):
+    heavy = [
+        {"inputs": [LONG], "attention": {"format": "dense", "dtype": "float32", "encoding": "json"}},  # ~75 MB
+        {"inputs": [LONG] * 48, "output": "tokens"},  # ~76 MB
+    ]
+    pid = srv.proc.pid
+    baseline = rss_mib(pid)
+    peak, stop = [baseline], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak.append(rss_mib(pid))
+            time.sleep(0.02)
+
+    def client(i: int) -> list[int]:
+        with httpx.Client(base_url=srv.url, timeout=300) as c:
+            return [c.post("/v1/embed", json=heavy[(i + j) % 2]).status_code for j in range(3)]
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            codes = [c for cs in pool.map(client, range(8)) for c in cs]
+    finally:
+        stop.set()
+        watcher.join()
+    print(f"\n8 clients x 3 heavy requests: {codes.count(200)} x 200, {codes.count(429)} x 429; "
+          f"RSS baseline {baseline:.0f} MiB, peak {max(peak):.0f} MiB")
+    assert set(codes) <= {200, 429}, codes
+    assert codes.count(200) >= 6, codes
+    assert max(peak) < LIMIT_MIB, f"peak RSS {max(peak):.0f} MiB (baseline {baseline:.0f})"
+    time.sleep(2)
+    after = rss_mib(pid)
+    print(f"RSS 2 s after: {after:.0f} MiB")
+    assert after < baseline + 256, f"RSS {after:.0f} MiB after, {baseline:.0f} before"
+    r = srv.post("/v1/embed", {"inputs": ["still serving"]})
+    assert r.status_code == 200
+
+
+def test_clients_that_do_not_read_their_answers_cannot_hold_memory(srv):
+    """12 clients each ask for ~75 MB of JSON attention and never read it: the answers that fit
+    the in-flight budget wait in the server's buffers, the rest get 429, and RSS stays bounded."""
+    import json
+    import socket
+
+    body = json.dumps({"inputs": [LONG], "attention": {"format": "dense", "dtype": "float32",
+                                                       "encoding": "json"}}).encode()
+    head = (b"POST /v1/embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    def answered() -> float:  # /v1/embed requests completed so far (a held answer is not, yet)
+        return sum(float(line.rsplit(" ", 1)[1]) for line in srv.metrics().splitlines()
+                   if line.startswith("headwise_requests_total{") and 'route="/v1/embed"' in line)
+
+    pid = srv.proc.pid
+    baseline, peak, before = rss_mib(pid), 0.0, answered()
+    socks = []
+    for _ in range(12):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=120)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a slow reader's small window
+        s.sendall(head + body)
+        socks.append(s)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and answered() - before < 12 - 3:  # 3 × 75 MB fit 256 MiB
+        peak = max(peak, rss_mib(pid))
+        time.sleep(0.1)
+    time.sleep(1)
+    peak = max(peak, rss_mib(pid))
+    peak = max(peak, rss_mib(pid))
+    statuses = []
+    for s in socks:
+        s.settimeout(120)
+        first = s.recv(64)
+        statuses.append(int(first[9:12]))
+        s.close()
+    print(f"\n12 non-reading clients: {statuses.count(200)} x 200, {statuses.count(429)} x 429; "
+          f"RSS baseline {baseline:.0f} MiB, peak {peak:.0f} MiB")
+    assert set(statuses) <= {200, 429} and statuses.count(429) >= 6, statuses
+    assert peak < LIMIT_MIB
+    assert srv.post("/v1/embed", {"inputs": ["still serving"]}).status_code == 200
