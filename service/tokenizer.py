@@ -10,7 +10,11 @@ from tokenizers import Tokenizer
 
 from service.errors import Validation
 
-CHARS_PER_TOKEN = 64
+# A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
+# token is at least one character), then four times longer while that is not enough. A cut
+# word's pieces can add tokens the whole text does not have: CUT_MARGIN of them are allowed.
+PREFIX_TOKENS = 8
+CUT_MARGIN = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,19 +42,31 @@ class TextTokenizer:
         self._full.no_truncation()
 
     def encode_unchecked(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
+        """Encode, reading each text only as far as its answer needs: the tokenizer keeps
+        every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
+        with its string and offsets) and truncates only afterwards. So each text is first given
+        as a prefix of PREFIX_TOKENS × max_len characters; a prefix whose tokens pass max_len by
+        CUT_MARGIN is enough (its first max_len tokens are the text's: what truncation keeps,
+        or what shows the text is too long), and the others are given again, four times
+        longer, until they are whole. Memory then follows the tokens kept, not the input."""
         tok = self._truncating if truncate else self._full
-        # Truncation happens after the whole text is tokenised, so a text far longer than
-        # max_len tokens could span is cut first: a 4 MB input then costs what a long
-        # sentence does. With truncation the cut changes nothing kept; without, the cut is
-        # at a space, so its tokens are the text's first ones and already show it is too long.
-        cap = self.max_len * CHARS_PER_TOKEN
-        if truncate:
-            texts = [t if len(t) <= cap else t[:cap] for t in texts]
-        else:
-            texts = [t if len(t) <= cap or t.rfind(" ", 0, cap) <= 0 else t[:t.rfind(" ", 0, cap)]
-                     for t in texts]
-        return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
-                        e.tokens, e.offsets) for e in tok.encode_batch(texts)]
+        out: list[Encoded | None] = [None] * len(texts)
+        todo, chars = list(range(len(texts))), PREFIX_TOKENS * self.max_len
+        while todo:
+            cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
+            # measured on the untruncated prefix: does it pass max_len by the margin?
+            encodings = tok.encode_batch(cut)
+            counts = ([len(e.ids) for e in encodings] if not truncate else
+                      [len(e.ids) + sum(len(o.ids) for o in e.overflowing) for e in encodings])
+            again = []
+            for i, text, e, n in zip(todo, cut, encodings, counts, strict=True):
+                if len(text) == len(texts[i]) or n > self.max_len + CUT_MARGIN:
+                    out[i] = Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
+                                     e.tokens, e.offsets)
+                else:
+                    again.append(i)
+            todo, chars = again, chars * 4
+        return out  # type: ignore[return-value]
 
     def check(self, encs: list[Encoded]) -> None:
         """An input over max_len (only possible with truncate=False) raises Validation (422)."""

@@ -253,3 +253,43 @@ def test_a_package_that_matches_its_hashes_but_cannot_load_stops_start_up(tiny_p
                        cwd=REPO, env=clean_env(HEADWISE_PRECISION="fp32"), capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert names in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
+
+
+# What an attacker tries next.
+
+def test_content_length_with_transfer_encoding_is_not_smuggled(srv):
+    """Both framings at once (request smuggling): refused, and no second request hides in it."""
+    s = connect(srv)
+    smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = b"0\r\n\r\n" + smuggled
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        s.sendall(b"POST /v1/embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(body) + body)
+    raw = read_all(s)
+    assert raw.count(b"HTTP/1.1 ") == 1 and status_of(raw) == 400, raw[:300]
+    still_serves(srv)
+
+
+def test_deeply_nested_json_is_a_4xx(srv):
+    for body in (b"[" * 100_000 + b"]" * 100_000, b'{"inputs": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+                 b'{"inputs": ["\xff\xfe"]}'):
+        r = httpx.post(srv.url + "/v1/embed", content=body, headers={"content-type": "application/json"}, timeout=30)
+        assert 400 <= r.status_code < 500 and "error" in r.json(), (r.status_code, r.text[:200])
+    still_serves(srv)
+
+
+def test_a_flood_of_pipelined_requests_is_answered_in_order_with_bounded_memory(srv):
+    before = rss_mib(srv.proc.pid)
+    s = connect(srv, timeout=60)
+    n = 2000
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        s.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n" * n)
+    got, deadline = b"", time.monotonic() + 60
+    while got.count(b"HTTP/1.1 200") < n and time.monotonic() < deadline:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        got += chunk
+    assert got.count(b"HTTP/1.1 200") == n
+    assert rss_mib(srv.proc.pid) - before < 64
+    still_serves(srv)

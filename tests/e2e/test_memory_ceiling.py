@@ -119,3 +119,18 @@ def test_clients_that_do_not_read_their_answers_cannot_hold_memory(srv):
     assert set(statuses) <= {200, 429} and statuses.count(429) >= 6, statuses
     assert peak < LIMIT_MIB
     assert srv.post("/v1/embed", {"inputs": ["still serving"]}).status_code == 200
+
+
+def test_inputs_far_over_max_len_cost_what_their_answer_needs(srv):
+    """256 inputs of 5,000 CJK characters (a token each) without truncation: refused (422)
+    after reading each only as far as needed, and nothing of them is kept afterwards."""
+    body = {"inputs": ["東" * 5000] * 256, "truncate": False}
+    pid = srv.proc.pid
+    before = rss_mib(pid)
+    for _ in range(6):
+        r = srv.post("/v1/embed", body)
+        assert r.status_code == 422 and "tokens or more" in r.json()["error"]["message"]
+    grew = rss_mib(pid) - before
+    print(f"\n6 requests of 256 x 5,000 CJK characters, truncate false: RSS +{grew:.0f} MiB")
+    assert grew < 400  # it was +127 MiB per request, kept (+760 for these 6), and +1 GB for one before that
+    assert srv.post("/v1/embed", {"inputs": ["東" * 5000], "truncate": True}).status_code == 200
