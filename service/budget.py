@@ -10,22 +10,30 @@ from __future__ import annotations
 
 import asyncio
 
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from service.errors import Overloaded
 
 
 class ResponseBudget:
-    def __init__(self, limit: int):
+    """`gauge`: where `used` is shown (headwise_response_bytes_inflight), if anywhere."""
+
+    def __init__(self, limit: int, gauge=None):
         self.limit = limit
         self.used = 0
+        self._gauge = gauge
 
     def reserve(self, n: int) -> Reservation:
         if n > 0 and self.used + n > self.limit:
             raise Overloaded(f"responses being sent take {self.used} of {self.limit} bytes; this one needs {n}",
                              headers={"Retry-After": "1"})
-        self.used += n
+        self._add(n)
         return Reservation(self, n)
+
+    def _add(self, n: int) -> None:
+        self.used += n
+        if self._gauge is not None:
+            self._gauge.set(self.used)
 
 
 class Reservation:
@@ -36,7 +44,7 @@ class Reservation:
 
     def release(self) -> None:
         if self.n:
-            self._budget.used -= self.n
+            self._budget._add(-self.n)
             self.n = 0
 
 
@@ -64,4 +72,18 @@ class BudgetedResponse(Response):
                     await asyncio.sleep(0)
         finally:
             self.body = b""
+            self.reservation.release()
+
+
+class BudgetedStream(StreamingResponse):
+    """A streamed response that gives its reservation back when the stream ends, however it ends."""
+
+    def __init__(self, content, reservation: Reservation, **kw):
+        super().__init__(content, **kw)
+        self.reservation = reservation
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
             self.reservation.release()

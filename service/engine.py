@@ -247,7 +247,7 @@ class Engine:
     def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None):
         self.settings = settings
         self.metrics = metrics
-        self.responses = ResponseBudget(settings.max_inflight_response_bytes)
+        self.responses = ResponseBudget(settings.max_inflight_response_bytes, metrics.response_bytes)
         self.backend_factory = backend_factory or OrtBackend
         self.models: dict[str, ModelRuntime] = {}
         self.ready = False

@@ -59,6 +59,10 @@ class Metrics:
                                  multiprocess_mode="livesum", registry=r)
         self.inflight = Gauge(p + "inflight_requests", "HTTP requests being served",
                               multiprocess_mode="livesum", registry=r)
+        self.response_bytes = Gauge(p + "response_bytes_inflight",
+                                    "bytes of answers being built or sent, counted as serialised (the "
+                                    "HEADWISE_MAX_INFLIGHT_RESPONSE_BYTES budget)", multiprocess_mode="livesum",
+                                    registry=r)
         self.attention_bytes = Counter(p + "attention_bytes_total", "attention bytes returned", ["model"],
                                        registry=r)
         self.model_info = Gauge(p + "model_info", "served model (value 1)",

@@ -138,19 +138,36 @@ class GenerativeRuntime:
         new = min(params.max_new_tokens, room)
         sel = params.attention
         if sel is not None:
-            prompt = n * n if self.package.architecture == "decoder" else 0
-            ctx = n if self.package.architecture == "decoder" else 1
-            cells = prompt + sum(ctx + i for i in range(new))
-            if self.package.architecture != "decoder":
-                cells += new * n
+            cells = self._attention_cells(n, new)
             need = sel.nbytes(cells)
             if need > self.settings.attention_budget_bytes:
                 raise TooLarge(f"asked-for attention is up to {need} bytes, over the budget of "
                                f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or tokens")
+            answer = sel.serialized_bytes(cells)
+            if answer > self.settings.max_response_bytes:
+                raise TooLarge(f"the attention asked for takes up to {answer} bytes as written, over "
+                               f"HEADWISE_MAX_RESPONSE_BYTES ({self.settings.max_response_bytes}); ask for fewer "
+                               "layers, heads or tokens, or base64")
         return Sequence(model=self.name, source_field=self.source_field, prompt_ids=enc.ids,
                         prompt_tokens=list(enc.tokens), params=params, limit=new, tokenizer=self.decoder,
                         eos=self.special.get("eos"), suppress_ids=self.suppress_ids, metrics=self.metrics,
                         t_submit=time.perf_counter(), step_delay=self._fault_delay(text))
+
+    def _attention_cells(self, n: int, new: int) -> int:
+        """Attention weights (per layer and head) a generation of `new` tokens after `n` prompt
+        or source tokens returns: the prompt's self-attention and each step's row, plus each
+        step's cross-attention row for encoder-decoders."""
+        decoder = self.package.architecture == "decoder"
+        ctx = n if decoder else 1
+        cells = (n * n if decoder else 0) + sum(ctx + i for i in range(new))
+        return cells if decoder else cells + new * n
+
+    def answer_bytes(self, seq: Sequence) -> int:
+        """An upper bound of the result's size as written (the process-wide response budget's
+        measure): its attention, and each token's text and id, generously."""
+        sel = seq.params.attention
+        att = sel.serialized_bytes(self._attention_cells(len(seq.prompt_ids), seq.limit)) if sel is not None else 0
+        return att + (len(seq.prompt_ids) + seq.limit) * 64 + 4096
 
     def _fault_delay(self, text: str) -> float:
         """Tests only (HEADWISE_FAULT_INJECTION=true): a text starting `__headwise_fault__:slow=S `

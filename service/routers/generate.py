@@ -10,8 +10,8 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response, StreamingResponse
 
+from service.budget import BudgetedResponse, BudgetedStream
 from service.deps import get_engine, json_body, require_api_key
 from service.engine import Engine
 from service.errors import APIError, Disconnected, NotReady, TooLarge, Validation
@@ -104,26 +104,34 @@ async def generate(request: Request, body: GenerateRequest = Depends(json_body(G
     params = _params(body, rt, engine.settings.max_new_tokens)
     seq = await run_in_threadpool(rt.new_sequence, text, params) if len(text) > 4096 else \
         rt.new_sequence(text, params)
-    rt.scheduler.submit(seq)
+    reservation = engine.responses.reserve(rt.answer_bytes(seq))  # 429 when answers in flight fill it
+    try:
+        rt.scheduler.submit(seq)
+    except BaseException:
+        reservation.release()
+        raise
     disconnected = rt.metrics.request_failures.labels(model=rt.name, reason="disconnected")
     if body.stream:
-        return StreamingResponse(_sse(seq, disconnected), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    while not seq.result.done():
-        await asyncio.wait([seq.result], timeout=POLL_S)
-        if not seq.result.done() and await request.is_disconnected():
-            seq.cancel()
-            disconnected.inc()
-            raise Disconnected()
-    result = seq.result.result()
-    big = params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
-    if big:
-        return await run_in_threadpool(_json, result)
-    return _json(result)
+        return BudgetedStream(_sse(seq, disconnected), reservation, media_type="text/event-stream",
+                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        while not seq.result.done():
+            await asyncio.wait([seq.result], timeout=POLL_S)
+            if not seq.result.done() and await request.is_disconnected():
+                seq.cancel()
+                disconnected.inc()
+                raise Disconnected()
+        result = seq.result.result()
+        big = params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
+        body_bytes = await run_in_threadpool(_dumps, result) if big else _dumps(result)
+    except BaseException:
+        reservation.release()
+        raise
+    return BudgetedResponse(body_bytes, reservation)
 
 
-def _json(payload: dict) -> Response:
-    return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
+def _dumps(payload: dict) -> bytes:
+    return orjson.dumps(payload, option=DUMPS)
 
 
 def _event(payload) -> bytes:

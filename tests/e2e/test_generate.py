@@ -310,3 +310,24 @@ def test_generation_metrics(srv):
         assert metric(text, "headwise_time_to_first_token_seconds_count", model=model) > 0
         assert metric(text, "headwise_inter_token_latency_seconds_count", model=model) > 0
     assert metric(text, "headwise_requests_total", route="/v1/generate", model="tiny-marian", code="200") > 0
+
+
+def test_generation_attention_counts_against_the_response_bound(start_server, models_dir):
+    """The attention a generation asks for is bounded as it will be written (issue 17)."""
+    s = start_server(models=models_dir, env={"HEADWISE_MAX_RESPONSE_BYTES": "20000"})
+    body = {"model": "tiny-gpt2", "prompt": "the cat sat on the mat and the dog", "max_new_tokens": 16,
+            "attention": {"encoding": "json"}}
+    r = s.post("/v1/generate", json=body)
+    assert r.status_code == 413 and "HEADWISE_MAX_RESPONSE_BYTES" in r.json()["error"]["message"], r.text
+    r = s.post("/v1/generate", json={**body, "attention": {"encoding": "base64"}})  # a third of it
+    assert r.status_code == 200, r.text
+    with httpx.stream("POST", s.url + "/v1/generate", json={**body, "attention": {"encoding": "base64"},
+                                                              "stream": True}, timeout=60) as streamed:
+        assert streamed.status_code == 200 and b"[DONE]" in b"".join(streamed.iter_bytes())
+    with httpx.stream("POST", s.url + "/v1/generate", json={**body, "attention": {"encoding": "base64"},
+                                                              "stream": True}, timeout=60) as left:
+        next(left.iter_bytes())  # the client goes away mid-stream
+    time.sleep(1)
+    gauge = [line for line in s.get("/metrics").text.splitlines() if line.startswith("headwise_response_bytes_inflight ")]
+    assert gauge == ["headwise_response_bytes_inflight 0.0"], gauge  # every reservation went back
+    s.stop()

@@ -119,6 +119,17 @@ def test_clients_that_do_not_read_their_answers_cannot_hold_memory(srv):
     assert set(statuses) <= {200, 429} and statuses.count(429) >= 6, statuses
     assert peak < LIMIT_MIB
     assert srv.post("/v1/embed", {"inputs": ["still serving"]}).status_code == 200
+    assert inflight_response_bytes(srv) == 0  # every reservation went back, closed clients too
+
+
+def inflight_response_bytes(srv) -> float:
+    deadline = time.monotonic() + 10
+    while True:
+        value = next(float(line.split()[-1]) for line in srv.metrics().splitlines()
+                     if line.startswith("headwise_response_bytes_inflight "))
+        if value == 0 or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
 
 
 def test_inputs_far_over_max_len_cost_what_their_answer_needs(srv):
