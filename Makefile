@@ -11,16 +11,23 @@ PYTEST_ARGS ?=
 
 .PHONY: run test install install-test lint export serve bench clean
 
+# pip runs with -qq: its progress is nothing, and only errors show (a machine's own pip
+# configuration, or setuptools' note on editable installs, would otherwise fill the screen).
+PIP_QUIET ?= -qq
+
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	@echo "creating $(VENV)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install $(PIP_QUIET) --upgrade pip
 
 $(VENV)/.installed-run: $(PY) pyproject.toml $(CONSTRAINTS)
-	$(PIP) install -q -c $(CONSTRAINTS) -e ".[export]"
+	@echo "installing headwise and its export tools into $(VENV) (a few minutes the first time)"
+	@$(PIP) install $(PIP_QUIET) -c $(CONSTRAINTS) -e ".[export]"
 	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed-run
-	$(PIP) install -q -c $(CONSTRAINTS) -e ".[export,test,bench]"
+	@echo "installing the test and benchmark tools into $(VENV)"
+	@$(PIP) install $(PIP_QUIET) -c $(CONSTRAINTS) -e ".[export,test,bench]"
 	@touch $@
 
 install: $(VENV)/.installed-run

@@ -13,6 +13,8 @@ request head and body bounded in size and time.
   response), and its body within HEADWISE_BODY_TIMEOUT_S of the head, else 408 and close.
 - On shutdown, a request still waiting for its body gets 503 at once instead of holding the
   server until its client sends the rest.
+- A connection past HEADWISE_MAX_CONNECTIONS open ones is answered 503 and closed at once, so
+  that no client holds file descriptors without bound (idle ones also close on the timeouts).
 
 This is the one module that relies on uvicorn's private protocol attributes (`cycle`,
 `parser`, `transport`, `_unset_keepalive_if_required`, `timeout_keep_alive_task`);
@@ -38,10 +40,11 @@ UVICORN_HTTP = "service.http_protocol:HttpProtocol"  # uvicorn's `http` option (
 
 @dataclass(frozen=True)
 class Bounds:
-    """HEADWISE_MAX_HEAD_BYTES, _MAX_HEADERS, _HEAD_TIMEOUT_S, _BODY_TIMEOUT_S (service.settings;
+    """HEADWISE_MAX_CONNECTIONS, _MAX_HEAD_BYTES, _MAX_HEADERS, _HEAD_TIMEOUT_S, _BODY_TIMEOUT_S (service.settings;
     defaults as mainstream servers: nginx reads heads up to 4 × 8 KB, Node.js 16 KB, Go 1 MB;
     100 headers is Go's and Node's count; 60 s is 4 MiB at 70 KB/s)."""
 
+    max_connections: int
     max_head_bytes: int
     max_headers: int
     head_timeout_s: float
@@ -53,7 +56,7 @@ def bounds() -> Bounds:
     """Read once per process, at its first connection (the settings were validated when the app
     was created; uvicorn builds protocols itself, so they are not passed in)."""
     s = load_settings()
-    return Bounds(s.max_head_bytes, s.max_headers, s.head_timeout_s, s.body_timeout_s)
+    return Bounds(s.max_connections, s.max_head_bytes, s.max_headers, s.head_timeout_s, s.body_timeout_s)
 
 REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 
@@ -126,6 +129,9 @@ class HttpProtocol(HttpToolsProtocol):
         self._in_body = False
         self._refused = False
         self._timer: asyncio.TimerHandle | None = None
+        if len(self.connections) > self._bounds.max_connections:  # this one included
+            self._refuse(503, f"over {self._bounds.max_connections} open connections; retry shortly")
+            return
         self._arm(self._bounds.head_timeout_s, "request head not received in time")
 
     def _arm(self, seconds: float, why: str) -> None:

@@ -43,6 +43,8 @@ class Settings(BaseSettings):
                                              "once, counted as serialised; a request past it → 429")
     grace_seconds: float = Field(25.0, ge=0)
     max_input_chars: int = Field(100_000, ge=1, description="characters per input; longer → 413 before tokenisation")
+    max_connections: int = Field(1000, ge=1, description="open client connections per process; one more is "
+                                 "answered 503 and closed at once")
     max_head_bytes: int = Field(64 * 1024, ge=1024, description="request line and headers; more → 431, closed")
     max_headers: int = Field(100, ge=8, description="headers per request; more → 431, closed")
     head_timeout_s: float = Field(10.0, gt=0, description="to send a request's head once connected or after "

@@ -293,3 +293,22 @@ def test_a_flood_of_pipelined_requests_is_answered_in_order_with_bounded_memory(
     assert got.count(b"HTTP/1.1 200") == n
     assert rss_mib(srv.proc.pid) - before < 64
     still_serves(srv)
+
+
+def test_a_flood_of_connections_holds_no_more_than_max_connections(tiny_package, tmp_path):
+    s = serve(tiny_package.parent, tmp_path, HEADWISE_MAX_CONNECTIONS="20")
+    fds = lambda: len(list(Path(f"/proc/{s.proc.pid}/fd").iterdir()))  # noqa: E731
+    before = fds()
+    socks = [connect(s) for _ in range(200)]
+    time.sleep(0.5)
+    assert fds() - before <= 25  # the 180 past the limit were closed at once
+    refused = 0
+    for sock in socks[25:]:
+        raw = read_all(sock)
+        refused += raw == b"" or status_of(raw) == 503
+    assert refused == 175
+    for sock in socks:
+        sock.close()
+    time.sleep(1.5)  # the idle ones time out
+    still_serves(s)
+    s.stop()

@@ -67,6 +67,7 @@ def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
                  "on_url", "on_header", "on_headers_complete", "on_message_complete", "connection_lost"):
         assert callable(getattr(HttpToolsProtocol, name)), name
     cycle_fields = RequestResponseCycle.__init__.__code__.co_names
+    assert "connections" in HttpToolsProtocol.__init__.__code__.co_names
     for field in ("more_body", "disconnected", "response_complete", "message_event"):
         assert field in cycle_fields, field
 
