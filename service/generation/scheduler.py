@@ -96,6 +96,12 @@ class Scheduler:
             return True
         return any(s not in new for s in self.batch.rows)
 
+    def abort(self, error: Exception) -> None:
+        """Grace period over: every generation still waiting or running fails with `error` now
+        (its rows are cancelled, so the loop drops them at its next step)."""
+        for s in list(self.waiting) + (self.batch.rows if self.batch else []):
+            s.fail(error)
+
     async def close(self, timeout: float = 5.0) -> None:
         self.closed = True
         if self._task is not None:

@@ -331,3 +331,28 @@ def test_generation_attention_counts_against_the_response_bound(start_server, mo
     gauge = [line for line in s.get("/metrics").text.splitlines() if line.startswith("headwise_response_bytes_inflight ")]
     assert gauge == ["headwise_response_bytes_inflight 0.0"], gauge  # every reservation went back
     s.stop()
+
+
+def test_sigterm_past_the_grace_period_ends_running_generations(start_server, models_dir):
+    """A generation still running when the grace period ends gets 503 and the server exits 0
+    (the engine's abort reached the generation scheduler, which had no abort)."""
+    import signal
+    import threading
+
+    s = start_server(models=models_dir, env={"HEADWISE_FAULT_INJECTION": "true", "HEADWISE_GRACE_SECONDS": "3"})
+    got = {}
+
+    def slow():
+        got["r"] = s.post("/v1/generate", json={"model": "tiny-gpt2", "prompt": "__headwise_fault__:slow=0.5 the cat",
+                                                "max_new_tokens": 30}, timeout=60)
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(20) == 0, s.log_tail()
+    assert time.monotonic() - t0 < 8
+    t.join(30)
+    assert got["r"].status_code == 503, got["r"].text
+    assert "AttributeError" not in s.log_tail(20000)
