@@ -87,8 +87,11 @@ class Ceiling:
 def main() -> None:  # pragma: no cover - `python -m bench.ceiling DIR`: a quick look
     import sys
 
+    from export import cpu as cpu_info
+
     w = Workload(sys.argv[1] if len(sys.argv) > 1 else "models")
     c = Ceiling(w)
+    print(f"ceiling on {cpu_info.label()}")
     for variant in ("fp32", "int8", "attention"):
         for tokens in (16, 128):
             for batch in (1, 8, 32):

@@ -110,6 +110,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="also time the package's int8 graph, fused and not")
     a = ap.parse_args()
+    from export import cpu as cpu_info
+
+    print(f"bench.layernorm on {cpu_info.label()}")
     one_node(threads=1)
     one_node(threads=2)
     if a.models:

@@ -101,6 +101,9 @@ def main() -> None:
     if a.serve:
         _serve(a.models, a.serve, a.floor)
         return
+    from export import cpu as cpu_info
+
+    print(f"bench.overhead on {cpu_info.label()}")
     runs = [measure(a.models, a.clients, a.seconds, a.floor) for _ in range(a.reps)]
     for r in runs:
         print(json.dumps(r))

@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             "py-spy": f"{args.rate} Hz, {int(args.seconds)} s, raw stacks, --nonblocking"
                       f"{', --native' if args.native else ''}",
             "git commit": machine_facts(args.provider)["git commit"],
+            "cpu": machine_facts(args.provider)["cpu"],
             "command": "python -m bench.profile " + " ".join(argv if argv is not None else sys.argv[1:]),
         }
         md = to_markdown(f"Profile: headwise {label}", summarise(raw), facts)
