@@ -11,6 +11,7 @@ from service.budget import BudgetedResponse
 from service.deps import checked_body, direct, disconnect_probe, json_body, openapi_body
 from service.postprocess import EmbedParams, response_bytes
 from service.schemas import EmbedRequest, EmbedResponse, error_responses
+from service.serialize import dumps_in_pieces
 
 router = APIRouter(tags=["embed"])  # the API key: checked_body (a direct route: no Depends)
 
@@ -24,13 +25,13 @@ def json_response(payload: dict) -> Response:
 
 
 async def budgeted_json(engine, size: int, build) -> Response:
-    """`build()` → the payload dict; its JSON is made off the event loop when `size` (the
-    response's serialised bound) is large, and counted against the process's in-flight
-    response budget until sent (429 when it does not fit)."""
+    """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
+    `size` (the response's serialised bound) is large, and counted against the process's
+    in-flight response budget until sent (429 when it does not fit)."""
     reservation = engine.responses.reserve(size)
     try:
         if size > BIG:
-            body = await run_in_threadpool(lambda: orjson.dumps(build(), option=DUMPS))
+            body = await run_in_threadpool(lambda: dumps_in_pieces(build()))
         else:
             body = orjson.dumps(build(), option=DUMPS)
     except BaseException:

@@ -19,6 +19,7 @@ from service.generation import GenerativeRuntime
 from service.generation.sampling import SamplingParams
 from service.generation.sequence import GenParams, Sequence
 from service.schemas import error_responses
+from service.serialize import dumps_in_pieces
 
 router = APIRouter(tags=["generate"], dependencies=[Depends(require_api_key)])
 
@@ -123,7 +124,7 @@ async def generate(request: Request, body: GenerateRequest = Depends(json_body(G
                 raise Disconnected()
         result = seq.result.result()
         big = params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
-        body_bytes = await run_in_threadpool(_dumps, result) if big else _dumps(result)
+        body_bytes = await run_in_threadpool(dumps_in_pieces, result) if big else _dumps(result)
     except BaseException:
         reservation.release()
         raise

@@ -145,3 +145,35 @@ def test_inputs_far_over_max_len_cost_what_their_answer_needs(srv):
     print(f"\n6 requests of 256 x 5,000 CJK characters, truncate false: RSS +{grew:.0f} MiB")
     assert grew < 400  # it was +127 MiB per request, kept (+760 for these 6), and +1 GB for one before that
     assert srv.post("/v1/embed", {"inputs": ["東" * 5000], "truncate": True}).status_code == 200
+
+
+def test_large_answers_do_not_stall_the_event_loop(srv):
+    """The issue's 300 MB `output: "tokens"` answer stalled /health/live for 1.3 s: it is now
+    refused before inference, and the largest allowed one is written off the event loop in
+    pieces (orjson holds the GIL for a whole call), so probes keep being answered."""
+    import threading
+
+    def worst_probe_during(body: dict) -> tuple[int, float]:
+        done, got = threading.Event(), {}
+
+        def big():
+            got["status"] = srv.post("/v1/embed", body, timeout=300).status_code
+            done.set()
+
+        t = threading.Thread(target=big)
+        t.start()
+        worst = 0.0
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            while not done.is_set():
+                t0 = time.monotonic()
+                assert c.get("/health/live").status_code == 200
+                worst = max(worst, time.monotonic() - t0)
+                time.sleep(0.01)
+        t.join()
+        return got["status"], worst
+
+    status, _ = worst_probe_during({"inputs": [LONG] * 256, "output": "tokens"})
+    assert status == 413
+    status, worst = worst_probe_during({"inputs": [LONG] * 64, "output": "tokens"})  # ~75 MB of JSON
+    print(f"\n/health/live while a 75 MB answer is written: worst {1000 * worst:.0f} ms")
+    assert status == 200 and worst < 0.5  # loose: it measured ~30 ms, and 180 ms on the event loop
