@@ -1,8 +1,8 @@
 """Batch-invariant int8: per-token activation scales, per-output-channel weight scales.
 
 onnxruntime's dynamic quantisation (`quantize_dynamic`) computes one activation scale for the
-whole batch tensor, so an input's embedding moved with whatever shared its batch (max |diff|
-0.047 on all-MiniLM-L6-v2). Here every MatMul whose weight W [K, N] is a constant becomes
+whole batch tensor, so an input's embedding moved with whatever shared its batch. Here every
+MatMul whose weight W [K, N] is a constant becomes
 
     s, z = scale and zero point of each row (token) of x [..., K], from that row alone
     x_q  = QuantizeLinear(x, s, z)                       uint8, one scale per row

