@@ -8,16 +8,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# A temperature this small is greedy decoding (vLLM's threshold too): dividing logits by a
+# subnormal one overflows to inf, and the probabilities to NaN.
+GREEDY_BELOW = 1e-5
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.0  # 0: greedy
+    temperature: float = 0.0  # under GREEDY_BELOW: greedy
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1: off
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        return self.temperature < GREEDY_BELOW
 
 
 def make_rng(seed: int | None) -> np.random.Generator:

@@ -38,6 +38,9 @@ class GenerateAttention(BaseModel):
                           description="base64: little-endian raw bytes of the array in `shape` order, C order")
 
 
+DEFAULT_NEW_TOKENS = 16
+
+
 class GenerateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"model": "gpt2", "prompt": "The cat sat", "max_new_tokens": 8},
@@ -49,8 +52,9 @@ class GenerateRequest(BaseModel):
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
     prompt: StrictStr | None = Field(None, description="the text to continue (decoder models)")
     source: StrictStr | None = Field(None, description="the text to translate (encoder-decoder models)")
-    max_new_tokens: StrictInt = Field(16, ge=1, description="at most HEADWISE_MAX_NEW_TOKENS")
-    temperature: Number | None = Field(None, ge=0, le=100, description="0 or null: greedy")
+    max_new_tokens: StrictInt = Field(DEFAULT_NEW_TOKENS, ge=1, description="at most HEADWISE_MAX_NEW_TOKENS; "
+                                      "when left out, 16 or that limit if lower")
+    temperature: Number | None = Field(None, ge=0, le=100, description="0, null or under 1e-5: greedy")
     top_k: StrictInt = Field(0, ge=0, description="0: off")
     top_p: Number = Field(1.0, gt=0, le=1, description="1: off")
     seed: StrictInt | None = Field(None, ge=0, lt=2**63, description="same seed, same output")
@@ -63,7 +67,8 @@ BODY_MODELS = (GenerateRequest,)
 
 
 def _params(body: GenerateRequest, rt: GenerativeRuntime, limit: int) -> GenParams:
-    if body.max_new_tokens > limit:
+    new = body.max_new_tokens if "max_new_tokens" in body.model_fields_set else min(DEFAULT_NEW_TOKENS, limit)
+    if new > limit:
         raise Validation(f"max_new_tokens: at most {limit} (HEADWISE_MAX_NEW_TOKENS)")
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     if len(stop) > 16 or any(not s or len(s) > 256 for s in stop):
@@ -73,7 +78,7 @@ def _params(body: GenerateRequest, rt: GenerativeRuntime, limit: int) -> GenPara
         a = body.attention
         sel = rt.attention_sel(a.layers, a.heads, a.dtype, a.encoding)
     sampling = SamplingParams(float(body.temperature or 0.0), body.top_k, float(body.top_p))
-    return GenParams(body.max_new_tokens, sampling, body.seed, stop, body.stream, sel)
+    return GenParams(new, sampling, body.seed, stop, body.stream, sel)
 
 
 @router.post("/v1/generate", openapi_extra={"requestBody": {"required": True, "content": {

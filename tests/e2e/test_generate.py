@@ -356,3 +356,14 @@ def test_sigterm_past_the_grace_period_ends_running_generations(start_server, mo
     t.join(30)
     assert got["r"].status_code == 503, got["r"].text
     assert "AttributeError" not in s.log_tail(20000)
+
+
+def test_max_new_tokens_left_out_fits_a_lower_limit(start_server, models_dir):
+    """Leaving max_new_tokens out asks for 16, or HEADWISE_MAX_NEW_TOKENS when that is lower."""
+    s = start_server(models=models_dir, env={"HEADWISE_MAX_NEW_TOKENS": "4"})
+    r = s.post("/v1/generate", json={"model": "tiny-gpt2", "prompt": "the cat"})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= 4
+    r = s.post("/v1/generate", json={"model": "tiny-gpt2", "prompt": "the cat", "max_new_tokens": 5})
+    assert r.status_code == 422 and "HEADWISE_MAX_NEW_TOKENS" in r.json()["error"]["message"]
+    s.stop()

@@ -79,3 +79,10 @@ def test_suppressed_ids_are_never_chosen():
     g = make_rng(2)
     assert not {pick(x, SamplingParams(temperature=2.0), g) for _ in range(300)} & {1, 3}
     assert np.isfinite(LOGITS).all()  # the caller's array is left alone
+
+
+def test_a_subnormal_temperature_is_greedy_not_nan():
+    tiny = SamplingParams(temperature=5e-324)
+    assert tiny.greedy and pick(LOGITS, tiny, make_rng(0)) == 1
+    assert not SamplingParams(temperature=1e-4).greedy
+    assert pick(LOGITS, SamplingParams(temperature=1e-4), make_rng(0)) == 1  # still argmax, and finite
