@@ -60,9 +60,9 @@ def _on_sigterm(app: FastAPI) -> None:
         # them 503 (service.http_protocol), so one stalled upload cannot hold the server.
         until = time.monotonic() + max(0.0, grace - SHUTDOWN_MARGIN_S)
         activity = app.state.activity
-        while activity.active - activity.uploading() > 0 and time.monotonic() < until:
+        while activity.busy() and time.monotonic() < until:
             await asyncio.sleep(0.02)
-        busy = activity.active - activity.uploading()
+        busy = activity.busy()
         if busy:
             log.error("grace period over with %d request(s) in flight; they get 503", busy)
             engine.abort()

@@ -37,7 +37,8 @@ class ResponseBudget:
 
 
 class Reservation:
-    """Held until `release` (idempotent): by a BudgetedResponse once it has been sent."""
+    """Held until `release` (idempotent): by a BudgetedResponse once it has been sent. As a
+    context manager, released when its block raises (the answer will never be sent)."""
 
     def __init__(self, budget: ResponseBudget, n: int):
         self._budget, self.n = budget, n
@@ -46,6 +47,13 @@ class Reservation:
         if self.n:
             self._budget._add(-self.n)
             self.n = 0
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.release()
 
 
 CHUNK = 1 << 20  # bytes handed to the server per send

@@ -37,7 +37,6 @@ from service.settings import load_settings
 UVICORN_HTTP = "service.http_protocol:HttpProtocol"  # uvicorn's `http` option (a string: workers > 1 too)
 
 
-
 @dataclass(frozen=True)
 class Bounds:
     """HEADWISE_MAX_CONNECTIONS, _MAX_HEAD_BYTES, _MAX_HEADERS, _HEAD_TIMEOUT_S, _BODY_TIMEOUT_S (service.settings;
@@ -57,6 +56,7 @@ def bounds() -> Bounds:
     was created; uvicorn builds protocols itself, so they are not passed in)."""
     s = load_settings()
     return Bounds(s.max_connections, s.max_head_bytes, s.max_headers, s.head_timeout_s, s.body_timeout_s)
+
 
 REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
 

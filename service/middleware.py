@@ -20,15 +20,14 @@ PAGE_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-op
 
 
 class Activity:
-    """HTTP requests being served right now (what a SIGTERM drain waits for): `active`, and the
-    `receive` of each, to tell those still waiting for their body (`uploading`)."""
+    """HTTP requests being served right now, by their `receive`: what a SIGTERM drain waits for
+    is `busy()`, those not still waiting for their client to send the body."""
 
     def __init__(self) -> None:
-        self.active = 0
         self.receives: set = set()
 
-    def uploading(self) -> int:
-        return sum(1 for r in self.receives if body_pending(r))
+    def busy(self) -> int:
+        return sum(1 for r in self.receives if not body_pending(r))
 
 
 class ServiceMiddleware:
@@ -48,7 +47,6 @@ class ServiceMiddleware:
         status = 500
         t0 = time.perf_counter()
         m.inflight.inc()
-        self.activity.active += 1
         self.activity.receives.add(receive)
         path = scope.get("path", "")
         page = path == "/" or path.startswith("/static/")
@@ -78,7 +76,6 @@ class ServiceMiddleware:
                 await self.app(scope, receive, send_wrapper)
         finally:
             m.inflight.dec()
-            self.activity.active -= 1
             self.activity.receives.discard(receive)
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             model = (scope.get("state") or {}).get("model", "")

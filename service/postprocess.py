@@ -42,13 +42,17 @@ class AttentionSpec:
         return len(self.layers) * len(self.heads) * t * k * (self.item_size() + INDEX_DTYPE.itemsize)
 
     def serialized_bytes(self, t: int) -> int:
-        """Bytes this input's attention takes in the response body: values (and top-k's
-        indices) as JSON numbers, or base64 of the raw bytes."""
+        """Bytes this input's attention takes in the response body."""
         values = len(self.layers) * len(self.heads) * t * (t if self.format == "dense" else min(self.top_k, t))
-        indices = values if self.format == "topk" else 0
-        if self.encoding == "base64":
-            return -(-(values * self.item_size() + indices * INDEX_DTYPE.itemsize) * 4 // 3)
-        return values * JSON_VALUE_BYTES[self.dtype] + indices * JSON_INDEX_BYTES
+        return written_bytes(values, self.dtype, self.encoding, indices=values if self.format == "topk" else 0)
+
+
+def written_bytes(values: int, dtype: str, encoding: str, indices: int = 0) -> int:
+    """Bytes `values` attention weights of `dtype` (and top-k's int32 `indices`) take in a
+    response body: JSON numbers, or base64 of the raw bytes."""
+    if encoding == "base64":
+        return -(-(values * DTYPES[dtype].itemsize + indices * INDEX_DTYPE.itemsize) * 4 // 3)
+    return values * JSON_VALUE_BYTES[dtype] + indices * JSON_INDEX_BYTES
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.generation.sampling import SamplingParams, make_rng, pick, suppress
-from service.postprocess import DTYPES, JSON_VALUE_BYTES, encode_array
+from service.postprocess import DTYPES, encode_array, written_bytes
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,8 @@ class AttentionSel:
         return len(self.layers) * len(self.heads) * cells * DTYPES[self.dtype].itemsize
 
     def serialized_bytes(self, cells: int) -> int:
-        """As it will be written: JSON numbers, or base64 of the raw bytes."""
-        if self.encoding == "base64":
-            return -(-self.nbytes(cells) * 4 // 3)
-        return len(self.layers) * len(self.heads) * cells * JSON_VALUE_BYTES[self.dtype]
+        """As it will be written in the response body."""
+        return written_bytes(len(self.layers) * len(self.heads) * cells, self.dtype, self.encoding)
 
 
 @dataclass

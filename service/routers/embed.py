@@ -28,15 +28,11 @@ async def budgeted_json(engine, size: int, build) -> Response:
     """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
     `size` (the response's serialised bound) is large, and counted against the process's
     in-flight response budget until sent (429 when it does not fit)."""
-    reservation = engine.responses.reserve(size)
-    try:
+    with engine.responses.reserve(size) as reservation:
         if size > BIG:
             body = await run_in_threadpool(lambda: dumps_in_pieces(build()))
         else:
             body = orjson.dumps(build(), option=DUMPS)
-    except BaseException:
-        reservation.release()
-        raise
     return BudgetedResponse(body, reservation)
 
 

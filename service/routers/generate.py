@@ -110,17 +110,13 @@ async def generate(request: Request, body: GenerateRequest = Depends(json_body(G
     params = _params(body, rt, engine.settings.max_new_tokens)
     seq = await run_in_threadpool(rt.new_sequence, text, params) if len(text) > 4096 else \
         rt.new_sequence(text, params)
-    reservation = engine.responses.reserve(rt.answer_bytes(seq))  # 429 when answers in flight fill it
-    try:
+    # 429 when answers in flight fill the budget; held by the response until it is sent
+    with engine.responses.reserve(rt.answer_bytes(seq)) as reservation:
         rt.scheduler.submit(seq)
-    except BaseException:
-        reservation.release()
-        raise
-    disconnected = rt.metrics.request_failures.labels(model=rt.name, reason="disconnected")
-    if body.stream:
-        return BudgetedStream(_sse(seq, disconnected), reservation, media_type="text/event-stream",
-                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    try:
+        disconnected = rt.metrics.request_failures.labels(model=rt.name, reason="disconnected")
+        if body.stream:
+            return BudgetedStream(_sse(seq, disconnected), reservation, media_type="text/event-stream",
+                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         while not seq.result.done():
             await asyncio.wait([seq.result], timeout=POLL_S)
             if not seq.result.done() and await request.is_disconnected():
@@ -130,9 +126,6 @@ async def generate(request: Request, body: GenerateRequest = Depends(json_body(G
         result = seq.result.result()
         big = params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
         body_bytes = await run_in_threadpool(dumps_in_pieces, result) if big else _dumps(result)
-    except BaseException:
-        reservation.release()
-        raise
     return BudgetedResponse(body_bytes, reservation)
 
 

@@ -319,15 +319,11 @@ async def infer(model: str, request: Request, version: str | None = None, engine
     if size > rt.settings.max_response_bytes:
         raise TooLarge(f"the outputs asked for take up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
                        f"({rt.settings.max_response_bytes}); ask for fewer inputs, layers or heads, or binary outputs")
-    reservation = engine.responses.reserve(size)
-    try:
+    with engine.responses.reserve(size) as reservation:
         if "attentions" in want or "last_hidden_state" in want:
             body, n = await run_in_threadpool(_respond, rt, header, want, lengths, found, att_dtype)
         else:
             body, n = _respond(rt, header, want, lengths, found, att_dtype)
-    except BaseException:
-        reservation.release()
-        raise
     if n is None:
         return BudgetedResponse(body, reservation)
     response = BudgetedResponse(body, reservation, media_type="application/octet-stream")
