@@ -17,7 +17,6 @@ repetition, medians (and the ratio of medians to fp32). Writes bench/results/<na
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 
 from export import cpu, runner, stsb
 from export.quantize import quantize_int8
+from export.speed import alternated_rates
 from export.verify import PARITY_SENTENCES as VARIED
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -78,23 +78,6 @@ def invariance(sess, tokenizer, others: list[str]) -> float:
     return worst
 
 
-def speed(sessions: dict, batch: int, tokens: int, reps: int, seconds: float) -> dict[str, float]:
-    ids = np.random.default_rng(0).integers(1000, 29000, (batch, tokens), dtype=np.int64)
-    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-    samples: dict[str, list[float]] = {k: [] for k in sessions}
-    for s in sessions.values():
-        s.run(["sentence_embedding"], feeds)
-    for _ in range(reps):
-        for k, s in sessions.items():
-            runs, t0 = [], time.perf_counter()
-            while time.perf_counter() - t0 < seconds or len(runs) < 3:
-                t = time.perf_counter()
-                s.run(["sentence_embedding"], feeds)
-                runs.append(time.perf_counter() - t)
-            samples[k].append(batch / statistics.median(runs))
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", type=Path, required=True, help="a package, or a folder with one")
@@ -126,7 +109,7 @@ def main() -> int:
             rows.append((name, cos[:n_sts].mean(), cos[:n_sts].min(), cos[n_sts:].min(),
                          stsb.sts_score(e[: len(left)], e[len(left):n_sts], gold), invariance(s, tokenizer, left)))
             print(f"{name}: measured quality", flush=True)
-        fast = {t: speed(sessions, 16, t, a.reps, a.seconds) for t in (20, 128)}
+        fast = {t: alternated_rates(sessions, 16, t, a.reps, a.seconds) for t in (20, 128)}
     base_sp = stsb.sts_score(ref[: len(left)], ref[len(left):n_sts], gold)
     lines = [f"# int8 schemes on {pkg.name}", "",
              f"CPU: {cpu.label()}; command: `python -m bench.int8_schemes --models {a.models} --reps {a.reps}`;",

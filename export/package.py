@@ -119,10 +119,11 @@ def build_package(
                 lambda m: progress("      " + m), quality,
             )
         if speed:
-            measured = steps.run("measure CPU speed per precision", measure_speed, work, mf.read(work))
+            written = mf.read(work)
+            measured = steps.run("measure CPU speed per precision", measure_speed, work, written)
             for line in speed_lines(measured):
                 progress("      " + line)
-            mf.write(work, {**mf.read(work), "speed": measured})
+            mf.write(work, {**written, "speed": measured})
     return Path(out) / name
 
 

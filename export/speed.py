@@ -26,29 +26,35 @@ def _feeds(sess, batch: int, tokens: int, vocab: int) -> dict[str, np.ndarray]:
     return {k: v for k, v in full.items() if k in wanted}
 
 
+def alternated_rates(sessions: dict, batch: int, tokens: int, reps: int, seconds: float,
+                     vocab: int = 30522) -> dict[str, float]:
+    """Median inputs/s of each session at batch × tokens, the sessions alternated within each
+    of `reps` repetitions (each a median over `seconds` of runs), so drift hits all alike."""
+    feeds = {k: _feeds(s, batch, tokens, vocab) for k, s in sessions.items()}
+    samples: dict[str, list[float]] = {k: [] for k in sessions}
+    for k, s in sessions.items():  # warm-up
+        s.run(["sentence_embedding"], feeds[k])
+    for _ in range(reps):
+        for k, s in sessions.items():
+            runs, t0 = [], time.perf_counter()
+            while time.perf_counter() - t0 < seconds or len(runs) < 3:
+                t = time.perf_counter()
+                s.run(["sentence_embedding"], feeds[k])
+                runs.append(time.perf_counter() - t)
+            samples[k].append(batch / statistics.median(runs))
+    return {k: statistics.median(x) for k, x in samples.items()}
+
+
 def measure(pkg: Path, manifest: dict, seconds: float = 0.4, reps: int = 3) -> dict:
     """Median inputs/s per CPU variant and workload, variants alternated within each
     repetition; `vs_fp32` is the ratio of medians to the fp32 variant's."""
     names = [v for v, spec in manifest["variants"].items() if spec["precision"] in CPU_PRECISIONS
              and v != "attention"]
     sessions = {v: runner.session(pkg / manifest["variants"][v]["file"]) for v in names}
-    tokens_cap = manifest.get("max_len", 512)
     out: dict = {"cpu": cpu.describe(), "seconds_per_cell": seconds, "repetitions": reps, "workloads": []}
     for batch, tokens in WORKLOADS:
-        tokens = min(tokens, tokens_cap)
-        samples: dict[str, list[float]] = {v: [] for v in names}
-        feeds = {v: _feeds(s, batch, tokens, manifest.get("vocab_size", 30522)) for v, s in sessions.items()}
-        for v, s in sessions.items():  # warm-up
-            s.run(["sentence_embedding"], feeds[v])
-        for _ in range(reps):
-            for v, s in sessions.items():
-                runs, t0 = [], time.perf_counter()
-                while time.perf_counter() - t0 < seconds or len(runs) < 3:
-                    t = time.perf_counter()
-                    s.run(["sentence_embedding"], feeds[v])
-                    runs.append(time.perf_counter() - t)
-                samples[v].append(batch / statistics.median(runs))
-        rates = {v: statistics.median(x) for v, x in samples.items()}
+        tokens = min(tokens, manifest.get("max_len", 512))
+        rates = alternated_rates(sessions, batch, tokens, reps, seconds, manifest.get("vocab_size", 30522))
         base = rates.get("fast")
         out["workloads"].append({
             "batch": batch, "tokens": tokens,
