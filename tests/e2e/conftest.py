@@ -81,6 +81,14 @@ class HeadwiseServer:
         return self.proc.returncode
 
 
+def rss_mib(pid: int) -> float:
+    """A process's resident memory, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

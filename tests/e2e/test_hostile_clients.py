@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import REPO, HeadwiseServer, clean_env, free_port
+from tests.e2e.conftest import REPO, HeadwiseServer, clean_env, free_port, rss_mib
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -47,13 +47,6 @@ def srv(tiny_package, tmp_path_factory):
     s = serve(tiny_package.parent, tmp_path_factory.mktemp("hostile"))
     yield s
     s.stop()
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def connect(srv: HeadwiseServer, timeout: float = 10) -> socket.socket:

@@ -7,22 +7,16 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.e2e.conftest import rss_mib
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 LIMIT_MIB = 1536
 LONG = " ".join(["attention"] * 300)  # truncated to max_len, 256 tokens
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 @pytest.fixture(scope="module")
