@@ -27,7 +27,7 @@ ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
 DOCS_IMG = REPO / "docs" / "img" / "viewer.png"
 # Without the background-networking flags chromium tries to reach the internet on its own.
 SENTENCE = "Headwise shows what every attention head looks at, unbelievably."
-SPECIAL = {"[CLS]", "[SEP]", "<s>", "</s>"}  # as in service/static/app.js
+SPECIAL = {"[CLS]", "[SEP]", "<s>", "</s>"}  # as in service/static/embed.js
 F16_ATOL = 1e-3  # float16 keeps 11 significant bits: |error| <= 2**-11 for weights <= 1
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -341,10 +341,14 @@ def test_no_request_leaves_the_server(page, server):
     assert _foreign(page.requests, server.url) == []
     paths = {urlsplit(u).path for u in page.requests if urlsplit(u).scheme.startswith("http")}
     assert {"/", "/static/app.js", "/static/style.css", "/v1/models", "/v1/embed"} <= paths
-    # the page and its assets name no other host either
-    for asset in ("/", "/static/app.js", "/static/style.css"):
-        text = httpx.get(server.url + asset, timeout=10).text
-        assert "http://" not in text and "https://" not in text, asset
+    # the page and its assets (app.js's modules included) name no other host either
+    modules = {f"/static/{p.name}" for p in (REPO / "service" / "static").glob("*.js")}
+    assert modules <= paths, modules - paths  # every module loaded, none left out of the page
+    for asset in ("/", "/static/style.css", *sorted(modules)):
+        r = httpx.get(server.url + asset, timeout=10)
+        assert "http://" not in r.text and "https://" not in r.text, asset
+        if asset.endswith(".js"):  # a module under nosniff runs only with a JavaScript type
+            assert r.headers["content-type"].split(";")[0] in ("text/javascript", "application/javascript"), asset
 
 
 def test_controls_are_labelled_and_keyboard_reachable(page):

@@ -29,8 +29,10 @@ def wheel(tmp_path_factory):
 
 def test_the_wheel_carries_the_viewer_the_data_and_the_licences(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for f in ("service/static/index.html", "service/static/app.js", "service/static/generate.js",
-              "service/static/style.css", "export/data/stsb/sts-dev.csv", "export/data/stsb/LICENSE.txt"):
+    static = [f"service/static/{p.name}" for p in (REPO / "service" / "static").iterdir() if p.is_file()]
+    assert {"service/static/index.html", "service/static/app.js", "service/static/generate.js",
+            "service/static/style.css"} <= set(static)
+    for f in (*static, "export/data/stsb/sts-dev.csv", "export/data/stsb/LICENSE.txt"):  # every viewer module
         assert f in names, f
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith("tests/") or n.endswith(".onnx") for n in names)
