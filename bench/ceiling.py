@@ -8,7 +8,8 @@ back, as the service does (IOBinding), so the ratio compares like with like.
 
 from __future__ import annotations
 
-from bench.common import Row, Sample, time_calls, usable_cores
+from bench.cells import Row, Sample, time_calls
+from bench.facts import usable_cores
 from bench.workload import Workload
 from service.backend import CPU_DISABLED_OPTIMIZERS
 
@@ -31,11 +32,12 @@ class Ceiling:
         self.threads = threads or usable_cores()
         self.spin = spin
         self._sessions: dict = {}
-        if provider == "cuda" and hasattr(ort, "preload_dlls"):
-            try:
-                ort.preload_dlls()
-            except Exception as e:  # the CUDA libraries may come from elsewhere (torch)
-                print(f"bench: onnxruntime.preload_dlls() failed: {e}")
+        if provider == "cuda":  # the CUDA libraries, found as the service finds them
+            from service import cuda
+
+            found = cuda.probe(0)
+            if not found.ok:
+                raise RuntimeError(f"bench: CUDA cannot be used here: {found.why()}")
 
     def session(self, variant: str):
         if variant not in self._sessions:
@@ -44,9 +46,12 @@ class Ceiling:
             so.inter_op_num_threads = 1
             so.execution_mode = self.ort.ExecutionMode.ORT_SEQUENTIAL
             so.log_severity_level = 3
-            if not self.spin:
+            if not self.spin or self.provider == "cuda":
                 so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            providers = [CUDA, CPU] if self.provider == "cuda" else [CPU]
+            if self.provider == "cuda":  # as the service's CUDA sessions (service/backend.py)
+                so.intra_op_num_threads = 1
+            providers = ([(CUDA, {"use_tf32": "0" if variant in ("fp32", "attention") else "1"}), CPU]
+                         if self.provider == "cuda" else [CPU])
             # the session the service makes: on CPU, no SkipLayerNorm fusion at load time
             sess = self.ort.InferenceSession(str(self.w.variant_file(variant)), sess_options=so, providers=providers,
                                              disabled_optimizers=CPU_DISABLED_OPTIMIZERS if self.provider == "cpu" else None)

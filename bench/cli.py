@@ -18,17 +18,11 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
-from bench.common import (
-    VARIANT_ORDER,
-    Row,
-    Sample,
-    load_average,
-    machine_facts,
-    report_markdown,
-    targets,
-    write_json,
-)
+from bench.cells import Row, Sample
+from bench.facts import load_average, machine_facts
 from bench.noise import ForeignLoad, wait_for_calm
+from bench.report import VARIANT_ORDER, report_markdown, write_json
+from bench.targets import targets
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SUITES = ("ceiling", "http", "st", "naive")
@@ -276,7 +270,7 @@ class Run:
         cells.sort(key=lambda c: (c.row.batch or c.row.concurrency or 0,
                                   VARIANT_ORDER.get(c.row.variant, 9), order[c.row.suite]))
         pids = [s.proc.pid for s in self.servers.values() if hasattr(s, "proc")]
-        from bench.common import quiet
+        from bench.cells import quiet
 
         for c in cells:
             for attempt in range(1 + self.args.retry_disturbed):  # bounded
@@ -343,9 +337,9 @@ class _External:
 
 
 def main(args: argparse.Namespace) -> int:
-    from bench import common
+    from bench import cells
 
-    common.DISTURBED_CORES = None if args.disturbed_cores == "none" else float(args.disturbed_cores)
+    cells.DISTURBED_CORES = None if args.disturbed_cores == "none" else float(args.disturbed_cores)
     if args.from_raw:
         return rerender(args)
     cfg = plan(args)
@@ -427,7 +421,7 @@ def write_report(out: Path, name: str, facts: dict, cfg: dict, rows: list[Row], 
                                          "notes": [n for n in notes if not n.startswith("no plot")],
                                          "rows": [r.to_json() for r in rows]})
     print(f"\nwrote {out / (name + '.md')}" + (f" and {plot_path}" if plot_path else ""))
-    from bench.common import targets_table
+    from bench.targets import targets_table
 
     ts = targets(rows)
     if ts:

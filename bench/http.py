@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench.common import Row, Sample
+from bench.cells import Row, Sample
 from bench.workload import Workload
 
 HERE = Path(__file__).resolve().parent

@@ -30,8 +30,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench.common import percentile
 from bench.soak import start_server
+from bench.stats import percentile
 
 MAX_QUEUE = 16
 TEXT = "overload check " + "word " * 60

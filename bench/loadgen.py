@@ -13,7 +13,7 @@ import multiprocessing as mp
 import time
 from urllib.parse import urlsplit
 
-from bench.common import percentile
+from bench.stats import percentile
 
 MAX_REQUESTS_PER_CONN = 1_000_000
 

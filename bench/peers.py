@@ -12,7 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-from bench.common import Row, Sample, time_calls, usable_cores
+from bench.cells import Row, Sample, time_calls
+from bench.facts import usable_cores
 from bench.http import HOST, Server, free_port
 from bench.workload import Workload
 

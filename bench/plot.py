@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.common import Row, tokens_label
+from bench.cells import Row
+from bench.report import tokens_label
 
 COLORS = {"fp32": "tab:blue", "int8": "tab:green", "fp16": "tab:purple", "attention": "tab:orange"}
 

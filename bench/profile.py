@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.common import machine_facts
+from bench.facts import machine_facts
 from bench.http import load, probe, sample_from, start_headwise
 from bench.noise import TICK, ForeignLoad, proc_ticks
 from bench.workload import Workload

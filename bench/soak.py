@@ -26,7 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import percentile
+from bench.stats import percentile
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "quick", "brown", "foxes", "jump", "over", "lazy", "dogs", "and", "heads", "attend", "to", "tokens", "in", "every", "layer", "of", "the", "model"]
 

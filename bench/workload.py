@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import VARIANT_FILES, text_of_length
+from bench.cells import VARIANT_FILES
+from bench.texts import text_of_length
 
 ATTENTION_ALL = {"dtype": "float16", "encoding": "base64"}  # every layer and head
 

@@ -11,21 +11,12 @@ import numpy as np
 import pytest
 
 from bench import cli
-from bench.common import (
-    Row,
-    Sample,
-    ceiling_for,
-    count_tokens,
-    latency_summary,
-    markdown_table,
-    median,
-    percentile,
-    report_markdown,
-    spread,
-    targets,
-    text_of_length,
-)
+from bench.cells import Row, Sample, ceiling_for
 from bench.http import batch_totals, parse_wrk, sample_from, server_stats
+from bench.report import markdown_table, report_markdown
+from bench.stats import latency_summary, median, percentile, spread
+from bench.targets import targets
+from bench.texts import count_tokens, text_of_length
 from tests.fixtures.tiny import tiny_tokenizer
 
 
@@ -274,9 +265,9 @@ def test_plan_defaults_quick_and_overrides():
 def test_report_again_from_raw_json(rows, tmp_path, monkeypatch):
     import json
 
-    from bench import common
+    from bench import cells
 
-    monkeypatch.setattr(common, "DISTURBED_CORES", common.DISTURBED_CORES)  # main() sets it
+    monkeypatch.setattr(cells, "DISTURBED_CORES", cells.DISTURBED_CORES)  # main() sets it
 
     raw = tmp_path / "run.raw.json"
     raw.write_text(json.dumps({"facts": {"cpu": "test"}, "config": {}, "command": "headwise bench --quick",

@@ -30,6 +30,6 @@ def test_no_cpuinfo_still_gives_a_label(tmp_path):
 
 
 def test_bench_facts_name_the_cpu_and_its_flags():
-    from bench.common import machine_facts
+    from bench.facts import machine_facts
 
     assert machine_facts("cpu")["cpu"] == cpu.label()
