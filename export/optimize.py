@@ -59,8 +59,9 @@ def scale_as_div(src: Path, dst: Path) -> int:
     return rewritten
 
 
-# onnxruntime's CPU SkipLayerNormalization kernel (1.31) is ~10× slower than its
-# LayerNormalization: 630 vs 62 µs for [16, 20, 384], 22% of int8 MiniLM's run time at 20 tokens.
+# onnxruntime's CPU SkipLayerNormalization kernel (1.31) is much slower than its Add and
+# LayerNormalization kernels together, and a large share of a small model's run time
+# (bench/results/experiments-cpu.md, "The CPU graph"; python -m bench.layernorm measures it).
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)  # so it does not fuse them back at load time
 
 

@@ -137,14 +137,15 @@ def test_inputs_far_over_max_len_cost_what_their_answer_needs(srv):
         assert r.status_code == 422 and "tokens or more" in r.json()["error"]["message"]
     grew = rss_mib(pid) - before
     print(f"\n6 requests of 256 x 5,000 CJK characters, truncate false: RSS +{grew:.0f} MiB")
-    assert grew < 400  # a refused request once kept its tokens: +127 MiB each
+    assert grew < 400  # a refused request once kept its tokens (bench/results/reliability-cpu.md)
     assert srv.post("/v1/embed", {"inputs": ["東" * 5000], "truncate": True}).status_code == 200
 
 
 def test_large_answers_do_not_stall_the_event_loop(srv):
-    """The issue's 300 MB `output: "tokens"` answer stalled /health/live for 1.3 s: it is now
-    refused before inference, and the largest allowed one is written off the event loop in
-    pieces (orjson holds the GIL for a whole call), so probes keep being answered."""
+    """The issue's 300 MB `output: "tokens"` answer stalled /health/live (the figure:
+    bench/results/reliability-cpu.md): it is now refused before inference, and the largest
+    allowed one is written off the event loop in pieces (orjson holds the GIL for a whole
+    call), so probes keep being answered."""
     import threading
 
     def worst_probe_during(body: dict) -> tuple[int, float]:

@@ -217,6 +217,6 @@ def test_overload_sheds_with_429_and_keeps_serving(small_queue):
     p50 = timed[len(timed) // 2]
     assert p50 < 1.0 and p99 < 3.0, f"429 p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
     # "Does not collapse": the 64 Python clients share the server's 2 cores and, at nice 0, win
-    # them from inference (nice 5), so admitted throughput measured 27-36% of the 12-client
-    # baseline here; a tenth is the floor (a collapse would be near 0).
+    # them from inference (nice 5), so admitted throughput is well under the 12-client baseline
+    # here (bench/results/reliability-cpu.md); a tenth is the floor (a collapse would be near 0).
     assert over_rate >= 0.1 * base_rate, (over_rate, base_rate)

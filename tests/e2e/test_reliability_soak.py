@@ -24,9 +24,9 @@ def test_soak_60_seconds(start_server):
     result = json.loads(r.stdout)
     print("\nsoak 60 s:", json.dumps(result))
     assert result["requests"] > 0 and result["errors"] == 0, result
-    # onnxruntime's CPU arena grows in power-of-two steps as new batch shapes arrive; within 60 s
-    # of mixed traffic one late step measured +10% (CI, 2 cores), while the 10-minute soak
-    # plateaus (+0.43%, bench/results/soak-10min.json). A per-request leak still shows here.
+    # onnxruntime's CPU arena grows in power-of-two steps as new batch shapes arrive, so within
+    # 60 s of mixed traffic one late step can be a large share, while the 10-minute soak
+    # plateaus (figures: bench/results/reliability-cpu.md). A per-request leak still shows here.
     assert result["rss_growth_second_half"] < 0.25, result
     # The <= 2x criterion is bench.soak's own verdict (a timing, on a calm machine); on CI's 2
     # shared cores only a runaway trend fails here.
