@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from service import cuda
 from service.package import ModelPackage, PackageError
 from service.resources import usable_cores
 from service.settings import Settings
@@ -40,11 +41,12 @@ def verified(package: ModelPackage, variant: str) -> bool:
     return bool(package.manifest.get("parity", {}).get(variant, {}).get("passed"))
 
 
-def check_precision(packages: list[ModelPackage], precision: str) -> None:
-    """Refuse, before anything starts, a HEADWISE_PRECISION that an encoder package cannot serve."""
+def check_precision(packages: list[ModelPackage], precision: str, provider: str = "auto") -> None:
+    """Refuse, before anything starts, a HEADWISE_PRECISION that an encoder package cannot serve
+    (on HEADWISE_PROVIDER=cuda, int8 too)."""
     for package in packages:
         if not package.generative and precision != "auto":
-            choose_variant(package, "cpu", precision)
+            choose_variant(package, "cuda" if provider == "cuda" else "cpu", precision)
 
 
 def choose_variant(package: ModelPackage, provider: str, precision: str) -> str:
@@ -60,6 +62,10 @@ def choose_variant(package: ModelPackage, provider: str, precision: str) -> str:
                         "serving fp32 on CUDA", package.name)
         return "fast"
     name = PRECISION_VARIANTS[precision]
+    if provider == "cuda" and name == "fast.int8":
+        raise PackageError("HEADWISE_PRECISION=int8 is for CPUs: its integer matrix products "
+                           "(MatMulIntegerToFloat) have no CUDA kernel in onnxruntime. On a GPU serve "
+                           "fp16 or fp32, or set HEADWISE_PROVIDER=cpu to serve int8 on the CPU")
     if name not in have:
         present = ", ".join(f"{v} ({have[v].precision})" for v in have)
         raise PackageError(f"{package.path}: HEADWISE_PRECISION={precision} but the package has no {name} "
@@ -68,17 +74,25 @@ def choose_variant(package: ModelPackage, provider: str, precision: str) -> str:
 
 
 class OrtBackend:
-    def __init__(self, package: ModelPackage, settings: Settings):
+    """One onnxruntime session per role. On CUDA, inputs are bound from host memory and outputs
+    on the device (IOBinding), then copied back; `binding` names the device to bind outputs on
+    ("cuda"; "cpu" runs the same code on a machine without a GPU, for tests), None for plain
+    `session.run`; "auto": "cuda" on CUDA, else None."""
+
+    def __init__(self, package: ModelPackage, settings: Settings, *, binding: str | None = "auto"):
         import onnxruntime as ort
 
         self._ort = ort
         self.package = package
+        self.settings = settings
         workers = max(1, settings.workers)
-        self.threads = settings.threads or max(1, usable_cores() // workers)
         self.provider = self._pick_provider(settings.provider)
+        # A CUDA session's host threads only launch kernels: one, not spinning, leaves the cores
+        # to the event loop and the tokenizer.
+        self.threads = 1 if self.provider == "cuda" else settings.threads or max(1, usable_cores() // workers)
+        self.binding = ("cuda" if self.provider == "cuda" else None) if binding == "auto" else binding
         self.variants, self.precision = self._roles(settings.precision)
-        self._sessions = {role: self._session(package.variants[name].file, self.provider)
-                          for role, name in self.variants.items()}
+        self._sessions = {role: self._session(package.variants[name]) for role, name in self.variants.items()}
         self._inputs = {r: [i.name for i in s.get_inputs()] for r, s in self._sessions.items()}
         log.info("model %s: provider %s, %s threads, variants %s", package.name, self.provider,
                  self.threads, self.variants)
@@ -93,7 +107,7 @@ class OrtBackend:
 
     def _options(self, provider: str):
         so = self._ort.SessionOptions()
-        so.intra_op_num_threads = self.threads
+        so.intra_op_num_threads = self.threads if provider == "cpu" else 1
         so.inter_op_num_threads = 1
         so.execution_mode = self._ort.ExecutionMode.ORT_SEQUENTIAL
         so.log_severity_level = 3
@@ -103,40 +117,44 @@ class OrtBackend:
         if provider == "cpu":
             # Spin while a run lasts (each op's threads start at once), not after it: a pool
             # still spinning would take a core from the event loop answering that batch and
-            # reading the next (16 clients: +5% inputs/s; 1 client: +0.2 ms; experiments-cpu.md).
+            # reading the next (bench/results/experiments-cpu.md).
             so.add_session_config_entry("session.force_spinning_stop", "1")
+        else:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return so
 
-    def _session(self, file, provider: str):
-        providers = [CUDA, CPU] if provider == "cuda" else [CPU]
-        sess = self._ort.InferenceSession(str(file), sess_options=self._options(provider), providers=providers,
+    def cuda_options(self, precision: str) -> dict[str, str]:
+        """The CUDA provider's options for a graph of this precision. TF32 rounds fp32 matrix
+        products to 10 mantissa bits: off wherever fp32 parity (1e-5) is promised."""
+        s = self.settings
+        opts = {"device_id": str(s.device_id), "use_tf32": "0" if precision == "fp32" else "1",
+                "arena_extend_strategy": "kSameAsRequested"}
+        if s.gpu_mem_limit:
+            opts["gpu_mem_limit"] = str(s.gpu_mem_limit)
+        return opts
+
+    def _session(self, variant):
+        provider = self.provider
+        providers = [(CUDA, self.cuda_options(variant.precision)), CPU] if provider == "cuda" else [CPU]
+        sess = self._ort.InferenceSession(str(variant.file), sess_options=self._options(provider), providers=providers,
                                           disabled_optimizers=CPU_DISABLED_OPTIMIZERS if provider == "cpu" else None)
         if provider == "cuda" and CUDA not in sess.get_providers():
-            raise RuntimeError(f"{file}: CUDAExecutionProvider did not load")
+            raise PackageError(f"{variant.file}: onnxruntime made a CPU session where CUDA was asked for "
+                               f"(providers {sess.get_providers()})")
         return sess
 
     def _pick_provider(self, wanted: str) -> str:
+        """`cuda` that cannot be had raises, naming what is missing; `auto` without CUDA warns
+        once, saying why, and serves on CPU."""
         if wanted == "cpu":
             return "cpu"
-        ok = CUDA in self._ort.get_available_providers() and self._cuda_works()
-        if wanted == "cuda" and not ok:
-            raise PackageError("HEADWISE_PROVIDER=cuda but onnxruntime cannot create a CUDA session here")
-        return "cuda" if ok else "cpu"
-
-    def _cuda_works(self) -> bool:
-        # The GPU wheel lists CUDA as available on machines without a GPU; only a session that
-        # really got the provider counts. The smallest variant is enough to find out.
-        variant = min(self.package.variants.values(), key=lambda v: v.file.stat().st_size)
-        self._ort.set_default_logger_severity(4)  # its "cannot load libcublas" is expected here
-        try:
-            sess = self._ort.InferenceSession(str(variant.file), sess_options=self._options("cuda"),
-                                              providers=[CUDA, CPU])
-        except Exception as e:  # any failure means "no CUDA here"
-            log.info("CUDA session failed (%s); using CPU", type(e).__name__)
-            return False
-        finally:
-            self._ort.set_default_logger_severity(2)
-        return CUDA in sess.get_providers()
+        found = cuda.probe(self.settings.device_id)
+        if not found.ok:
+            if wanted == "cuda":
+                raise PackageError(f"HEADWISE_PROVIDER=cuda, but CUDA cannot be used here: {found.why()}")
+            cuda.warn_cpu_once(found)
+            return "cpu"
+        return "cuda"
 
     def input_names(self, role: str) -> list[str]:
         return self._inputs[role]
@@ -144,12 +162,19 @@ class OrtBackend:
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         sess = self._sessions[role]
         feeds = {k: feeds[k] for k in self._inputs[role]}
-        if self.provider == "cuda":
-            binding = sess.io_binding()
-            for name, arr in feeds.items():
-                binding.bind_cpu_input(name, arr)
-            for name in outputs:
-                binding.bind_output(name, "cuda")
-            sess.run_with_iobinding(binding)
-            return dict(zip(outputs, binding.copy_outputs_to_cpu(), strict=True))
-        return dict(zip(outputs, sess.run(outputs, feeds), strict=True))
+        if self.binding is None:
+            return dict(zip(outputs, sess.run(outputs, feeds), strict=True))
+        return run_bound(sess, feeds, outputs, self.binding, self.settings.device_id)
+
+
+def run_bound(sess, feeds: dict[str, np.ndarray], outputs: list[str], device: str,
+              device_id: int = 0) -> dict[str, np.ndarray]:
+    """One run with IOBinding: inputs from host memory, outputs left where the graph made them
+    on `device` (their shapes are dynamic), then copied to host."""
+    binding = sess.io_binding()
+    for name, arr in feeds.items():
+        binding.bind_cpu_input(name, arr)
+    for name in outputs:
+        binding.bind_output(name, device, device_id if device == "cuda" else 0)
+    sess.run_with_iobinding(binding)
+    return dict(zip(outputs, binding.copy_outputs_to_cpu(), strict=True))

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 
+from service import cuda
 from service.backend import check_precision
 from service.package import PackageError, find_packages
 from service.settings import SettingsError, load_settings
@@ -66,7 +67,11 @@ def main(args: argparse.Namespace) -> int:
         settings = load_settings()
         # Checked here too (hashes included) so a bad package stops us with a clear message
         # before any worker starts; the app's start-up repeats it from a cache.
-        check_precision(find_packages(settings.models_dir), settings.precision)
+        check_precision(find_packages(settings.models_dir), settings.precision, settings.provider)
+        if settings.provider == "cuda":  # fail in seconds, naming what is missing
+            found = cuda.probe(settings.device_id)
+            if not found.ok:
+                raise PackageError(f"HEADWISE_PROVIDER=cuda, but CUDA cannot be used here: {found.why()}")
     except (SettingsError, PackageError) as e:
         print(f"headwise serve: error: {e}", file=sys.stderr)
         return 2

@@ -203,14 +203,27 @@ class ModelRuntime:
                                        precision=self.backend.precision).set(1)
 
     def warm_up(self) -> None:
-        """Run every length bucket through every variant once, so no client pays for it."""
+        """Run every length bucket through every variant once, so no client pays for it. On
+        CUDA at the largest batch the batcher can form for that length, so that the memory
+        arena has grown to its working size before the first client arrives."""
         ids = self.tokenizer.encode(["warm up " * self.package.max_len])[0].ids
         for role in self.backend.variants:
             params = EmbedParams(output="tokens", attention=(
                 self.attention_spec(None, None, "dense", 1, "float32", "json") if role == "attention" else None))
             for n in self.buckets:
-                job = Job(1, params=params)
-                self.run_batch(role, [Entry(job, 0, ids[:n], np.zeros(n, np.int64))], n, record=False)
+                rows = self.warm_up_rows(role, n) if self.backend.provider == "cuda" else 1
+                job = Job(rows, params=params)
+                entries = [Entry(job, i, ids[:n], np.zeros(n, np.int64)) for i in range(rows)]
+                self.run_batch(role, entries, n, record=False)
+
+    def warm_up_rows(self, role: str, padded: int) -> int:
+        """The most inputs of `padded` tokens one batch of `role` may hold (start()'s limits)."""
+        s, pkg = self.settings, self.package
+        rows = max(1, min(s.max_batch_size, s.max_batch_tokens // padded))
+        if role == "attention":
+            cell = pkg.n_layers * pkg.n_heads * 4 * padded * padded
+            rows = max(1, min(rows, s.attention_budget_bytes // cell))
+        return rows
 
     def start(self) -> None:
         s, pkg = self.settings, self.package
@@ -258,7 +271,7 @@ class Engine:
     def load_packages(self) -> None:
         """Read and verify every package (hashes included); raises PackageError."""
         packages = find_packages(self.settings.models_dir)
-        check_precision(packages, self.settings.precision)
+        check_precision(packages, self.settings.precision, self.settings.provider)
         for pkg in packages:
             cls = GenerativeRuntime if pkg.generative else ModelRuntime
             self.models[pkg.name] = cls(pkg, self.settings, self.metrics)

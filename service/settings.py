@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="bearer token required on /v1 and /v2 routes (health probes excepted)")
     provider: Literal["auto", "cuda", "cpu"] = "auto"
     precision: Literal["auto", "fp32", "int8", "fp16"] = "auto"
+    device_id: int = Field(0, ge=0, le=1023, description="CUDA device to serve on")
+    gpu_mem_limit: int | None = Field(None, ge=64 * MiB, description="bytes of GPU memory onnxruntime's CUDA "
+                                      "arena may hold per session; default: no limit")
     threads: int | None = Field(None, ge=1, le=1024, description="intra-op threads; default: usable cores")
     max_batch_tokens: int = Field(16384, ge=1)
     cpu_max_batch_tokens: int = Field(

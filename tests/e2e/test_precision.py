@@ -5,11 +5,13 @@ alone and under concurrent load from other clients, for the default and for int8
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -141,13 +143,43 @@ def test_asking_for_a_missing_precision_stops_start_up_naming_the_variants(defau
     assert "Traceback" not in r.stderr
 
 
-def test_a_model_that_cannot_be_prepared_stops_the_server_non_zero(default_package):
-    """HEADWISE_PROVIDER=cuda on a machine without a GPU fails when sessions are created,
-    after the server has bound: it must not linger, live but never ready."""
+def test_cuda_that_cannot_be_had_stops_start_up_in_seconds_naming_why(default_package):
+    """HEADWISE_PROVIDER=cuda on a machine without a GPU (the real onnxruntime-gpu wheel
+    installed): exit 2 before serving, naming the missing driver and libraries."""
     if Path("/dev/nvidia0").exists():
         pytest.skip("this machine has a GPU: a CUDA session would succeed")
+    t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "headwise.cli", "serve", "--models", str(default_package), "--port", "0"],
                        cwd=REPO, env=clean_env(HEADWISE_PROVIDER="cuda"), capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    assert "model start-up failed" in r.stderr and "CUDA" in r.stderr, r.stderr[-2000:]
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "HEADWISE_PROVIDER=cuda, but CUDA cannot be used here" in r.stderr
+    assert "libcuda.so.1" in r.stderr and "libcublas" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    print(f"refused in {took:.1f} s")
+
+
+def test_auto_on_a_machine_without_a_gpu_warns_once_why(start_server):
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this machine has a GPU")
+    srv = start_server(env={"HEADWISE_PROVIDER": "auto"})
+    assert srv.get("/v1/models").json()["data"][0]["provider"] == "cpu"
+    log = srv.log.read_text(errors="replace")
+    warned = [line for line in log.splitlines() if "serving on CPU, CUDA cannot be used here" in line]
+    assert len(warned) == 1 and "WARNING" in warned[0] and "libcuda.so.1" in warned[0], log[-3000:]
+
+
+def test_a_model_that_cannot_be_prepared_stops_the_server_non_zero(default_package, tmp_path):
+    """A graph that onnxruntime cannot load (its sha256 matches the manifest) fails when the
+    sessions are created, after the server has bound: it must exit, not linger unready."""
+    pkg = tmp_path / default_package.name
+    shutil.copytree(default_package, pkg)
+    (pkg / "attention.onnx").write_bytes(b"not an onnx graph")
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    manifest["variants"]["attention"]["sha256"] = hashlib.sha256(b"not an onnx graph").hexdigest()
+    (pkg / "manifest.json").write_text(json.dumps(manifest))
+    r = subprocess.run([sys.executable, "-m", "headwise.cli", "serve", "--models", str(pkg), "--port", "0"],
+                       cwd=REPO, env=clean_env(HEADWISE_PROVIDER="cpu"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "model start-up failed" in r.stderr and "attention.onnx" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr

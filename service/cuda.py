@@ -1,0 +1,141 @@
+"""Can this process serve on CUDA? A probe that answers in milliseconds and says why not.
+
+onnxruntime-gpu lists CUDAExecutionProvider on every machine, GPU or not, and a session that
+cannot load the CUDA libraries falls back to CPU with only a log line. So before any session
+is made, the probe checks, in this order, and reports every failure it finds:
+
+1. the onnxruntime build has the CUDA provider;
+2. the CUDA libraries the provider links against (libcudart, libcublas, libcublasLt, libcurand
+   of the CUDA major version onnxruntime was built for), found on the system's library path or
+   in the `nvidia/*/lib` folders of the pip wheels on `sys.path`, which are loaded from there,
+   since the dynamic linker never looks in site-packages (then `onnxruntime.preload_dlls()`);
+3. the NVIDIA driver (`libcuda.so.1`), that it initialises, and that the device id exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import glob
+import io
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+log = logging.getLogger("headwise.service")
+
+CUDA_EP = "CUDAExecutionProvider"
+
+
+@dataclass(frozen=True)
+class CudaProbe:
+    ok: bool
+    reasons: tuple[str, ...] = ()
+    devices: int = 0
+    loaded: tuple[str, ...] = field(default=(), compare=False)  # libraries loaded from pip wheels
+
+    def why(self) -> str:
+        return "; ".join(self.reasons)
+
+
+def required_libraries(cuda_version: str) -> list[str]:
+    """The CUDA libraries onnxruntime's CUDA provider is linked against (its ELF NEEDED list,
+    less the driver and libc), for the CUDA major version it was built with. cuDNN is loaded
+    only by kernels that use it (convolutions), so it is not required here."""
+    major = (cuda_version or "12").split(".")[0]
+    # cublas needs cublasLt: load that first
+    return [f"libcublasLt.so.{major}", f"libcublas.so.{major}", "libcurand.so.10", f"libcudart.so.{major}"]
+
+
+def wheel_library_dirs(paths: list[str] | None = None) -> list[str]:
+    """`nvidia/<component>/lib` folders of the nvidia-* pip wheels on sys.path (CUDA 12 wheels
+    have one folder per component, CUDA 13 wheels one `nvidia/cu13/lib`)."""
+    out: list[str] = []
+    for root in paths if paths is not None else sys.path:
+        for d in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib"))):
+            if os.path.isdir(d) and d not in out:
+                out.append(d)
+    return out
+
+
+def load_libraries(names: list[str], dirs: list[str]) -> tuple[list[str], list[str]]:
+    """Load each library from the first wheel folder holding it, else by name from the system's
+    search path. Returns (loaded from a wheel folder, missing with the loader's message)."""
+    from_wheels, missing = [], []
+    for name in names:
+        path = next((os.path.join(d, name) for d in dirs if os.path.exists(os.path.join(d, name))), None)
+        try:
+            ctypes.CDLL(path or name)
+            if path:
+                from_wheels.append(path)
+        except OSError as e:
+            missing.append(f"{name} ({e})" if path else name)
+    return from_wheels, missing
+
+
+CU_ERRORS = {100: "CUDA_ERROR_NO_DEVICE", 999: "CUDA_ERROR_UNKNOWN", 3: "CUDA_ERROR_NOT_INITIALIZED",
+             35: "CUDA_ERROR_INSUFFICIENT_DRIVER", 804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"}
+
+
+def driver_devices(libcuda: str = "libcuda.so.1") -> tuple[int, str | None]:
+    """(number of CUDA devices, None) or (0, why not), through the driver API alone."""
+    try:
+        cu = ctypes.CDLL(libcuda)
+    except OSError:
+        return 0, f"no NVIDIA driver: {libcuda} cannot be loaded"
+    rc = cu.cuInit(0)
+    if rc != 0:
+        return 0, f"the NVIDIA driver did not initialise (cuInit: {CU_ERRORS.get(rc, rc)})"
+    count = ctypes.c_int(0)
+    rc = cu.cuDeviceGetCount(ctypes.byref(count))
+    if rc != 0:
+        return 0, f"the NVIDIA driver cannot count devices (cuDeviceGetCount: {CU_ERRORS.get(rc, rc)})"
+    if count.value == 0:
+        return 0, "the NVIDIA driver sees no CUDA device"
+    return count.value, None
+
+
+@functools.cache
+def probe(device_id: int = 0) -> CudaProbe:
+    """Everything a CUDA session of onnxruntime needs, checked without making one."""
+    import onnxruntime as ort
+
+    if CUDA_EP not in ort.get_available_providers():
+        return CudaProbe(False, (f"this onnxruntime {ort.__version__} is built without CUDA "
+                                 f"(providers: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu",))
+    try:
+        from onnxruntime.capi import build_and_package_info as info
+        cuda_version = getattr(info, "cuda_version", "") or ""
+    except ImportError:
+        cuda_version = ""
+    reasons = []
+    loaded, missing = load_libraries(required_libraries(cuda_version), wheel_library_dirs())
+    if missing:
+        reasons.append(f"CUDA {cuda_version or '?'} libraries not found: {', '.join(missing)} (looked on the "
+                       "system's library path and in nvidia/*/lib on sys.path: install the nvidia-* CUDA "
+                       f"{cuda_version.split('.')[0] or ''} wheels or the CUDA toolkit)")
+    else:
+        preload = getattr(ort, "preload_dlls", None)
+        if preload is not None:
+            with contextlib.redirect_stdout(io.StringIO()) as said:  # it prints what it could not load
+                try:
+                    preload()
+                except Exception as e:  # optional ones (cuDNN, cuFFT) may be missing: not ours to fail on
+                    log.debug("onnxruntime.preload_dlls(): %s", e)
+            if said.getvalue().strip():
+                log.debug("onnxruntime.preload_dlls(): %s", said.getvalue().strip())
+    devices, why = driver_devices()
+    if why:
+        reasons.append(why)
+    elif device_id >= devices:
+        reasons.append(f"HEADWISE_DEVICE_ID={device_id} but the driver sees {devices} device(s)")
+    return CudaProbe(not reasons, tuple(reasons), devices, tuple(loaded))
+
+
+@functools.cache
+def warn_cpu_once(found: CudaProbe) -> None:
+    """HEADWISE_PROVIDER=auto found no usable CUDA: one WARNING per process, with the reason
+    (a GPU machine that silently serves on CPU is the failure this exists for)."""
+    log.warning("HEADWISE_PROVIDER=auto: serving on CPU, CUDA cannot be used here: %s", found.why())
