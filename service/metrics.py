@@ -21,6 +21,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from service.gpu_metrics import GpuCollector, gpu_collector
+
 LATENCY = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 FAST = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
 COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -34,7 +36,9 @@ def multiprocess_dir() -> str | None:
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: GpuCollector | bool | None = True) -> None:
+        """`gpu`: True reads NVML when it answers here (service.gpu_metrics); a collector, or
+        None for none."""
         r = self.registry = CollectorRegistry(auto_describe=True)
         p = "headwise_"
         self.requests = Counter(p + "requests_total", "HTTP requests", ["route", "model", "code"], registry=r)
@@ -79,6 +83,9 @@ class Metrics:
         # process_* (memory, CPU) and python_* for the dashboard's process panels.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             r.register(collector)
+        self.gpu = gpu_collector() if gpu is True else gpu or None
+        if self.gpu is not None:
+            r.register(self.gpu)
 
     def render(self) -> bytes:
         if multiprocess_dir():
@@ -87,6 +94,8 @@ class Metrics:
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
             registry.register(PROCESS_COLLECTOR)  # the worker that answers this scrape
+            if self.gpu is not None:
+                registry.register(self.gpu)
             return generate_latest(registry)
         return generate_latest(self.registry)
 

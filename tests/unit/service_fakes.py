@@ -90,3 +90,28 @@ class FakeBackend:
         if role == "attention":
             out["attentions"] = fake_attention(ids, mask)
         return {k: out[k] for k in outputs}
+
+
+class FakeNvml:
+    """The part of `pynvml` that service.gpu_metrics reads: two devices, the second failing
+    when `broken` is set."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, broken: bool = False):
+        self.broken = broken
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        if self.broken and h == 1:
+            raise self.NVMLError("GPU is lost")
+        return type("Rates", (), {"gpu": 40 + h, "memory": 10})()
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return type("Memory", (), {"used": (h + 1) << 30, "total": 80 << 30, "free": 0})()

@@ -43,9 +43,11 @@ def registered_metrics(metrics=None) -> dict[str, MetricSpec]:
     name and bucket show up in the samples."""
     from prometheus_client.metrics import MetricWrapperBase
 
+    from service.gpu_metrics import GpuCollector
     from service.metrics import Metrics
+    from tests.unit.service_fakes import FakeNvml
 
-    metrics = metrics if metrics is not None else Metrics()
+    metrics = metrics if metrics is not None else Metrics(gpu=GpuCollector(FakeNvml()))
     for m in vars(metrics).values():
         if isinstance(m, MetricWrapperBase) and m._labelnames:
             m.labels(*["x"] * len(m._labelnames))
