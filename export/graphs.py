@@ -17,7 +17,10 @@ from model.sentence import SentenceEncoder
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 FAST_OUTPUTS = ("sentence_embedding", "last_hidden_state")
-ATTENTION_OUTPUTS = (*FAST_OUTPUTS, "attentions")
+# attentions_f16 is the same weights cast to float16 in the graph (round to nearest even, as
+# numpy's astype): the service sends those when a client asks for float16, without a copy of
+# the float32 tensor off the GPU or a cast on the CPU.
+ATTENTION_OUTPUTS = (*FAST_OUTPUTS, "attentions", "attentions_f16")
 OPSET = 17
 
 
@@ -39,7 +42,7 @@ class AttentionGraph(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor):
         out = self.model(input_ids, attention_mask, token_type_ids, need_weights=True, fused=False)
         attentions = torch.stack(out.attentions, dim=1)  # (B, L, H, T, T)
-        return out.sentence_embedding, out.last_hidden_state, attentions
+        return out.sentence_embedding, out.last_hidden_state, attentions, attentions.to(torch.float16)
 
 
 def io_spec(model: SentenceEncoder, with_attention: bool) -> tuple[list[dict], list[dict]]:
@@ -51,10 +54,8 @@ def io_spec(model: SentenceEncoder, with_attention: bool) -> tuple[list[dict], l
         {"name": "last_hidden_state", "dtype": "float32", "shape": ["batch", "seq", cfg.d_model]},
     ]
     if with_attention:
-        outputs.append(
-            {"name": "attentions", "dtype": "float32",
-             "shape": ["batch", cfg.n_layers, cfg.n_heads, "seq", "seq"]}
-        )
+        for name, dtype in (("attentions", "float32"), ("attentions_f16", "float16")):
+            outputs.append({"name": name, "dtype": dtype, "shape": ["batch", cfg.n_layers, cfg.n_heads, "seq", "seq"]})
     return inputs, outputs
 
 
@@ -73,7 +74,7 @@ def to_onnx(model: SentenceEncoder, path: Path, with_attention: bool) -> None:
     axes["sentence_embedding"] = {0: "batch"}
     axes["last_hidden_state"] = {0: "batch", 1: "seq"}
     if with_attention:
-        axes["attentions"] = {0: "batch", 3: "seq", 4: "seq"}
+        axes["attentions"] = axes["attentions_f16"] = {0: "batch", 3: "seq", 4: "seq"}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(

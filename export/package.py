@@ -136,7 +136,7 @@ def _manifest(loaded, name: str, work: Path, fusion: dict, int8: bool, fp16: boo
     notes = {"fast.int8": INT8_SCHEME}
     if fp16:
         variants["fast.fp16"] = ("fast.fp16.onnx", "fp16", fast_outputs)
-    variants["attention"] = ("attention.onnx", "fp32", [*fast_outputs, "attentions"])
+    variants["attention"] = ("attention.onnx", "fp32", [*fast_outputs, "attentions", "attentions_f16"])
     inputs, outputs = {}, {}
     for v in variants:
         inputs[v], outputs[v] = io_spec(loaded.model, with_attention=v == "attention")

@@ -61,6 +61,8 @@ class ModelRuntime:
         self.series = ModelSeries(metrics, package.name)
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.buckets = length_buckets(package.max_len)
+        att = package.variants.get("attention")
+        self._f16_attention = att is not None and "attentions_f16" in att.outputs  # packages since 2026-11
         self.backend: Backend | None = None
         self.batchers: dict[str, Batcher] = {}
         self.ready = False
@@ -117,7 +119,14 @@ class ModelRuntime:
             outputs.append("sentence_embedding")
         if not all(pooled):
             outputs.append("last_hidden_state")
-        if role == "attention":
+        # A dense float16 answer reads the graph's own float16 weights where the package has
+        # them (half the bytes off the device, no cast here); others read the float32 ones.
+        f16 = [role == "attention" and self._f16_attention and e.job.params.attention is not None
+               and e.job.params.attention.dtype == "float16" and e.job.params.attention.format == "dense"
+               for e in entries]
+        if any(f16):
+            outputs.append("attentions_f16")
+        if role == "attention" and not all(f16):
             outputs.append("attentions")
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         if self.settings.fault_injection and record:
@@ -139,7 +148,8 @@ class ModelRuntime:
                 emb = out["sentence_embedding"][i]
             else:
                 emb = pool(out["last_hidden_state"][i, :t], pkg.pooling, p.normalize)
-            att = attention_payload(out["attentions"][i], t, p.attention) if p.attention else None
+            att = (attention_payload(out["attentions_f16" if f16[i] else "attentions"][i], t, p.attention)
+                   if p.attention else None)
             results.append((emb, att))
         return results
 

@@ -80,13 +80,13 @@ def encode_array(a: np.ndarray, encoding: str):
 
 
 def select_attention(att: np.ndarray, t: int, spec: AttentionSpec) -> np.ndarray:
-    """att: one input's padded [L, H, Tp, Tp] → [L', H', T, T] float32, contiguous."""
+    """att: one input's padded [L, H, Tp, Tp] → [L', H', T, T], contiguous, its dtype kept."""
     a = att[:, :, :t, :t]
     if not spec.all_layers:
         a = a[list(spec.layers)]
     if not spec.all_heads:
         a = a[:, list(spec.heads)]
-    return np.ascontiguousarray(a, dtype=np.float32)
+    return np.ascontiguousarray(a)
 
 
 def topk(a: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -118,6 +118,8 @@ def weights_to_f16(a: np.ndarray) -> np.ndarray:
 
 
 def _cast(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if a.dtype == dtype:  # the graph's own float16 weights
+        return a
     return weights_to_f16(a) if dtype == np.float16 else a.astype(dtype, copy=False)
 
 

@@ -39,7 +39,8 @@ def test_dynamic_batch_and_sequence(tiny_package, tiny_checkpoint):
         b = loaded.tokenizer(texts)
         feeds = {"input_ids": b.input_ids.numpy(), "attention_mask": b.attention_mask.numpy(),
                  "token_type_ids": b.token_type_ids.numpy()}
-        emb, _, att = s.run(None, feeds)
+        emb, _, att, att16 = s.run(None, feeds)
+        np.testing.assert_array_equal(att16, att.astype(np.float16))
         t = b.input_ids.shape[1]
         assert att.shape == (len(texts), 2, 2, t, t)
         with torch.no_grad():
