@@ -57,19 +57,25 @@ class Server:
         self.port = port
         self.url = f"http://{HOST}:{port}"
         self.ready_path = ready_path
+        self.env = env
         self.log = log_dir / f"{name}.log"
         self._log = self.log.open("wb")
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True, cwd=cwd)
 
     def wait_ready(self, timeout: float = 300) -> None:
+        """Until the server answers ready; with HEADWISE_WORKERS > 1, until 8 × workers probes
+        in a row do (each probe is a new connection, which any worker may accept)."""
         deadline = time.monotonic() + timeout
+        need = 1 if int(self.env.get("HEADWISE_WORKERS", "1")) <= 1 else 8 * int(self.env["HEADWISE_WORKERS"])
+        streak = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
-            if http("GET", self.url + self.ready_path, timeout=5)[0] == 200:
+            streak = streak + 1 if http("GET", self.url + self.ready_path, timeout=5)[0] == 200 else 0
+            if streak >= need:
                 return
-            time.sleep(0.1)
+            time.sleep(0.1 if streak == 0 else 0.01)
         raise RuntimeError(f"{self.name}: {self.ready_path} not 200 within {timeout:.0f} s\n{self.tail()}")
 
     def tail(self, n: int = 3000) -> str:
