@@ -17,6 +17,9 @@ from model.transformer import Encoder
 
 MODEL_TYPES = {"bert"}
 ARCHITECTURE = "encoder"
+# Weights a bare encoder checkpoint may carry that headwise does not use: the pooler (BertModel
+# always saves it; sentence models pool themselves) and the position-id buffer.
+UNUSED = {"pooler.dense.weight", "pooler.dense.bias", "embeddings.position_ids"}
 _ACT = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu"}
 
 
@@ -73,10 +76,28 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
     return m
 
 
+def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str]) -> None:
+    """A checkpoint with a task head (a classifier, a masked-LM head, ...) must not become an
+    embedding model with the head silently dropped: its answers would be wrong. Refused by the
+    class config.json names, and by any weight the encoder does not use."""
+    heads = [a for a in raw.get("architectures") or [] if a != "BertModel"]
+    extra = sorted(k for k in state if k not in used and k not in UNUSED)
+    if heads or extra:
+        what = f"architectures {heads}" if heads else "weights"
+        shown = ", ".join(extra[:4]) + (f" and {len(extra) - 4} more" if len(extra) > 4 else "")
+        raise CheckpointError(
+            f"{path}: this checkpoint has a task head ({what}{'; ' if heads and extra else ''}"
+            f"{'unused weights: ' + shown if extra else ''}) that headwise would drop, serving its encoder as an "
+            "embedding model with wrong answers; headwise imports bare BERT encoders (BertModel) only")
+
+
 def load(path: Path) -> tuple[Encoder, dict]:
-    cfg = config_from_hf(read_config(path))
+    raw = read_config(path)
+    cfg = config_from_hf(raw)
     state = strip_prefix(read_state_dict(path), ("bert.", "model."))
+    keys = key_map(cfg)
+    check_no_task_head(path, raw, state, set(keys.values()))
     model = Encoder(cfg)
-    assign(model, state, key_map(cfg))
+    assign(model, state, keys)
     model.eval()
     return model, {"family": "bert", "architecture": "encoder"}

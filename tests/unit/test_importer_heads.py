@@ -1,0 +1,54 @@
+"""A BERT checkpoint with a task head (a cross-encoder's classifier, a masked-LM head) is
+refused with a clear error instead of being served as an embedding model without its head."""
+
+import json
+
+import pytest
+import torch
+
+from model.importers import CheckpointError, load_checkpoint
+from tests.fixtures.tiny import make_tiny_bert, tiny_tokenizer
+
+
+def save(model, path):
+    path.mkdir(parents=True, exist_ok=True)
+    tiny_tokenizer(path)
+    model.eval().save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+def tiny_config(**kw):
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=60, hidden_size=32, num_attention_heads=2, num_hidden_layers=2,
+                      intermediate_size=64, max_position_embeddings=64, **kw)
+
+
+@pytest.mark.parametrize("cls,labels", [("BertForSequenceClassification", 1), ("BertForSequenceClassification", 3),
+                                        ("BertForMaskedLM", None)])
+def test_a_task_head_is_refused_naming_it(tmp_path, cls, labels):
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = tiny_config(**({"num_labels": labels} if labels else {}))
+    path = save(getattr(transformers, cls)(cfg), tmp_path / cls)
+    with pytest.raises(CheckpointError, match=rf"task head \(architectures \['{cls}'\].*headwise would drop"):
+        load_checkpoint(path)
+
+
+def test_head_weights_are_refused_even_without_architectures(tmp_path):
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    path = save(BertForSequenceClassification(tiny_config(num_labels=2)), tmp_path / "ce")
+    cfg = json.loads((path / "config.json").read_text())
+    del cfg["architectures"]
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=r"unused weights: classifier\.bias, classifier\.weight"):
+        load_checkpoint(path)
+
+
+def test_a_bare_encoder_with_its_pooler_still_loads(tmp_path):
+    path = make_tiny_bert(tmp_path / "plain")  # BertModel: saves pooler weights too
+    _, info = load_checkpoint(path)
+    assert info["architecture"] == "encoder"
