@@ -7,7 +7,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-from model.importers import load_checkpoint
+from model.importers import CheckpointError, load_checkpoint
 from model.importers.common import sha256_file, weights_file
 from model.pooling import PoolingConfig, max_seq_length, pool
 from model.tokenizer import Tokenizer
@@ -71,6 +71,9 @@ def load_sentence_model(path: str | Path | None = None) -> LoadedModel:
     normalisation and tokenizer."""
     path = Path(path) if path is not None else default_checkpoint()
     encoder, info = load_checkpoint(path)
+    if info.get("task") == "classification":  # its head would be dropped: wrong answers
+        raise CheckpointError(f"{path}: a sequence classifier (labels {info['labels']}) is not a sentence-"
+                              "embedding model; headwise cannot export classification packages yet")
     max_len = max_seq_length(path, encoder.config.max_len)
     model = SentenceEncoder(encoder, PoolingConfig.from_checkpoint(path), max_len).eval()
     source = {"path": path.name, "sha256": sha256_file(weights_file(path))}

@@ -77,9 +77,9 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
 
 
 def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str]) -> None:
-    """A checkpoint with a task head (a classifier, a masked-LM head, ...) must not become an
-    embedding model with the head silently dropped: its answers would be wrong. Refused by the
-    class config.json names, and by any weight the encoder does not use."""
+    """A checkpoint with a head other than sequence classification (a masked-LM head, ...)
+    must not become an embedding model with the head silently dropped: its answers would be
+    wrong. Refused by the class config.json names, and by any weight the encoder does not use."""
     heads = [a for a in raw.get("architectures") or [] if a != "BertModel"]
     extra = sorted(k for k in state if k not in used and k not in UNUSED)
     if heads or extra:
@@ -88,11 +88,46 @@ def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str]) -> No
         raise CheckpointError(
             f"{path}: this checkpoint has a task head ({what}{'; ' if heads and extra else ''}"
             f"{'unused weights: ' + shown if extra else ''}) that headwise would drop, serving its encoder as an "
-            "embedding model with wrong answers; headwise imports bare BERT encoders (BertModel) only")
+            "embedding model with wrong answers; headwise imports bare BERT encoders (BertModel) and "
+            f"{CLASSIFIER} (cross-encoders, classifiers)")
 
 
-def load(path: Path) -> tuple[Encoder, dict]:
+CLASSIFIER = "BertForSequenceClassification"
+HEAD_KEYS = {"head.pooler.weight": "pooler.dense.weight", "head.pooler.bias": "pooler.dense.bias",
+             "head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
+
+
+def labels_of(raw: dict) -> list[str]:
+    """Label names in logit order: config.json's id2label, else LABEL_0, LABEL_1, ..."""
+    n = int(raw.get("num_labels") or len(raw.get("id2label") or {}) or 2)
+    names = {int(k): v for k, v in (raw.get("id2label") or {}).items()}
+    return [names.get(i, f"LABEL_{i}") for i in range(n)]
+
+
+def load_classifier(path: Path):
+    """A BertForSequenceClassification checkpoint (a cross-encoder or a classifier) as
+    model.classifier.SequenceClassifier; info adds task "classification" and the labels."""
+    from model.classifier import SequenceClassifier
+
     raw = read_config(path)
+    cfg = config_from_hf(raw)
+    state = strip_prefix(read_state_dict(path), ("bert.", "model."))
+    keys = {f"encoder.{k}": v for k, v in key_map(cfg).items()} | HEAD_KEYS
+    extra = sorted(k for k in state if k not in set(keys.values()) and k not in UNUSED)
+    if extra:
+        raise CheckpointError(f"{path}: {CLASSIFIER} checkpoint with weights headwise does not know: "
+                              f"{', '.join(extra[:4])}")
+    labels = labels_of(raw)
+    model = SequenceClassifier(Encoder(cfg), len(labels), labels)
+    assign(model, state, keys)
+    model.eval()
+    return model, {"family": "bert", "architecture": "encoder", "task": "classification", "labels": labels}
+
+
+def load(path: Path):
+    raw = read_config(path)
+    if raw.get("architectures") == [CLASSIFIER]:
+        return load_classifier(path)
     cfg = config_from_hf(raw)
     state = strip_prefix(read_state_dict(path), ("bert.", "model."))
     keys = key_map(cfg)
@@ -100,4 +135,4 @@ def load(path: Path) -> tuple[Encoder, dict]:
     model = Encoder(cfg)
     assign(model, state, keys)
     model.eval()
-    return model, {"family": "bert", "architecture": "encoder"}
+    return model, {"family": "bert", "architecture": "encoder", "task": "embedding"}

@@ -1,5 +1,7 @@
-"""A BERT checkpoint with a task head (a cross-encoder's classifier, a masked-LM head) is
-refused with a clear error instead of being served as an embedding model without its head."""
+"""A BERT checkpoint with a task head headwise does not know (a masked-LM, token-classification
+or question-answering head, or classifier weights that config.json does not declare) is refused
+with a clear error instead of being served as an embedding model without its head.
+BertForSequenceClassification is imported with its head (test_classifier_parity.py)."""
 
 import json
 
@@ -24,8 +26,8 @@ def tiny_config(**kw):
                       intermediate_size=64, max_position_embeddings=64, **kw)
 
 
-@pytest.mark.parametrize("cls,labels", [("BertForSequenceClassification", 1), ("BertForSequenceClassification", 3),
-                                        ("BertForMaskedLM", None)])
+@pytest.mark.parametrize("cls,labels", [("BertForMaskedLM", None), ("BertForTokenClassification", 3),
+                                        ("BertForQuestionAnswering", None)])
 def test_a_task_head_is_refused_naming_it(tmp_path, cls, labels):
     import transformers
 
