@@ -21,8 +21,15 @@ def main(args: argparse.Namespace) -> int:
     from export import manifest as mf
 
     try:
-        architecture = mf.read(args.package).get("architecture", "encoder")
-        if architecture == "encoder":
+        manifest = mf.read(args.package)
+        architecture = manifest.get("architecture", "encoder")
+        if manifest.get("task") == "classification":
+            from export.classifier import parity_table, reverify
+
+            if args.checkpoint is None:
+                raise mf.PackageError("a classification package is verified against its checkpoint: pass --checkpoint DIR")
+            parity = reverify(args.package, args.checkpoint)
+        elif architecture == "encoder":
             from export.verify import parity_table, verify
 
             parity = verify(args.package, args.checkpoint, args.stsb, quality=args.quality)

@@ -22,7 +22,7 @@ from export.quantize import quantize_int8
 from export.speed import measure as measure_speed
 from export.speed import speed_lines
 from export.verify import verify
-from model.importers.common import checkpoint_architecture
+from model.importers.common import checkpoint_architecture, checkpoint_task
 from model.sentence import default_checkpoint, load_sentence_model
 
 EXPORTER = "headwise 0.1.0"
@@ -88,6 +88,15 @@ def build_package(
         if int8 or fp16:
             progress("note: generative packages are fp32 only for now; --int8/--fp16 are ignored")
         return build_generative_package(checkpoint, out, name, Steps(3 if check else 2, progress), check, progress)
+    if checkpoint_task(checkpoint) == "classification":  # cross-encoders, classifiers
+        from export.classifier import build_classifier_package
+
+        if int8:
+            progress("note: classification packages have fp32 and fp16 variants, no int8")
+        steps = Steps(3 + check, progress)
+        with staged(out, name) as work:
+            build_classifier_package(checkpoint, work, name, fp16, check, steps, progress)
+        return Path(out) / name
     speed = check and quality and int8
     steps = Steps(4 + check + speed, progress)
     with staged(out, name) as work:

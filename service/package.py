@@ -94,6 +94,12 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     if missing:
         raise PackageError(f"{mf}: missing fields {', '.join(missing)}")
     arch = m["architecture"]
+    task = m.get("task", "embedding")
+    if task not in ("embedding", "generation"):
+        # A classifier's graphs output logits, not embeddings: refused until its routes exist
+        # (/rerank, /predict), never served as an embedding model.
+        raise PackageError(f"{mf}: a {task} package (labels {m.get('labels')}); this server does not serve "
+                           f"{task} models yet (embedding and generative packages only)")
     if arch not in GRAPHS:
         raise PackageError(f"{mf}: architecture {arch!r} is not served (encoder, decoder, encoder-decoder)")
     lacking = [g for g in GRAPHS[arch] if g not in m["variants"]]

@@ -120,6 +120,16 @@ def checkpoint_architecture(path: str | Path) -> str:
     return _importer_for(Path(path)).ARCHITECTURE
 
 
+def checkpoint_task(path: str | Path) -> str:
+    """"classification" for a sequence classifier (config.json's architectures names one,
+    e.g. BertForSequenceClassification: cross-encoders, classifiers), else "embedding" for
+    encoders and "generation" for the others."""
+    raw = read_config(Path(path))
+    if any(str(a).endswith("ForSequenceClassification") for a in raw.get("architectures") or []):
+        return "classification"
+    return "embedding" if checkpoint_architecture(path) == "encoder" else "generation"
+
+
 def load_checkpoint(path: str | Path):
     """Import any supported checkpoint directory; returns (model, info dict).
 

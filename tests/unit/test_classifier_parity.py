@@ -8,24 +8,10 @@ import torch
 from model.importers import CheckpointError, load_checkpoint
 from model.sentence import load_sentence_model
 from model.tokenizer import Tokenizer
-from tests.fixtures.tiny import tiny_tokenizer
+from tests.fixtures.tiny import make_tiny_bert_classifier as make_classifier
 
 PAIRS = [("what is the capital of france", "paris is the capital of france"),
          ("the cat sat", "a dog barked at the mailman"), ("hello", "hello")]
-
-
-def make_classifier(path, n_labels: int, id2label: dict | None = None, seed: int = 0):
-    from transformers import BertConfig, BertForSequenceClassification
-
-    path.mkdir(parents=True, exist_ok=True)
-    vocab = tiny_tokenizer(path)
-    torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=vocab, hidden_size=32, num_attention_heads=2, num_hidden_layers=2,
-                     intermediate_size=64, max_position_embeddings=64, num_labels=n_labels,
-                     attn_implementation="eager", **({"id2label": id2label} if id2label else {}))
-    ref = BertForSequenceClassification(cfg).eval()
-    ref.save_pretrained(str(path), safe_serialization=True)
-    return ref
 
 
 @pytest.mark.parametrize("n_labels,id2label", [(1, None), (3, {0: "negative", 1: "neutral", 2: "positive"})])
