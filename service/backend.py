@@ -127,8 +127,9 @@ class OrtBackend:
         """The CUDA provider's options for a graph of this precision. TF32 rounds fp32 matrix
         products to 10 mantissa bits: off wherever fp32 parity (1e-5) is promised."""
         s = self.settings
-        opts = {"device_id": str(s.device_id), "use_tf32": "0" if precision == "fp32" else "1",
-                "arena_extend_strategy": "kSameAsRequested"}
+        opts = {"use_tf32": "0" if precision == "fp32" else "1", "arena_extend_strategy": "kSameAsRequested"}
+        if s.device_id:  # onnxruntime ≥ 1.26 warns, harmlessly, for every session given a device_id
+            opts["device_id"] = str(s.device_id)
         if s.gpu_mem_limit:
             opts["gpu_mem_limit"] = str(s.gpu_mem_limit)
         return opts
