@@ -12,7 +12,8 @@
 #                none: no BASE_IMAGE (Dockerfile.gpu: its base is CUDA_IMAGE);
 #                anything else: that image.
 #   MODELS       a folder of exported packages (build/image/models); copied (hard links where
-#                it can) into build/image/models, inside the build context, when it is elsewhere
+#                it can) into build/image/staged, inside the build context, when it lies
+#                outside build/image/
 #   ONNXRUNTIME  onnxruntime-gpu (default) or onnxruntime (CPU only, smaller)
 #   PIP_CERT_FILE  CA bundle for pip inside the build; default: the `cert` of `pip config list`
 #                (a TLS-intercepting proxy), none when pip names none. Given as a build
@@ -28,7 +29,6 @@ MODELS=${MODELS:-build/image/models}
 ONNXRUNTIME=${ONNXRUNTIME:-onnxruntime-gpu}
 HUB_BASE=python:3.11-slim-bookworm
 LOCAL_BASE=local/python:3.11-bookworm
-STAGED=build/image/models
 
 # BuildKit: `docker buildx build --load` where the buildx plugin is installed; else a client
 # with BuildKit built in (Docker 20.10, as Debian's docker.io ships it) with DOCKER_BUILDKIT=1.
@@ -62,18 +62,22 @@ case "$BASE" in
   *) base=$BASE ;;
 esac
 
-# The packages: they must lie inside the build context, where .dockerignore lets them in.
+# The packages: they must lie inside the build context, under build/image/ (.dockerignore lets
+# it in); a folder elsewhere is copied (hard links where it can) into build/image/staged.
 if ! ls "$MODELS"/*/manifest.json >/dev/null 2>&1; then
   echo "build.sh: no model package in $MODELS (headwise export --out $MODELS; make image does it)" >&2
   exit 1
 fi
-if [ "$(realpath "$MODELS")" != "$(realpath -m "$STAGED")" ]; then
-  rm -rf "$STAGED"
-  mkdir -p "$STAGED"
-  cp -al "$MODELS"/. "$STAGED"/ 2>/dev/null || cp -a "$MODELS"/. "$STAGED"/
-fi
+models=$(realpath --relative-to=. "$MODELS")
+case "$models" in
+  build/image/*) ;;
+  *)
+    models=build/image/staged
+    rm -rf "$models"
+    mkdir -p "$models"
+    cp -al "$MODELS"/. "$models"/ 2>/dev/null || cp -a "$MODELS"/. "$models"/ ;;
+esac
 
-secret=()
 pip_cert() {
   python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'\$/\1/p" | head -n 1
 }
@@ -83,7 +87,7 @@ if [ -n "$cert" ]; then
   secret=(--secret "id=pipcert,src=$cert")
 fi
 
-args=(--build-arg "ONNXRUNTIME=$ONNXRUNTIME")
+args=(--build-arg "ONNXRUNTIME=$ONNXRUNTIME" --build-arg "MODELS=$models")
 [ -z "$base" ] || args+=(--build-arg "BASE_IMAGE=$base")
 echo "build.sh: $IMAGE from $DOCKERFILE on ${base:-its own base} (${ONNXRUNTIME}${cert:+, CA bundle $cert})"
 # shellcheck disable=SC2086  # BUILD_ARGS is split on purpose

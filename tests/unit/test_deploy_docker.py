@@ -135,7 +135,7 @@ def test_dockerfile_multi_stage_with_clean_runtime(kind):
     for run in pip_runs:
         assert "--mount=type=secret,id=pipcert" in run and "/run/secrets/pipcert" in run
         assert "--mount=type=cache,target=/root/.cache/pip" in run
-    assert "--no-deps" in pip_runs[1] and "uninstall --yes --quiet pip" in pip_runs[1]
+    assert "--no-deps" in pip_runs[1] and "uninstall --yes --quiet setuptools pip" in pip_runs[1]
     (models,) = [s for s in stages if re.search(r"\bAS\s+models\b", s[0][1])]
     assert models[0][1].startswith("scratch") and any(i == "COPY" and "/models/" in a for i, a in models)
     runtime = stages[-1]
@@ -232,7 +232,7 @@ def test_copied_sources_exist_and_are_in_the_build_context():
     for d in ("venv", ".venv", ".git", "models", "build", "docker"):
         assert d not in allowed
     # The exported packages docker/build.sh stages, whole (after the *.onnx exclusions).
-    assert ignore[-1] == "!build/image/models/**" and "build/image/models" in allowed
+    assert ignore[-1] == "!build/image/**" and "build/image" in allowed
     for path in DOCKERFILES.values():
         for ins, args in _instructions(path):
             if ins != "COPY" or "--from=" in args:
@@ -242,7 +242,7 @@ def test_copied_sources_exist_and_are_in_the_build_context():
                 name = src.rstrip("/")
                 if name == "${MODELS}":
                     (default,) = re.findall(r"^ARG MODELS=(\S+)$", path.read_text(), re.M)
-                    assert default == "build/image/models" and default in allowed
+                    assert default == "build/image/models" and default.startswith("build/image/")
                     continue
                 assert name in allowed, f"{path.name}: COPY {src} is excluded by .dockerignore"
                 assert (ROOT / name).exists(), f"{path.name}: COPY {src}: no such path in the repo"
