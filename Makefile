@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-test lint export serve bench clean image image-gpu base-image
+.PHONY: run test install install-test lint export serve bench clean image image-gpu image-prometheus base-image
 
 # pip runs with -qq: its progress is nothing, and only errors show (a machine's own pip
 # configuration, or setuptools' note on editable installs, would otherwise fill the screen).
@@ -90,6 +90,12 @@ image-gpu:
 	$(if $(filter local/python:3.11-bookworm,$(BASE_GPU)),docker/make-base.sh)
 	IMAGE=$(IMAGE_GPU) BASE=none DOCKERFILE=docker/Dockerfile.gpu MODELS=$(IMAGE_MODELS_GPU) \
 		BUILD_ARGS="$(if $(BASE_GPU),--build-arg CUDA_IMAGE=$(BASE_GPU))" docker/build.sh
+
+# Prometheus from Debian's package, for compose where prom/prometheus cannot be pulled.
+PROMETHEUS_IMAGE ?= headwise/prometheus:debian
+image-prometheus:
+	IMAGE=$(PROMETHEUS_IMAGE) BASE=$(BASE) HUB_BASE=debian:bookworm-slim MODELS=none \
+		DOCKERFILE=docker/Dockerfile.prometheus CONTEXT=docker/prometheus docker/build.sh
 
 # The local Debian base (mmdebstrap), remade even when present.
 base-image:

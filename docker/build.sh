@@ -6,14 +6,15 @@
 # Settings (environment):
 #   IMAGE        the tag (headwise:cpu)
 #   DOCKERFILE   docker/Dockerfile
-#   BASE         auto (default): python:3.11-slim-bookworm when it is here or can be pulled,
+#   BASE         auto (default): HUB_BASE (python:3.11-slim-bookworm) when it is here or can be pulled,
 #                else the local Debian base (docker/make-base.sh makes it);
 #                local: the local Debian base, whatever Docker Hub says;
 #                none: no BASE_IMAGE (Dockerfile.gpu: its base is CUDA_IMAGE);
 #                anything else: that image.
 #   MODELS       a folder of exported packages (build/image/models); copied (hard links where
 #                it can) into build/image/staged, inside the build context, when it lies
-#                outside build/image/
+#                outside build/image/; none: an image without packages (Dockerfile.prometheus)
+#   CONTEXT      the build context (the repository root)
 #   ONNXRUNTIME  onnxruntime-gpu (default) or onnxruntime (CPU only, smaller)
 #   PIP_CERT_FILE  CA bundle for pip inside the build; default: the `cert` of `pip config list`
 #                (a TLS-intercepting proxy), none when pip names none. Given as a build
@@ -27,7 +28,8 @@ DOCKERFILE=${DOCKERFILE:-docker/Dockerfile}
 BASE=${BASE:-auto}
 MODELS=${MODELS:-build/image/models}
 ONNXRUNTIME=${ONNXRUNTIME:-onnxruntime-gpu}
-HUB_BASE=python:3.11-slim-bookworm
+HUB_BASE=${HUB_BASE:-python:3.11-slim-bookworm}
+CONTEXT=${CONTEXT:-.}
 LOCAL_BASE=local/python:3.11-bookworm
 
 # BuildKit: `docker buildx build --load` where the buildx plugin is installed; else a client
@@ -64,19 +66,23 @@ esac
 
 # The packages: they must lie inside the build context, under build/image/ (.dockerignore lets
 # it in); a folder elsewhere is copied (hard links where it can) into build/image/staged.
-if ! ls "$MODELS"/*/manifest.json >/dev/null 2>&1; then
+models=
+if [ "$MODELS" = none ]; then
+  :
+elif ! ls "$MODELS"/*/manifest.json >/dev/null 2>&1; then
   echo "build.sh: no model package in $MODELS (headwise export --out $MODELS; make image does it)" >&2
   exit 1
+else
+  models=$(realpath --relative-to=. "$MODELS")
+  case "$models" in
+    build/image/*) ;;
+    *)
+      models=build/image/staged
+      rm -rf "$models"
+      mkdir -p "$models"
+      cp -al "$MODELS"/. "$models"/ 2>/dev/null || cp -a "$MODELS"/. "$models"/ ;;
+  esac
 fi
-models=$(realpath --relative-to=. "$MODELS")
-case "$models" in
-  build/image/*) ;;
-  *)
-    models=build/image/staged
-    rm -rf "$models"
-    mkdir -p "$models"
-    cp -al "$MODELS"/. "$models"/ 2>/dev/null || cp -a "$MODELS"/. "$models"/ ;;
-esac
 
 pip_cert() {
   python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'\$/\1/p" | head -n 1
@@ -87,10 +93,11 @@ if [ -n "$cert" ]; then
   secret=(--secret "id=pipcert,src=$cert")
 fi
 
-args=(--build-arg "ONNXRUNTIME=$ONNXRUNTIME" --build-arg "MODELS=$models")
+args=()
+[ -z "$models" ] || args+=(--build-arg "ONNXRUNTIME=$ONNXRUNTIME" --build-arg "MODELS=$models")
 [ -z "$base" ] || args+=(--build-arg "BASE_IMAGE=$base")
 echo "build.sh: $IMAGE from $DOCKERFILE on ${base:-its own base} (${ONNXRUNTIME}${cert:+, CA bundle $cert})"
 # shellcheck disable=SC2086  # BUILD_ARGS is split on purpose
 "${build[@]}" --network host --progress plain -f "$DOCKERFILE" "${args[@]}" \
-  "${secret[@]}" ${BUILD_ARGS:-} -t "$IMAGE" .
+  "${secret[@]}" ${BUILD_ARGS:-} -t "$IMAGE" "$CONTEXT"
 echo "build.sh: $IMAGE: $(docker image inspect -f '{{.Size}}' "$IMAGE" | awk '{printf "%.0f MB", $1/1e6}')"

@@ -19,6 +19,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 DOCKERFILES = {"cpu": DOCKER / "Dockerfile", "gpu": DOCKER / "Dockerfile.gpu"}
+# Linted too: Prometheus from Debian's package, for compose where prom/prometheus cannot be pulled.
+LINTED = {**DOCKERFILES, "prometheus": DOCKER / "Dockerfile.prometheus"}
 HADOLINT_CONFIG = ROOT / ".hadolint.yaml"
 GRACE_SECONDS = 25  # the default of HEADWISE_GRACE_SECONDS (service/settings.py)
 
@@ -38,11 +40,11 @@ def _program(name: str) -> str:
 # ------------------------------------------------------------------ hadolint
 
 
-@pytest.mark.parametrize("kind", DOCKERFILES)
+@pytest.mark.parametrize("kind", LINTED)
 def test_hadolint_passes(kind):
     hadolint = _program("hadolint")
     res = subprocess.run(
-        [hadolint, "--config", str(HADOLINT_CONFIG), "--no-color", str(DOCKERFILES[kind])],
+        [hadolint, "--config", str(HADOLINT_CONFIG), "--no-color", str(LINTED[kind])],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )
     assert res.returncode == 0 and not res.stdout.strip(), res.stdout + res.stderr
@@ -79,7 +81,7 @@ def test_hadolint_ignores_are_documented():
         assert any(code in r for r in reason), f"{code}: no comment above it says why it is ignored"
         assert len(" ".join(reason)) > 80, f"{code}: the reason is too short"
     # No inline `# hadolint ignore=` pragmas hiding elsewhere.
-    for path in DOCKERFILES.values():
+    for path in LINTED.values():
         assert "hadolint ignore" not in path.read_text()
 
 
@@ -256,7 +258,12 @@ def _compose() -> dict:
 
 
 def _published(service: dict) -> set[int]:
-    return {int(p.rsplit(":", 2)[-2]) for p in service.get("ports", [])}
+    """Host ports, with ${VAR:-default} read as its default."""
+    ports = set()
+    for p in service.get("ports", []):
+        p = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", p)
+        ports.add(int(p.rsplit(":", 2)[-2]))
+    return ports
 
 
 def test_compose_services_ports_and_mounts():
@@ -278,12 +285,18 @@ def test_compose_services_ports_and_mounts():
                 assert (DOCKER / src).exists(), f"{name}: {src} does not exist"
     prom_cmd = " ".join(services["prometheus"]["command"])
     assert "--config.file=/etc/prometheus/prometheus.yml" in prom_cmd
+    # compose builds nothing (make image does: the package is exported outside, BuildKit's
+    # secrets); docker-compose 1.29 (Debian's) refuses a top-level `name:`.
+    assert not any("build" in s for s in services.values())
+    assert "name" not in compose
+    assert services["headwise"]["image"] == "${HEADWISE_IMAGE:-headwise:cpu}"
+    assert services["prometheus"]["image"] == "${PROMETHEUS_IMAGE:-prom/prometheus:v3.5.0}"
 
 
 def test_compose_gpu_profile_reserves_a_gpu():
     gpu = _compose()["services"]["headwise-gpu"]
     assert gpu["profiles"] == ["gpu"]
-    assert gpu["build"]["dockerfile"] == "docker/Dockerfile.gpu"
+    assert gpu["image"] == "headwise:gpu" and "build" not in gpu  # make image-gpu builds it
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
 
@@ -341,3 +354,54 @@ def test_image_commands_match_the_cli(kind, monkeypatch):
     settings = load_settings()
     assert (str(settings.models_dir), settings.host, settings.port) == ("/models", "0.0.0.0", 8000)
     assert settings.provider == {"cpu": "cpu", "gpu": "cuda"}[kind]
+
+
+# ------------------------------------------------------------------ build scripts
+
+
+def test_runtime_requirements_are_pyprojects_and_the_cpu_wheel_keeps_the_pinned_version():
+    sys.path.insert(0, str(DOCKER))
+    try:
+        import requirements as reqs
+    finally:
+        sys.path.remove(str(DOCKER))
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert reqs.requirements(ROOT) == project["dependencies"]
+    assert reqs.requirements(ROOT, "onnxruntime-gpu", "gpu") == [*project["dependencies"],
+                                                                  *project["optional-dependencies"]["gpu"]]
+    (pin,) = re.findall(r"^onnxruntime-gpu==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M)
+    cpu = reqs.requirements(ROOT, "onnxruntime")
+    assert not any(r.startswith("onnxruntime-gpu") for r in cpu)
+    assert f"onnxruntime=={pin}; platform_system == 'Linux' and platform_machine == 'x86_64'" in cpu
+    assert len(cpu) == len(project["dependencies"])
+    with pytest.raises(SystemExit):
+        reqs.requirements(ROOT, "onnxruntime-rocm")
+    # Run as the image runs it (standard library only, any working directory).
+    out = subprocess.run([sys.executable, str(DOCKER / "requirements.py"), "onnxruntime"], cwd=DOCKER,
+                         capture_output=True, text=True, check=True, timeout=30).stdout.splitlines()
+    assert out == cpu
+
+
+@pytest.mark.parametrize("script", ["build.sh", "make-base.sh"])
+def test_scripts_parse_and_are_executable(script):
+    path = DOCKER / script
+    assert os.access(path, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True, timeout=30).returncode == 0
+
+
+def test_make_image_targets_call_the_scripts():
+    make = (ROOT / "Makefile").read_text()
+    for target in ("image", "image-gpu", "image-prometheus", "base-image"):
+        assert re.search(rf"^{target}:", make, re.M), target
+    res = subprocess.run(["make", "-n", "image", "IMAGE_MODELS=tests/unit/data"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert "docker/build.sh" in res.stdout and "IMAGE=headwise:cpu" in res.stdout
+    assert "BASE=auto" in res.stdout and "ONNXRUNTIME=onnxruntime-gpu" in res.stdout
+    # The CI machine gets Docker and mmdebstrap from the project's own script.
+    deps = (ROOT / ".ci" / "system-deps.sh").read_text()
+    for program, package in (("dockerd", "docker.io"), ("mmdebstrap", "mmdebstrap"),
+                             ("docker-compose", "docker-compose")):
+        assert f"command -v {program} >/dev/null 2>&1 || need+=({package})" in deps
