@@ -52,7 +52,9 @@ docker info >/dev/null 2>&1 || { echo "build.sh: no Docker engine answers (start
 
 case "$BASE" in
   auto)
-    if docker image inspect "$HUB_BASE" >/dev/null 2>&1 || docker pull -q "$HUB_BASE" >/dev/null 2>&1; then
+    # A registry that cannot be reached fails the pull in seconds; a slow one is cut at 5 min.
+    if docker image inspect "$HUB_BASE" >/dev/null 2>&1 \
+        || timeout 300 docker pull -q "$HUB_BASE" >/dev/null 2>&1; then
       base=$HUB_BASE
     else
       echo "build.sh: $HUB_BASE cannot be pulled: using the local Debian base $LOCAL_BASE"

@@ -11,18 +11,13 @@ What it cannot prove: the CUDA 13 base itself, and serving on a GPU (docs/deploy
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.e2e.conftest import REPO
-from tests.e2e.test_docker import Container, docker, docker_engine  # noqa: F401
+from tests.e2e.test_docker import Container, _models_copy, docker, docker_engine, make_image  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -32,18 +27,9 @@ STAND_IN = "local/python:3.11-bookworm"
 
 @pytest.fixture(scope="module")
 def gpu_image(docker_engine, minilm_package, tmp_path_factory):  # noqa: F811
-    models = tmp_path_factory.mktemp("gpu-models")
-    try:
-        shutil.copytree(minilm_package, models / minilm_package.name, copy_function=os.link)
-    except OSError:
-        shutil.rmtree(models / minilm_package.name, ignore_errors=True)
-        shutil.copytree(minilm_package, models / minilm_package.name)
-    cmd = ["make", "--no-print-directory", "image-gpu", f"IMAGE_GPU={IMAGE}", f"BASE_GPU={STAND_IN}",
-           f"IMAGE_MODELS_GPU={models}", f"VENV={Path(sys.executable).parent.parent}"]
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
-    assert r.returncode == 0, f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout[-6000:]}\n{r.stderr[-4000:]}"
-    print(f"make image-gpu on the stand-in base: {time.monotonic() - t0:.0f} s")
+    took = make_image("image-gpu", IMAGE_GPU=IMAGE, BASE_GPU=STAND_IN,
+                      IMAGE_MODELS_GPU=str(_models_copy(minilm_package, tmp_path_factory)))
+    print(f"make image-gpu on the stand-in base: {took:.0f} s")
     return IMAGE
 
 
