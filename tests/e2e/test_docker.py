@@ -193,6 +193,9 @@ def test_it_turns_healthy_by_its_own_healthcheck_as_non_root_on_a_read_only_root
         r = docker("exec", container.name, "python", "-c", f"open({path!r}, 'w')", check=False)
         assert r.returncode != 0 and ("Read-only file system" in r.stderr or "Permission denied" in r.stderr), path
     docker("exec", container.name, "python", "-c", "open('/tmp/x', 'w').write('ok')")
+    # Even root cannot write there: the root filesystem itself is read-only.
+    r = docker("exec", "--user", "0", container.name, "python", "-c", "open('/x', 'w')", check=False)
+    assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
     # It listens on HEADWISE_PORT (the image's default 8000 is not used).
     assert httpx.get(container.url + "/health/ready", timeout=10).status_code == 200
     assert f":{container.port}" in container.logs()
