@@ -78,6 +78,9 @@ define export-package
 		echo "exporting the model package into $(1) (a minute or two)" && \
 		$(VENV)/bin/headwise export $(CHECKPOINT) $(if $(MODEL_NAME),--name $(MODEL_NAME)) \
 			--out $(1) $(2); \
+	elif [ -n "$(CHECKPOINT)" ]; then \
+		echo "make: $(1) already holds a package; rm -rf $(1) to export $(CHECKPOINT) instead" >&2; \
+		exit 1; \
 	fi
 endef
 
