@@ -1,0 +1,324 @@
+"""The CPU image as a user runs it (issue 20): built by `make image` on a real Docker engine,
+started with `docker run --read-only --tmpfs /tmp` as a non-root user with its port set by
+HEADWISE_PORT, then checked from outside: healthy by its own HEALTHCHECK, embeddings equal to
+sentence-transformers, `docker stop` drains 10 requests in flight and exits 0, no torch inside,
+and its size reported (tests/e2e/artifacts/docker-image.json).
+
+The engine: `docker info` must answer, else dockerd is started here (as root; .ci/system-deps.sh
+installs docker.io) and stopped at the end. Without Docker the tests skip, and fail with CI=true.
+The base: BASE=auto (docker/build.sh), so on a machine without Docker Hub the local Debian base
+is made (mmdebstrap, its tarball cached in ~/.cache/headwise) and BuildKit keeps pip's wheels
+between runs. The model package is the session's (tests/conftest.py: exported once, or
+HEADWISE_TEST_PACKAGE), copied into the image as `make image` copies its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.e2e.conftest import REPO, free_port
+from tests.integration.sentences import SENTENCES
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+IMAGE = os.environ.get("HEADWISE_TEST_IMAGE", "headwise:e2e")
+USER = "10001:10001"
+ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
+SIZE_GOAL_MB = 700  # the CPU image's goal (issue 20); docs/deployment.md says where it stands
+
+
+def _no_docker(reason: str):
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the image tests must run; bash .ci/system-deps.sh)")
+    pytest.skip(reason)
+
+
+def docker(*args: str, timeout: float = 120, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} exited {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
+    return r
+
+
+def _engine_answers() -> bool:
+    try:
+        return docker("info", timeout=30, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory):
+    """A Docker engine that answers: the one running, or dockerd started here (and stopped)."""
+    if not shutil.which("docker"):
+        _no_docker("no docker client (apt-get install docker.io)")
+    started = None
+    if not _engine_answers():
+        dockerd = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
+        if not dockerd:
+            _no_docker("no Docker engine answers and there is no dockerd (apt-get install docker.io)")
+        if os.geteuid() != 0:
+            _no_docker("no Docker engine answers and dockerd needs root")
+        log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
+        with open(log, "wb") as fh:
+            started = subprocess.Popen([dockerd], stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while not _engine_answers():
+            if started.poll() is not None or time.monotonic() > deadline:
+                started.kill()
+                pytest.fail(f"dockerd did not come up:\n{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        print(f"started dockerd (pid {started.pid}, log {log})")
+    yield
+    if started:
+        started.terminate()
+        try:
+            started.wait(60)
+        except subprocess.TimeoutExpired:
+            started.kill()
+
+
+@pytest.fixture(scope="session")
+def image_build(docker_engine, minilm_package, tmp_path_factory) -> dict:
+    """`make image` with the session's package; returns what it took."""
+    took = make_image("image", IMAGE=IMAGE, IMAGE_MODELS=str(_models_copy(minilm_package, tmp_path_factory)))
+    print(f"make image: {took:.0f} s")
+    return {"seconds": round(took, 1)}
+
+
+@pytest.fixture(scope="session")
+def image(image_build) -> str:
+    return IMAGE
+
+
+def _models_copy(package: Path, tmp_path_factory) -> Path:
+    """A folder holding only `package` (hard links where it can), for IMAGE_MODELS."""
+    models = tmp_path_factory.mktemp("image-models")
+    try:
+        shutil.copytree(package, models / package.name, copy_function=os.link)
+    except OSError:
+        shutil.rmtree(models / package.name, ignore_errors=True)
+        shutil.copytree(package, models / package.name)
+    return models
+
+
+def make_image(target: str, **variables: str) -> float:
+    """`make <target> VAR=value...` in the repository; returns the seconds it took."""
+    # VENV: this interpreter's; make uses it only to export, and the tests give a package.
+    cmd = ["make", "--no-print-directory", target, *(f"{k}={v}" for k, v in variables.items()),
+           f"VENV={Path(sys.executable).parent.parent}"]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout[-6000:]}\n{r.stderr[-4000:]}"
+    return time.monotonic() - t0
+
+
+class Container:
+    def __init__(self, image: str, env: dict | None = None, name: str | None = None):
+        self.port = free_port()
+        self.name = name or f"headwise-e2e-{self.port}"
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = ["run", "-d", "--name", self.name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
+                "--user", USER, "-e", f"HEADWISE_PORT={self.port}"]
+        for k, v in (env or {}).items():
+            args += ["-e", f"{k}={v}"]
+        docker(*args, image)
+
+    def state(self) -> dict:
+        return json.loads(docker("inspect", "-f", "{{json .State}}", self.name).stdout)
+
+    def logs(self) -> str:
+        r = docker("logs", self.name, check=False)
+        return (r.stdout + r.stderr)[-5000:]
+
+    def wait_healthy(self, timeout: float = 300) -> float:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            state = self.state()
+            if state["Status"] == "exited":
+                raise AssertionError(f"the container exited {state['ExitCode']}:\n{self.logs()}")
+            if state.get("Health", {}).get("Status") == "healthy":
+                return time.monotonic() - t0
+            time.sleep(0.5)
+        raise AssertionError(f"not healthy within {timeout:.0f} s: {self.state().get('Health')}\n{self.logs()}")
+
+    def remove(self) -> None:
+        docker("rm", "-f", self.name, check=False)
+
+
+@pytest.fixture(scope="module")
+def container(image):
+    c = Container(image)
+    try:
+        took = c.wait_healthy()
+        print(f"healthy {took:.0f} s after docker run")
+        yield c
+    finally:
+        c.remove()
+
+
+@pytest.fixture(scope="module")
+def st_reference():
+    from sentence_transformers import SentenceTransformer
+
+    from model.sentence import default_checkpoint
+
+    st = SentenceTransformer(str(default_checkpoint()), device="cpu")
+    return st.encode(SENTENCES, convert_to_numpy=True, batch_size=8)
+
+
+def test_it_turns_healthy_by_its_own_healthcheck_as_non_root_on_a_read_only_root(container):
+    state = container.state()
+    assert state["Health"]["Status"] == "healthy"
+    assert state["Health"]["Log"] and state["Health"]["Log"][-1]["ExitCode"] == 0
+    host = json.loads(docker("inspect", "-f", "{{json .HostConfig}}", container.name).stdout)
+    assert host["ReadonlyRootfs"] is True and host["NetworkMode"] == "host"
+    assert docker("exec", container.name, "id", "-u").stdout.strip() == "10001"
+    assert docker("exec", container.name, "id", "-g").stdout.strip() == "10001"
+    # The root filesystem refuses writes, /models too; /tmp is the tmpfs.
+    for path in ("/opt/venv/x", "/models/x", "/x"):
+        r = docker("exec", container.name, "python", "-c", f"open({path!r}, 'w')", check=False)
+        assert r.returncode != 0 and ("Read-only file system" in r.stderr or "Permission denied" in r.stderr), path
+    docker("exec", container.name, "python", "-c", "open('/tmp/x', 'w').write('ok')")
+    # Even root cannot write there: the root filesystem itself is read-only.
+    r = docker("exec", "--user", "0", container.name, "python", "-c", "open('/x', 'w')", check=False)
+    assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
+    # It listens on HEADWISE_PORT (the image's default 8000 is not used).
+    assert httpx.get(container.url + "/health/ready", timeout=10).status_code == 200
+    assert f":{container.port}" in container.logs()
+
+
+def _embed_all(url: str) -> np.ndarray:
+    card = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]
+    assert card["precision"] == "fp32" and card["provider"] == "cpu"
+    r = httpx.post(url + "/v1/embed", json={"inputs": SENTENCES}, timeout=300)
+    assert r.status_code == 200, r.text[:2000]
+    return np.array([d["embedding"] for d in r.json()["data"]])
+
+
+def _min_cosine(got: np.ndarray, want: np.ndarray) -> float:
+    return float(((got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)).min())
+
+
+def test_embed_equals_sentence_transformers(container, st_reference):
+    cos = _min_cosine(_embed_all(container.url), st_reference)
+    print(f"min cosine to sentence-transformers over {len(SENTENCES)} sentences: {cos:.7f}")
+    assert cos >= 0.99999
+
+
+def test_the_cpu_only_onnxruntime_image_meets_the_size_goal_with_the_same_answer(
+        container, st_reference, minilm_package, tmp_path_factory):
+    """`make image ONNXRUNTIME=onnxruntime`: onnxruntime's CPU wheel (same version) instead of
+    onnxruntime-gpu. It must stay under the goal and answer as the default image does."""
+    name = IMAGE + "-ort"
+    took = make_image("image", IMAGE=name, ONNXRUNTIME="onnxruntime",
+                      IMAGE_MODELS=str(_models_copy(minilm_package, tmp_path_factory)))
+    size_mb = int(docker("image", "inspect", "-f", "{{.Size}}", name).stdout) / 1e6
+    models_mb = sum(f.stat().st_size for f in minilm_package.iterdir()) / 1e6
+    pinned = next(line.split("==")[1] for line in (REPO / "constraints.txt").read_text().splitlines()
+                  if line.startswith("onnxruntime-gpu=="))
+    r = docker("run", "--rm", "--network", "none", "--entrypoint", "python", name, "-c",
+               "import importlib.metadata as m; print(m.version('onnxruntime')); "
+               "print(any(d.metadata['Name'] == 'onnxruntime-gpu' for d in m.distributions()))")
+    assert r.stdout.split() == [pinned, "False"], r.stdout
+    c = Container(name)
+    try:
+        c.wait_healthy()
+        got = _embed_all(c.url)
+    finally:
+        c.remove()
+    default = _embed_all(container.url)
+    print(f"{name}: {size_mb:.0f} MB ({models_mb:.0f} MB of it the package; made in {took:.0f} s), "
+          f"largest difference from the default image {np.abs(got - default).max():.2e}")
+    assert _min_cosine(got, st_reference) >= 0.99999
+    np.testing.assert_allclose(got, default, rtol=0, atol=1e-6)
+    # The goal is for `make image`'s package (no fp16 variant); a test package may carry one.
+    fp16 = minilm_package / "fast.fp16.onnx"
+    assert size_mb - (fp16.stat().st_size / 1e6 if fp16.exists() else 0) < SIZE_GOAL_MB
+
+
+def test_torch_is_not_importable_inside(image):
+    r = docker("run", "--rm", "--network", "none", "--read-only", "--entrypoint", "python", image,
+               "-c", "import torch", check=False)
+    assert r.returncode != 0 and "No module named 'torch'" in r.stderr, r.stderr
+    # Nor pip: the runtime installs nothing.
+    r = docker("run", "--rm", "--network", "none", "--entrypoint", "python", image, "-m", "pip", check=False)
+    assert r.returncode != 0 and "No module named pip" in r.stderr, r.stderr
+
+
+def test_docker_stop_lets_ten_requests_in_flight_finish_and_exits_0(image):
+    c = Container(image)
+    try:
+        c.wait_healthy()
+        body = {"inputs": [("attention " * 120) + str(i) for i in range(16)]}
+        results: list[int] = []
+        lock = threading.Lock()
+
+        def one(_):
+            r = httpx.post(c.url + "/v1/embed", json=body, timeout=120)
+            with lock:
+                results.append(r.status_code)
+            return r.status_code, len(r.json()["data"]) if r.status_code == 200 else 0
+
+        with ThreadPoolExecutor(10) as pool:
+            futures = [pool.submit(one, i) for i in range(10)]
+            deadline = time.monotonic() + 30
+            inflight = 0.0
+            while inflight < 10 and time.monotonic() < deadline:
+                metrics = httpx.get(c.url + "/metrics", timeout=10).text
+                found = re.search(r"^headwise_inflight_requests(?:\{[^}]*\})? (\S+)$", metrics, re.M)
+                inflight = float(found.group(1)) if found else 0.0
+            assert inflight >= 10, f"only {inflight} requests in flight"
+            assert not results, "a request finished before docker stop: make them longer"
+            t0 = time.monotonic()
+            stop = docker("stop", "-t", "60", c.name, timeout=90)
+            took = time.monotonic() - t0
+            answers = [f.result(timeout=120) for f in futures]
+        assert stop.returncode == 0
+        assert answers == [(200, 16)] * 10, answers
+        state = c.state()
+        assert state["Status"] == "exited" and state["ExitCode"] == 0, (state, c.logs())
+        assert not state["OOMKilled"]
+        print(f"docker stop with 10 requests in flight: {took:.1f} s, all 200, exit 0")
+        assert took < 25, "the drain took longer than HEADWISE_GRACE_SECONDS"
+    finally:
+        c.remove()
+
+
+def test_image_size_is_reported(image, image_build, minilm_package):
+    size = int(docker("image", "inspect", "-f", "{{.Size}}", image).stdout)
+    layers = []
+    for line in docker("history", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", image).stdout.splitlines():
+        human, _, created = line.partition("\t")
+        if human not in ("0B", "0"):
+            layers.append({"size": human, "step": created[:160]})
+    models_mb = sum(f.stat().st_size for f in minilm_package.iterdir()) / 1e6
+    report = {
+        "image": image,
+        "size_mb": round(size / 1e6),
+        "model_package_mb": round(models_mb),
+        "without_model_mb": round(size / 1e6 - models_mb),
+        "goal_mb": SIZE_GOAL_MB,
+        "layers": layers,
+        "make_image_seconds": image_build["seconds"],
+        "onnxruntime": "onnxruntime-gpu (constraints.txt)",
+    }
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "docker-image.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{image}: {size / 1e6:.0f} MB ({models_mb:.0f} MB of it the model package); goal {SIZE_GOAL_MB} MB")
+    # A guard against growth (torch alone would add 700 MB): the default image carries
+    # onnxruntime-gpu (~340 MB installed); docs/deployment.md has the measured sizes.
+    assert size / 1e6 - models_mb < SIZE_GOAL_MB, report
