@@ -42,7 +42,7 @@ def _serve(models: str, port: int, floor: bool) -> None:  # the child process
                         "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
             await send({"type": "http.response.body", "body": body})
     else:
-        from service.app import create_app
+        from service.api.app import create_app
         from service.settings import Settings
 
         class Instant:  # the Backend surface, answering at once

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.backend import OrtBackend
+from service.api.app import create_app
+from service.backends.onnxruntime import OrtBackend
 from service.settings import Settings
 
 TEXTS = ["the quick brown fox", "a cat sat on the mat and looked at the dog for a while", "hi"]

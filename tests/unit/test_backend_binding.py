@@ -12,8 +12,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.backend import OrtBackend, run_bound
-from service.generation.sessions import GenerativeBackend
+from service.backends.generative import GenerativeBackend
+from service.backends.onnxruntime import OrtBackend, run_bound
 from service.package import load_package
 from service.settings import Settings
 from tests.fixtures.tiny_generative import make_tiny_gpt2, make_tiny_marian

@@ -5,8 +5,8 @@ beside 1, 15 and 63 other inputs of any length, and padded to each length bucket
 import numpy as np
 import pytest
 
-from service.backend import OrtBackend, choose_variant
-from service.batching import length_buckets
+from service.backends.onnxruntime import OrtBackend, choose_variant
+from service.engine.batching import length_buckets
 from service.package import PackageError, load_package
 from service.settings import Settings
 

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from export.optimize import CPU_DISABLED_OPTIMIZERS, unfuse_skip_layernorm
-from service.backend import CPU_DISABLED_OPTIMIZERS as SERVICE_DISABLED
+from service.backends.onnxruntime import CPU_DISABLED_OPTIMIZERS as SERVICE_DISABLED
 
 D = 16
 

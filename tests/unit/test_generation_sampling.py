@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from service.generation.sampling import (
+from service.engine.generation.sampling import (
     SamplingParams,
     distribution,
     make_rng,

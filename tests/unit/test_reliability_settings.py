@@ -7,7 +7,7 @@ import hmac
 
 from starlette.testclient import TestClient
 
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings, load_settings
 from tests.unit.service_fakes import FakeBackend, make_package
 

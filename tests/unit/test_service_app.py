@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings
 from tests.unit.service_fakes import (
     D_MODEL,
@@ -251,7 +251,7 @@ def test_chunked_body_under_the_limit_is_read(package):
 
 
 def test_usable_cores_follow_the_cgroup_quota(tmp_path):
-    from service.resources import usable_cores
+    from service.cpu import usable_cores
 
     (tmp_path / "cpu.max").write_text("150000 100000\n")
     assert usable_cores(tmp_path) == min(2, usable_cores(tmp_path / "none"))

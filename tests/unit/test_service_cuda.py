@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from service import cuda
-from service.backend import OrtBackend, check_precision, choose_variant
+from service.backends import cuda
+from service.backends.onnxruntime import OrtBackend, check_precision, choose_variant
 from service.package import PackageError, load_package
 from service.settings import Settings
 from tests.unit.service_fakes import FakeBackend, make_package

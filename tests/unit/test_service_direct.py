@@ -1,4 +1,4 @@
-"""The direct routes (service.deps.direct): POST /v1/embed and /v1/embeddings are answered by
+"""The direct routes (service.api.dependencies.direct): POST /v1/embed and /v1/embeddings are answered by
 ServiceMiddleware past FastAPI's stack, with the same errors, metrics and disconnect checks."""
 
 import asyncio
@@ -8,9 +8,9 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.app import create_app
-from service.deps import disconnect_probe
-from service.middleware import ServiceMiddleware
+from service.api.app import create_app
+from service.api.dependencies import disconnect_probe
+from service.api.middleware import ServiceMiddleware
 from service.settings import Settings
 from tests.unit.service_fakes import FakeBackend, make_package
 from tests.unit.test_service_app import assert_error, wait_ready
@@ -108,7 +108,7 @@ def test_disconnect_probe_reads_uvicorns_flag_else_asks_starlette():
 def test_read_body_joins_chunks_and_reports_a_disconnect():
     from starlette.requests import ClientDisconnect, Request
 
-    from service.deps import read_body
+    from service.api.body import read_body
 
     def request(*messages):
         queue = list(messages)

@@ -5,8 +5,9 @@ import base64
 import numpy as np
 import pytest
 
-from service.batching import length_buckets
-from service.postprocess import AttentionSpec, attention_payload, pool, select_attention, topk
+from service.engine.batching import length_buckets
+from service.engine.outputs import attention_payload, pool, select_attention, topk
+from service.engine.params import AttentionSpec
 
 
 def spec(layers=None, heads=None, **kw):
@@ -82,8 +83,8 @@ def test_length_buckets():
 def test_huge_inputs_cost_what_a_long_sentence_costs(tmp_path):
     import time
 
+    from service.engine.tokenizer import TextTokenizer
     from service.errors import Validation
-    from service.tokenizer import TextTokenizer
     from tests.unit.service_fakes import make_package
 
     tok = TextTokenizer(make_package(tmp_path) / "tokenizer.json", 32)
@@ -97,7 +98,7 @@ def test_huge_inputs_cost_what_a_long_sentence_costs(tmp_path):
 
 
 def test_weights_to_f16_is_bit_identical_to_numpys_cast():
-    from service.postprocess import weights_to_f16
+    from service.engine.outputs import weights_to_f16
 
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 3, 40, 40)).astype(np.float32) * 6

@@ -3,7 +3,7 @@
 import numpy as np
 import orjson
 
-from service.serialize import DUMPS, PIECE_BYTES, dumps_in_pieces
+from service.api.serialize import DUMPS, PIECE_BYTES, dumps_in_pieces
 
 
 def test_pieces_make_the_same_bytes_as_one_call():

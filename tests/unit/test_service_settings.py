@@ -2,7 +2,7 @@
 
 import pytest
 
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings, SettingsError, load_settings
 
 

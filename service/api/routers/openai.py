@@ -12,14 +12,16 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Request
 
-from service.compat.openapi import request_body
-from service.compat.schemas import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
-from service.deps import checked_body, direct, disconnect_probe, json_body
+from service.api.body import json_body
+from service.api.compat.openapi import request_body
+from service.api.compat.schemas import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
+from service.api.dependencies import checked_body, direct, disconnect_probe
+from service.api.errors import OPENAI, route_class
+from service.api.responses import json_response
+from service.engine.params import EmbedParams
 from service.errors import InvalidRequest
-from service.postprocess import EmbedParams
-from service.routers.embed import json_response
 
-router = APIRouter(tags=["openai"])  # the API key: checked_body (a direct route: no Depends)
+router = APIRouter(tags=["openai"], route_class=route_class(OPENAI))  # the API key: checked_body (a direct route: no Depends)
 PARSE = json_body(EmbeddingsRequest)
 
 
@@ -43,10 +45,10 @@ async def embeddings(request: Request):
     if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
         inputs = [inputs]
     if not inputs:
-        raise InvalidRequest("'input' is empty", param="input")
+        raise InvalidRequest("'input' is empty", field="inputs")
     d = rt.package.d_model
     if body.dimensions is not None and not 1 <= body.dimensions <= d:
-        raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", param="dimensions")
+        raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", field="dimensions")
     encs, results = await engine.embed(rt, inputs, EmbedParams(), disconnect_probe(request))
     data, n_tokens = [], 0
     for i, (enc, (emb, _)) in enumerate(zip(encs, results, strict=True)):

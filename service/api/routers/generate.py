@@ -11,15 +11,17 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 
-from service.budget import BudgetedResponse, BudgetedStream
-from service.deps import get_engine, json_body, require_api_key
+from service.api.body import json_body
+from service.api.dependencies import get_engine, require_api_key
+from service.api.errors import NATIVE
+from service.api.responses import BudgetedResponse, BudgetedStream
+from service.api.schemas import error_responses
+from service.api.serialize import dumps_in_pieces
 from service.engine import Engine
-from service.errors import APIError, Disconnected, NotReady, TooLarge, Validation
-from service.generation import GenerativeRuntime
-from service.generation.sampling import SamplingParams
-from service.generation.sequence import GenParams, Sequence
-from service.schemas import error_responses
-from service.serialize import dumps_in_pieces
+from service.engine.generation import GenerativeRuntime
+from service.engine.generation.sampling import SamplingParams
+from service.engine.generation.sequence import GenParams, Sequence
+from service.errors import Disconnected, NotReady, ServiceError, TooLarge, Validation
 
 router = APIRouter(tags=["generate"], dependencies=[Depends(require_api_key)])
 
@@ -146,8 +148,8 @@ async def _sse(seq: Sequence, disconnected):
             if ev is None:
                 break
             if isinstance(ev, BaseException):
-                err = ev if isinstance(ev, APIError) else APIError("generation failed")
-                yield _event({"error": {"message": err.message, "type": err.type, "code": err.status}})
+                err = ev if isinstance(ev, ServiceError) else ServiceError("generation failed")
+                yield _event(NATIVE.payload(err))
                 break
             yield _event(ev)
         yield b"data: [DONE]\n\n"

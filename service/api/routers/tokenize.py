@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from service.deps import get_engine, json_body, openapi_body, require_api_key
+from service.api.body import json_body, openapi_body
+from service.api.dependencies import get_engine, require_api_key
+from service.api.responses import json_response
+from service.api.schemas import TokenizeRequest, TokenizeResponse, error_responses
 from service.engine import Engine
-from service.routers.embed import json_response
-from service.schemas import TokenizeRequest, TokenizeResponse, error_responses
 
 router = APIRouter(tags=["tokenize"], dependencies=[Depends(require_api_key)])
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.generation.sequence import Sequence
+from service.engine.generation.sequence import Sequence
 
 I64 = np.int64
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from service.schemas import Usage
+from service.api.schemas import Usage
 
 # -- OpenAI ----------------------------------------------------------------------------------
 

@@ -11,10 +11,10 @@ import logging
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+from service.cpu import lower_thread_priority
+from service.engine.generation.batch import Batch, Stepper, join, keep
+from service.engine.generation.sequence import Sequence
 from service.errors import NotReady, Overloaded
-from service.generation.batch import Batch, Stepper, join, keep
-from service.generation.sequence import Sequence
-from service.resources import lower_thread_priority
 
 log = logging.getLogger("headwise.service")
 
@@ -41,8 +41,7 @@ class Scheduler:
         if self.closed:
             raise NotReady("the server is draining")
         if len(self.waiting) + self.active >= self.max_queue:
-            raise Overloaded(f"{self.max_queue} generations queued or running; try again shortly",
-                             headers={"Retry-After": "1"})
+            raise Overloaded(f"{self.max_queue} generations queued or running; try again shortly")
         self.waiting.append(seq)
         self._wake.set()
 

@@ -1,7 +1,7 @@
 """The FastAPI app: `create_app(settings=None)` builds it; nothing is read at import time.
 
-Layers: routers (HTTP) → Engine (queues, batching) → Backend (onnxruntime). Errors become
-responses only in service.errors.
+Layers: routers (HTTP) → Engine (queues, batching) → backends (onnxruntime). Errors become
+responses only in service.api.errors.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from fastapi import FastAPI
 from starlette.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
-from service import errors
+from service.api import errors
+from service.api.middleware import Activity, ServiceMiddleware
+from service.api.routers import embed, generate, health, kserve, metrics, models, openai, tokenize
+from service.api.schemas import BODY_MODELS
 from service.engine import BackendFactory, Engine
 from service.errors import NotFound
 from service.metrics import Metrics
-from service.middleware import Activity, ServiceMiddleware
-from service.routers import embed, generate, health, kserve, metrics, models, openai, tokenize
-from service.schemas import BODY_MODELS
 from service.settings import Settings, load_settings
 
 log = logging.getLogger("headwise.service")
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parent.parent / "static"
 
 
 SHUTDOWN_MARGIN_S = 2.0  # of the grace period, kept for closing once requests are done
@@ -169,7 +169,8 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     direct = {(method, route.path): route for router in routers for route in router.routes
               if getattr(getattr(route, "endpoint", None), "direct", False) for method in route.methods}
     app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes,
-                       activity=app.state.activity, direct=direct)
+                       activity=app.state.activity, direct=direct,
+                       routes=[route for router in routers for route in router.routes])
 
     @app.get("/", include_in_schema=False)
     async def index():

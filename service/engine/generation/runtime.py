@@ -9,16 +9,16 @@ import time
 import numpy as np
 from tokenizers import Tokenizer
 
+from service.backends.generative import GenerativeBackend
+from service.engine.generation.batch import Stepper
+from service.engine.generation.sampling import SamplingParams
+from service.engine.generation.scheduler import Scheduler
+from service.engine.generation.sequence import AttentionSel, GenParams, Sequence
+from service.engine.tokenizer import TextTokenizer
 from service.errors import InvalidRequest, TooLarge, Validation
-from service.generation.batch import Stepper
-from service.generation.sampling import SamplingParams
-from service.generation.scheduler import Scheduler
-from service.generation.sequence import AttentionSel, GenParams, Sequence
-from service.generation.sessions import GenerativeBackend
 from service.metrics import Metrics
 from service.package import ModelPackage
 from service.settings import Settings
-from service.tokenizer import TextTokenizer
 
 FAULT = "__headwise_fault__:"
 

@@ -16,30 +16,28 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from service.budget import BudgetedResponse
-from service.compat import v2tensors as v2
-from service.compat.openapi import request_body
-from service.compat.schemas import (
+from service.api.body import read_body
+from service.api.compat import v2tensors as v2
+from service.api.compat.openapi import request_body
+from service.api.compat.schemas import (
     V2Error,
     V2InferRequest,
     V2InferResponse,
     V2ModelMetadata,
     V2ServerMetadata,
 )
-from service.deps import disconnect_probe, get_engine, read_body, require_api_key
-from service.engine import Engine, ModelRuntime
+from service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from service.api.errors import KSERVE, UnsupportedMediaType, route_class
+from service.api.responses import BudgetedResponse, json_response, probe
+from service.engine import EncoderRuntime, Engine
+from service.engine.params import JSON_VALUE_BYTES, EmbedParams
 from service.errors import (
     InvalidRequest,
     NotFound,
     TooLarge,
-    UnsupportedMediaType,
-    error_response,
-    route_of,
 )
-from service.postprocess import JSON_VALUE_BYTES, EmbedParams
-from service.routers.embed import json_response
 
-router = APIRouter(tags=["kserve v2"])
+router = APIRouter(tags=["kserve v2"], route_class=route_class(KSERVE))
 AUTH = [Depends(require_api_key)]
 ERRORS = {c: {"model": V2Error} for c in (400, 401, 404, 413, 422, 429, 503)}
 INPUT = "text"
@@ -49,14 +47,14 @@ BINARY_DOC = {"application/octet-stream": {"schema": {"type": "string", "format"
               "bytes), then each binary input's bytes in order"}}
 
 
-def _runtime(engine: Engine, model: str, version: str | None) -> ModelRuntime:
+def _runtime(engine: Engine, model: str, version: str | None) -> EncoderRuntime:
     rt = engine.get(model)
     if version is not None and version != rt.package.version:
         raise NotFound(f"model {rt.name} has no version {version}; served: {rt.package.version}")
     return rt
 
 
-def outputs_of(rt: ModelRuntime) -> list[dict]:
+def outputs_of(rt: EncoderRuntime) -> list[dict]:
     p = rt.package
     out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.d_model]},
            {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
@@ -75,18 +73,13 @@ async def server_metadata(request: Request):
 
 
 @router.get("/v2/health/live", responses=ERRORS)
-async def live(request: Request, engine: Engine = Depends(get_engine)):
-    if engine.failed:
-        return error_response(503, "not_ready", "model failed to load; see the server log", path=route_of(request))
-    return json_response({"live": True})
+async def live(engine: Engine = Depends(get_engine)):
+    return probe(KSERVE, engine.check_live, {"live": True})
 
 
 @router.get("/v2/health/ready", responses=ERRORS)
-async def ready(request: Request, engine: Engine = Depends(get_engine)):
-    if engine.draining or not engine.ready:
-        msg = "draining" if engine.draining else "model not loaded or warming up"
-        return error_response(503, "not_ready", msg, path=route_of(request))
-    return json_response({"ready": True})
+async def ready(engine: Engine = Depends(get_engine)):
+    return probe(KSERVE, engine.check_ready, {"ready": True})
 
 
 @router.get("/v2/models/{model}/ready", responses=ERRORS)
@@ -95,9 +88,7 @@ async def model_ready(model: str, request: Request, version: str | None = None,
                       engine: Engine = Depends(get_engine)):
     rt = _runtime(engine, model, version)
     request.state.model = rt.name
-    if not (rt.ready and engine.ready) or engine.draining:
-        return error_response(503, "not_ready", f"model {rt.name} is not ready", path=route_of(request))
-    return json_response({"name": rt.name, "ready": True})
+    return probe(KSERVE, lambda: engine.check_ready(rt), {"name": rt.name, "ready": True})
 
 
 @router.get("/v2/models/{model}", response_model=V2ModelMetadata, dependencies=AUTH, responses=ERRORS)
@@ -197,7 +188,7 @@ def _texts(header: dict, binary: memoryview) -> list[str]:
     return texts
 
 
-def _outputs(header: dict, rt: ModelRuntime, binary_default: bool) -> dict[str, bool]:
+def _outputs(header: dict, rt: EncoderRuntime, binary_default: bool) -> dict[str, bool]:
     """→ {output name: as binary?}, in the requested order."""
     asked = header.get("outputs")
     if asked is None:
@@ -238,7 +229,7 @@ def _pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
     return out
 
 
-def _respond(rt: ModelRuntime, header: dict, want: dict[str, bool], lengths: list[int], found: dict,
+def _respond(rt: EncoderRuntime, header: dict, want: dict[str, bool], lengths: list[int], found: dict,
              att_dtype: str) -> tuple[bytes, int | None]:
     t = max(lengths)
     arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)}
@@ -261,7 +252,7 @@ def _respond(rt: ModelRuntime, header: dict, want: dict[str, bool], lengths: lis
     return v2.encode_response(head, buffers)
 
 
-def _response_bound(rt: ModelRuntime, want: dict[str, bool], lengths: list[int], spec) -> int:
+def _response_bound(rt: EncoderRuntime, want: dict[str, bool], lengths: list[int], spec) -> int:
     """The bytes the padded output tensors take in the body: raw when binary, else as JSON."""
     n, t, p = len(lengths), max(lengths), rt.package
     cells = {"attention_mask": n * t, "sentence_embedding": n * p.d_model, "last_hidden_state": n * t * p.d_model,

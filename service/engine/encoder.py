@@ -1,30 +1,23 @@
-"""The engine: loaded models, their tokenizers, backends and queues (docs/architecture.md).
-
-Routers call `Engine.embed` / `Engine.tokenize`; those raise service.errors exceptions for
-client mistakes and never touch HTTP.
-"""
+"""A served encoder model: its tokenizer, backend and one batcher per variant; it turns a
+batch of tokenised inputs into per-input results on the batcher's inference thread."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 
 import numpy as np
 
-from service.backend import Backend, OrtBackend, check_precision
-from service.batching import Batcher, Entry, Job, Limits, length_buckets
-from service.budget import ResponseBudget
-from service.errors import APIError, InvalidRequest, NotFound, NotReady, TooLarge, Validation
-from service.generation import GenerativeRuntime
+from service.backends.onnxruntime import Backend
+from service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
+from service.engine.outputs import attention_payload, pool
+from service.engine.params import AttentionSpec, EmbedParams, response_bytes
+from service.engine.tokenizer import Encoded, TextTokenizer
+from service.errors import ServiceError, TooLarge, Validation
 from service.metrics import Metrics, ModelSeries, QueueHooks
-from service.package import ModelPackage, find_packages, variant_facts
-from service.postprocess import AttentionSpec, EmbedParams, attention_payload, pool, response_bytes
-from service.resources import lower_thread_priority
+from service.package import ModelPackage, variant_facts
 from service.settings import Settings
-from service.tokenizer import Encoded, TextTokenizer
 
 log = logging.getLogger("headwise.service")
 
@@ -48,12 +41,12 @@ def inject_fault(entries: list[Entry]) -> None:
                 raise RuntimeError("injected backend fault")
 
 
-def _token_ids(inputs) -> bool:
+def token_ids(inputs) -> bool:
     """Pre-tokenised inputs (lists of ids, e.g. OpenAI's token-array input) rather than texts."""
     return bool(inputs) and not isinstance(inputs[0], str)
 
 
-class ModelRuntime:
+class EncoderRuntime:
     def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
         self.package = package
         self.settings = settings
@@ -158,7 +151,7 @@ class ModelRuntime:
         client error that ends it: 422 over max_len without truncation, 413 over the budget."""
         out: list = [None] * len(jobs)
         for i, job in enumerate(jobs):
-            if _token_ids(job.inputs):
+            if token_ids(job.inputs):
                 try:
                     out[i] = self._entries(job, self.tokenizer.from_ids(job.inputs))
                 except Exception as e:
@@ -263,113 +256,4 @@ def _unlinked(e: Exception) -> Exception:
     frame that stores the error in `out`, a cycle that kept the refused job's tokens (hundreds
     of MB for a large request refused for length) alive until a full garbage collection.
     Other errors keep theirs, for the log."""
-    return e.with_traceback(None) if isinstance(e, APIError) else e
-
-
-class Engine:
-    def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None):
-        self.settings = settings
-        self.metrics = metrics
-        self.responses = ResponseBudget(settings.max_inflight_response_bytes, metrics.response_bytes)
-        self.backend_factory = backend_factory or OrtBackend
-        self.models: dict[str, ModelRuntime] = {}
-        self.ready = False
-        self.draining = False
-        self.failed: str | None = None
-        self._tok_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="headwise-tok")
-
-    def load_packages(self) -> None:
-        """Read and verify every package (hashes included); raises PackageError."""
-        packages = find_packages(self.settings.models_dir)
-        check_precision(packages, self.settings.precision, self.settings.provider)
-        for pkg in packages:
-            cls = GenerativeRuntime if pkg.generative else ModelRuntime
-            self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
-
-    def prepare(self) -> None:
-        """Create sessions and warm up (blocking: run it off the event loop), on a thread of
-        lower priority whose onnxruntime pools inherit it (see lower_thread_priority)."""
-        with ThreadPoolExecutor(max_workers=1, initializer=lower_thread_priority) as pool:
-            pool.submit(self._prepare).result()
-
-    def _prepare(self) -> None:
-        for rt in self.models.values():
-            rt.load(self.backend_factory)
-            t0 = time.perf_counter()
-            rt.warm_up()
-            log.info("model %s warmed up in %.2fs", rt.name, time.perf_counter() - t0)
-
-    def start(self) -> None:
-        for rt in self.models.values():
-            rt.start()
-            rt.ready = True
-        self.ready = True
-
-    def abort(self) -> None:
-        """Grace period over: every request still waiting gets 503 now."""
-        for rt in self.models.values():
-            for b in rt.batchers.values():
-                b.abort(NotReady("server shutting down; the grace period is over"))
-
-    async def close(self, timeout: float = 5.0) -> None:
-        self.ready = False
-        for rt in self.models.values():
-            for b in rt.batchers.values():
-                await b.close(timeout)
-        self._tok_pool.shutdown(wait=False, cancel_futures=True)
-
-    # -- used by routers -------------------------------------------------------------------
-    def get(self, name: str | None) -> ModelRuntime:
-        if name is None:
-            if len(self.models) == 1:
-                return next(iter(self.models.values()))
-            raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
-        rt = self.models.get(name)
-        if rt is None:
-            raise NotFound(f"no model by that name; served: {', '.join(sorted(self.models))}")
-        return rt
-
-    def _check(self, texts: list[str]) -> None:
-        if not texts:
-            raise InvalidRequest("'inputs' is empty")
-        if len(texts) > self.settings.max_client_batch:
-            raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request")
-        cap = self.settings.max_input_chars
-        for i, t in enumerate(texts):  # before any tokenisation: a huge string costs a len()
-            if isinstance(t, str) and len(t) > cap:
-                raise TooLarge(f"inputs[{i}] has {len(t)} characters; at most {cap} per input")
-        if not self.ready or self.draining:
-            raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
-
-    async def _encode(self, rt: ModelRuntime, texts: list[str], truncate: bool) -> list[Encoded]:
-        t0 = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        encs = await loop.run_in_executor(self._tok_pool, rt.tokenizer.encode, texts, truncate)
-        self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
-        return encs
-
-    async def tokenize(self, rt: ModelRuntime, texts: list[str], truncate: bool) -> list[Encoded]:
-        self._check(texts)
-        return await self._encode(rt, texts, truncate)
-
-    async def embed(self, rt: ModelRuntime, texts: list[str], params: EmbedParams,
-                    is_disconnected: Callable[[], Awaitable[bool]] | None = None):
-        """→ (encodings, [(embedding, attention payload | None)] per input). Tokenised on the
-        batcher's thread together with whatever else is waiting. `texts` may be token-id lists
-        instead, used as they are (no special tokens added)."""
-        self._check(texts)
-        if isinstance(rt, GenerativeRuntime):
-            raise Validation(rt.not_an_encoder())
-        if _token_ids(texts):
-            rt.tokenizer.check_ids(texts)
-        role = "attention" if params.attention is not None else "embed"
-        batcher = rt.batchers.get(role)
-        if batcher is None:
-            raise Validation(f"model {rt.name!r} has no attention variant")
-        job = Job(len(texts), inputs=texts, params=params, is_disconnected=is_disconnected)
-        results = await batcher.submit(job)
-        encs = job.prepared
-        if params.attention is not None:
-            rt.series.attention_bytes.inc(
-                sum(params.attention.returned_bytes(e.length) for e in encs))
-        return encs, results
+    return e.with_traceback(None) if isinstance(e, ServiceError) else e

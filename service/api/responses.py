@@ -1,59 +1,48 @@
-"""The process-wide budget of response bytes being built or sent (HEADWISE_MAX_INFLIGHT_RESPONSE_BYTES).
-
-Every request's response is counted as it will be serialised (service.postprocess.response_bytes)
-from the moment its results are in until its last byte has gone to the client's connection.
-A request that would take the total past the budget is turned away (429, Retry-After), so
-that any mix of valid requests keeps the process inside its memory limit.
-"""
+"""Responses of the native and compatible routes: JSON bodies, and bodies counted against the
+process's in-flight response budget (service.engine.budget) until their last byte is sent."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
+import orjson
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from service.errors import Overloaded
+from service.api.errors import Protocol
+from service.api.serialize import dumps_in_pieces
+from service.engine.budget import Reservation, ResponseBudget
+from service.errors import NotReady
+
+DUMPS = orjson.OPT_SERIALIZE_NUMPY
+BIG = 1 << 16  # response bytes above which the JSON is written off the event loop
 
 
-class ResponseBudget:
-    """`gauge`: where `used` is shown (headwise_response_bytes_inflight), if anywhere."""
-
-    def __init__(self, limit: int, gauge=None):
-        self.limit = limit
-        self.used = 0
-        self._gauge = gauge
-
-    def reserve(self, n: int) -> Reservation:
-        if n > 0 and self.used + n > self.limit:
-            raise Overloaded(f"responses being sent take {self.used} of {self.limit} bytes; this one needs {n}",
-                             headers={"Retry-After": "1"})
-        self._add(n)
-        return Reservation(self, n)
-
-    def _add(self, n: int) -> None:
-        self.used += n
-        if self._gauge is not None:
-            self._gauge.set(self.used)
+def json_response(payload: dict) -> Response:
+    return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
 
 
-class Reservation:
-    """Held until `release` (idempotent): by a BudgetedResponse once it has been sent. As a
-    context manager, released when its block raises (the answer will never be sent)."""
+def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response:
+    """A health probe's answer: `ok`, or `check`'s NotReady in the protocol's shape (not counted
+    as a failed request: a probe saying "not yet" is doing its job)."""
+    try:
+        check()
+    except NotReady as e:
+        return protocol.error(e)
+    return json_response(ok)
 
-    def __init__(self, budget: ResponseBudget, n: int):
-        self._budget, self.n = budget, n
 
-    def release(self) -> None:
-        if self.n:
-            self._budget._add(-self.n)
-            self.n = 0
-
-    def __enter__(self) -> Reservation:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.release()
+async def budgeted_json(budget: ResponseBudget, size: int, build) -> Response:
+    """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
+    `size` (the response's serialised bound) is large, and counted against the process's
+    in-flight response budget until sent (Overloaded when it does not fit)."""
+    with budget.reserve(size) as reservation:
+        if size > BIG:
+            body = await run_in_threadpool(lambda: dumps_in_pieces(build()))
+        else:
+            body = orjson.dumps(build(), option=DUMPS)
+    return BudgetedResponse(body, reservation)
 
 
 CHUNK = 1 << 20  # bytes handed to the server per send

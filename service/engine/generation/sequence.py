@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.generation.sampling import SamplingParams, make_rng, pick, suppress
-from service.postprocess import DTYPES, encode_array, written_bytes
+from service.engine.generation.sampling import SamplingParams, make_rng, pick, suppress
+from service.engine.outputs import encode_array
+from service.engine.params import DTYPES, written_bytes
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from service.deps import get_engine, require_api_key
+from service.api.dependencies import get_engine, require_api_key
+from service.api.responses import json_response
+from service.api.schemas import ModelCard, ModelList, error_responses
 from service.engine import Engine
-from service.routers.embed import json_response
-from service.schemas import ModelCard, ModelList, error_responses
 
 router = APIRouter(tags=["models"], dependencies=[Depends(require_api_key)])
 

@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import orjson
 from fastapi import APIRouter, Request
-from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
 
-from service.budget import BudgetedResponse
-from service.deps import checked_body, direct, disconnect_probe, json_body, openapi_body
-from service.postprocess import EmbedParams, response_bytes
-from service.schemas import EmbedRequest, EmbedResponse, error_responses
-from service.serialize import dumps_in_pieces
+from service.api.body import json_body, openapi_body
+from service.api.dependencies import checked_body, direct, disconnect_probe
+from service.api.responses import budgeted_json
+from service.api.schemas import EmbedRequest, EmbedResponse, error_responses
+from service.engine.params import EmbedParams, response_bytes
 
 router = APIRouter(tags=["embed"])  # the API key: checked_body (a direct route: no Depends)
 
-DUMPS = orjson.OPT_SERIALIZE_NUMPY
-BIG = 1 << 16  # response bytes above which the JSON is written off the event loop
 PARSE = json_body(EmbedRequest)
-
-
-def json_response(payload: dict) -> Response:
-    return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
-
-
-async def budgeted_json(engine, size: int, build) -> Response:
-    """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
-    `size` (the response's serialised bound) is large, and counted against the process's
-    in-flight response budget until sent (429 when it does not fit)."""
-    with engine.responses.reserve(size) as reservation:
-        if size > BIG:
-            body = await run_in_threadpool(lambda: dumps_in_pieces(build()))
-        else:
-            body = orjson.dumps(build(), option=DUMPS)
-    return BudgetedResponse(body, reservation)
 
 
 @router.post("/v1/embed", response_model=EmbedResponse, openapi_extra=openapi_body(EmbedRequest),
@@ -64,4 +43,4 @@ async def embed(request: Request):
         return {"model": rt.name, "data": data, "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
     size = sum(response_bytes(params, e.length, rt.package.d_model) for e in encs)
-    return await budgeted_json(engine, size, build)
+    return await budgeted_json(engine.responses, size, build)

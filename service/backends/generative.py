@@ -3,7 +3,7 @@ encoder/decoder_step) and its `.attention` form, with backend.py's provider logi
 
 from __future__ import annotations
 
-from service.backend import OrtBackend
+from service.backends.onnxruntime import OrtBackend
 
 
 class GenerativeBackend(OrtBackend):

@@ -11,9 +11,9 @@ from typing import Protocol
 
 import numpy as np
 
-from service import cuda
+from service.backends import cuda
+from service.cpu import usable_cores
 from service.package import ModelPackage, PackageError
-from service.resources import usable_cores
 from service.settings import Settings
 
 log = logging.getLogger("headwise.service")

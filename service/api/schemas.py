@@ -137,7 +137,7 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-BODY_MODELS = (EmbedRequest, TokenizeRequest)  # parsed by service.deps.json_body
+BODY_MODELS = (EmbedRequest, TokenizeRequest)  # parsed by service.api.dependencies.json_body
 
 
 def error_responses(*codes: int) -> dict:

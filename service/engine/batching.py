@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from service.cpu import lower_thread_priority
 from service.errors import Disconnected, NotReady, Overloaded
-from service.resources import lower_thread_priority
 
 IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
 
@@ -130,8 +130,7 @@ class Batcher:
 
     def check_room(self, n: int) -> None:
         if self.depth + n > self.limits.max_queue:
-            raise Overloaded(f"queue full ({self.limits.max_queue} inputs waiting); retry shortly",
-                             headers={"Retry-After": "1"})
+            raise Overloaded(f"queue full ({self.limits.max_queue} inputs waiting); retry shortly")
 
     def submit(self, job: Job, entries: list[Entry] | None = None) -> asyncio.Future:
         """Queue a job: its entries, or (None) its raw inputs for `prepare` to tokenise."""

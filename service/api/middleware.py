@@ -1,6 +1,6 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): body size
 limit, in-flight gauge and count (for draining), per-route request counts and latency,
-security headers on the viewer's page and files, and the direct routes (service.deps.direct):
+security headers on the viewer's page and files, and the direct routes (service.api.dependencies.direct):
 the hot POST routes, called from here rather than through FastAPI's stack."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 
 from starlette.requests import Request
 
-from service import errors
-from service.errors import error_response
+from service.api import errors
+from service.api.errors import NATIVE
 from service.http_protocol import body_pending
 from service.metrics import Metrics
 
@@ -32,8 +32,9 @@ class Activity:
 
 class ServiceMiddleware:
     def __init__(self, app, metrics: Metrics, max_body_bytes: int, activity: Activity | None = None,
-                 direct: dict | None = None):
+                 direct: dict | None = None, routes: list | None = None):
         self.app = app
+        self.routes = routes or []  # the app's, to find a refused request's protocol
         self.direct = direct or {}  # (method, path) → the FastAPI route of a direct endpoint
         self.metrics = metrics
         self.max_body = max_body_bytes
@@ -66,8 +67,8 @@ class ServiceMiddleware:
                 m.request_failures.labels(model="", reason="too_large").inc()
                 # in the route's protocol shape (KServe, OpenAI, native); and the connection
                 # closes, since the unread rest of the body must not be read as a next request
-                resp = error_response(413, "too_large", f"request body over {self.max_body} bytes",
-                                      {"Connection": "close"}, path=path.rstrip("/") or "/")
+                resp = self._protocol(scope).response(413, "too_large", f"request body over {self.max_body} bytes",
+                                                      {"Connection": "close"})
                 await resp(scope, receive, send)
             elif (route := self.direct.get((scope["method"], path))) is not None:
                 scope["route"] = route  # for the metrics' label and the error shape, as routing would
@@ -82,6 +83,14 @@ class ServiceMiddleware:
             count, duration = self._series(route, model, status)
             count.inc()
             duration.observe(time.perf_counter() - t0)
+
+    def _protocol(self, scope):
+        """The protocol of the route `scope` would reach (before routing: a refusal)."""
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match.name != "NONE":
+                return getattr(route, "protocol", NATIVE)
+        return NATIVE
 
     @staticmethod
     async def _call_direct(endpoint, scope, receive, send) -> None:
