@@ -87,6 +87,7 @@ def main(args: argparse.Namespace) -> int:
     # make that an exit 0, with no KeyboardInterrupt traceback.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
+    from service import fastpath
     from service.http_protocol import UVICORN_HTTP
 
     options = dict(host=settings.host, port=settings.port, loop="uvloop", http=UVICORN_HTTP,
@@ -101,13 +102,13 @@ def main(args: argparse.Namespace) -> int:
             def stop() -> None:
                 server.should_exit = True
 
-            app = create_app(settings, on_fatal=stop)
+            app = fastpath.install(create_app(settings, on_fatal=stop))
             server = uvicorn.Server(uvicorn.Config(app, **options))
             server.run()
             code = 3 if not server.started or app.state.engine.failed else 0
             _exit_if_stuck(code)
             return code
-        uvicorn.run("service.api.app:create_app", factory=True, workers=settings.workers, **options)
+        uvicorn.run(fastpath.FACTORY, factory=True, workers=settings.workers, **options)
         return 0
     finally:
         if made_dir:

@@ -6,15 +6,26 @@ Messages never carry a stack trace or the client's input.
 
 from __future__ import annotations
 
+FIELD = "{field}"  # in a message: where the field's name goes, as the request's protocol names it
+
 
 class ServiceError(Exception):
     """`field`: the request field at fault, in the engine's vocabulary ("inputs", "dimensions");
-    a protocol may name it its own way (OpenAI's `param`)."""
+    a protocol may name it its own way (OpenAI's `input`), in its body and in the message."""
 
     def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
         self.message = message
         self.field = field
+
+    def render(self, names: dict[str, str] | None = None) -> str:
+        """The message, the field named as `names` (a protocol's) calls it."""
+        if self.field is None:
+            return self.message
+        return self.message.replace(FIELD, (names or {}).get(self.field, self.field))
+
+    def __str__(self) -> str:
+        return self.render()
 
 
 class InvalidRequest(ServiceError):

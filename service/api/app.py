@@ -153,8 +153,8 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         docs_url="/docs" if settings.docs else None,
         redoc_url="/redoc" if settings.docs else None,
         openapi_url="/openapi.json" if settings.docs else None,
-        # Off unless asked: its per-request "is an SDK configured?" check was 10% of the event
-        # loop's work under load (bench/results/experiments-cpu.md).
+        # Off unless asked: its per-request "is an SDK configured?" check is a visible share of
+        # the event loop's work under load (bench/results/experiments-cpu.md).
         telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
@@ -166,10 +166,9 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     routers = [r.router for r in (embed, tokenize, models, health, metrics, generate, openai, kserve)]
     for router in routers:
         app.include_router(router)
-    direct = {(method, route.path): route for router in routers for route in router.routes
-              if getattr(getattr(route, "endpoint", None), "direct", False) for method in route.methods}
+    app.state.shortcuts = {}  # filled by service.fastpath under `headwise serve`
     app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes,
-                       activity=app.state.activity, direct=direct,
+                       activity=app.state.activity, shortcuts=app.state.shortcuts,
                        routes=[route for router in routers for route in router.routes])
 
     @app.get("/", include_in_schema=False)

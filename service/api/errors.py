@@ -75,11 +75,11 @@ class Protocol:
     def payload(self, exc: ServiceError) -> dict:
         """The error body, for an error met after the response started (a stream's event)."""
         s = self.status_of(exc)
-        return self.body(s.code, s.type, exc.message, self.fields.get(exc.field, exc.field))
+        return self.body(s.code, s.type, exc.render(self.fields), self.fields.get(exc.field, exc.field))
 
     def error(self, exc: ServiceError) -> Response:
         s = self.status_of(exc)
-        return self.response(s.code, s.type, exc.message, s.headers, exc.field)
+        return self.response(s.code, s.type, exc.render(self.fields), s.headers, exc.field)
 
 
 NATIVE = Protocol("native", {
@@ -117,7 +117,7 @@ KSERVE = Protocol("kserve v2", {
     Overloaded: Status(429, "overloaded", RETRY),
     NotReady: Status(503, "not_ready"),
     ServiceError: Status(500, "internal"),
-}, lambda code, type_, message, param: {"error": message})
+}, lambda code, type_, message, param: {"error": message}, fields={"inputs": "text"})
 
 
 def route_class(protocol: Protocol) -> type[APIRoute]:

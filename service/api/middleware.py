@@ -1,17 +1,14 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): body size
 limit, in-flight gauge and count (for draining), per-route request counts and latency,
-security headers on the viewer's page and files, and the direct routes (service.api.dependencies.direct):
-the hot POST routes, called from here rather than through FastAPI's stack."""
+security headers on the viewer's page and files. `shortcuts` ((method, path) → an ASGI
+callable) are answered here rather than by the app's router: empty in the plain app; filled by
+the fast path `headwise serve` installs (service.fastpath)."""
 
 from __future__ import annotations
 
 import time
 
-from starlette.requests import Request
-
-from service.api import errors
 from service.api.errors import NATIVE
-from service.http_protocol import body_pending
 from service.metrics import Metrics
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -25,17 +22,20 @@ class Activity:
 
     def __init__(self) -> None:
         self.receives: set = set()
+        # whether a request is still waiting for its client to send the body: only the server
+        # knows (service.http_protocol.body_pending under `headwise serve`)
+        self.body_pending = lambda receive: False
 
     def busy(self) -> int:
-        return sum(1 for r in self.receives if not body_pending(r))
+        return sum(1 for r in self.receives if not self.body_pending(r))
 
 
 class ServiceMiddleware:
     def __init__(self, app, metrics: Metrics, max_body_bytes: int, activity: Activity | None = None,
-                 direct: dict | None = None, routes: list | None = None):
+                 shortcuts: dict | None = None, routes: list | None = None):
         self.app = app
         self.routes = routes or []  # the app's, to find a refused request's protocol
-        self.direct = direct or {}  # (method, path) → the FastAPI route of a direct endpoint
+        self.shortcuts = shortcuts if shortcuts is not None else {}
         self.metrics = metrics
         self.max_body = max_body_bytes
         self.activity = activity or Activity()
@@ -70,9 +70,8 @@ class ServiceMiddleware:
                 resp = self._protocol(scope).response(413, "too_large", f"request body over {self.max_body} bytes",
                                                       {"Connection": "close"})
                 await resp(scope, receive, send)
-            elif (route := self.direct.get((scope["method"], path))) is not None:
-                scope["route"] = route  # for the metrics' label and the error shape, as routing would
-                await self._call_direct(route.endpoint, scope, receive, send_wrapper)
+            elif (shortcut := self.shortcuts.get((scope["method"], path))) is not None:
+                await shortcut(scope, receive, send_wrapper)
             else:
                 await self.app(scope, receive, send_wrapper)
         finally:
@@ -91,15 +90,6 @@ class ServiceMiddleware:
             if match.name != "NONE":
                 return getattr(route, "protocol", NATIVE)
         return NATIVE
-
-    @staticmethod
-    async def _call_direct(endpoint, scope, receive, send) -> None:
-        request = Request(scope, receive)
-        try:
-            response = await endpoint(request)
-        except Exception as exc:  # what FastAPI's exception handlers would answer
-            response = await errors.handle(request, exc)
-        await response(scope, receive, send)
 
     def _series(self, route: str, model: str, status: int):
         """The (counter, histogram) children for these labels; looked up once, then cached

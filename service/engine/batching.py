@@ -49,7 +49,6 @@ class Job:
     inputs: Any = None  # raw texts, for `prepare`
     params: Any = None
     is_disconnected: Callable[[], Awaitable[bool]] | None = None
-    prepared: Any = None  # what `prepare` attached (the encodings)
     future: asyncio.Future | None = None
     results: list = field(default_factory=list)
     left: int = 0
@@ -71,6 +70,7 @@ class Entry:
     index: int
     ids: np.ndarray
     type_ids: np.ndarray
+    encoding: Any = None  # what the ids came from, handed back with the result
 
     @property
     def length(self) -> int:
@@ -97,8 +97,8 @@ class Batcher:
                  prepare: Prepare | None = None, pad_to_bucket: bool = True):
         self.run_batch = run_batch
         # CUDA wants a few fixed shapes (IOBinding buffers, graph capture); onnxruntime's CPU
-        # kernels take any length, so there a batch is padded only to its longest input
-        # (measured: fp32 at 16 clients 70% → 82% of the ceiling; bench/results/experiments-cpu.md).
+        # kernels take any length, so there a batch is padded only to its longest input (less
+        # padding is less work: bench/results/experiments-cpu.md).
         self.pad_to_bucket = pad_to_bucket
         self.prepare = prepare
         self.limits = limits

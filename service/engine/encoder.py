@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 
 from service.backends.onnxruntime import Backend
 from service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
 from service.engine.outputs import attention_payload, pool
-from service.engine.params import AttentionSpec, EmbedParams, response_bytes
+from service.engine.params import AttentionSpec, Embedded, EmbedParams, EmbedResult, response_bytes
 from service.engine.tokenizer import Encoded, TextTokenizer
 from service.errors import ServiceError, TooLarge, Validation
 from service.metrics import Metrics, ModelSeries, QueueHooks
@@ -80,19 +80,38 @@ class EncoderRuntime:
             "ready": self.ready,
         }
 
-    def attention_spec(self, layers, heads, format, top_k, dtype, encoding) -> AttentionSpec:
-        p = self.package
-        for what, sel, n in (("layers", layers, p.n_layers), ("heads", heads, p.n_heads)):
-            if sel is not None:
-                bad = [i for i in sel if not 0 <= i < n]
-                if bad or not sel:
-                    raise Validation(f"attention.{what}: each must be in 0..{n - 1} and the list non-empty")
-        return AttentionSpec(
-            layers=tuple(layers) if layers is not None else tuple(range(p.n_layers)),
-            heads=tuple(heads) if heads is not None else tuple(range(p.n_heads)),
-            all_layers=layers is None, all_heads=heads is None,
-            format=format, top_k=top_k, dtype=dtype, encoding=encoding,
-        )
+    def attention_spec(self, layers, heads, **how) -> AttentionSpec:
+        """Raises Validation for indices out of range."""
+        return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
+
+    # -- the operations (event loop) ------------------------------------------------------------
+    async def embed(self, inputs: list, params: EmbedParams,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
+        """Tokenised on the batcher's thread together with whatever else is waiting. `inputs`
+        may be token-id lists instead of texts, used as they are (no special tokens added)."""
+        if token_ids(inputs):
+            self.tokenizer.check_ids(inputs)
+        role = "attention" if params.attention is not None else "embed"
+        batcher = self.batchers.get(role)
+        if batcher is None:
+            raise Validation(f"model {self.name!r} has no attention variant")
+        job = Job(len(inputs), inputs=inputs, params=params, is_disconnected=is_disconnected)
+        data: list[Embedded] = await batcher.submit(job)
+        if params.attention is not None:
+            self.series.attention_bytes.inc(sum(params.attention.returned_bytes(e.encoding.length) for e in data))
+        return EmbedResult(self.name, self.package.version, data)
+
+    async def generate(self, ask, budget):
+        raise Validation(f"model {self.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
+                         "serves decoder and encoder-decoder models")
+
+    def abort(self, exc: Exception) -> None:
+        for b in self.batchers.values():
+            b.abort(exc)
+
+    async def close(self, timeout: float) -> None:
+        for b in self.batchers.values():
+            await b.close(timeout)
 
     # -- runs on the batcher's inference thread ---------------------------------------------
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
@@ -110,7 +129,7 @@ class EncoderRuntime:
         outputs = []
         if any(pooled):
             outputs.append("sentence_embedding")
-        if not all(pooled):
+        if any(e.job.params.tokens or (e.job.params.sentence and not p) for e, p in zip(entries, pooled, strict=True)):
             outputs.append("last_hidden_state")
         # A dense float16 answer reads the graph's own float16 weights where the package has
         # them (half the bytes off the device, no cast here); others read the float32 ones.
@@ -135,15 +154,15 @@ class EncoderRuntime:
         for i, e in enumerate(entries):
             p: EmbedParams = e.job.params
             t = e.length
-            if p.output == "tokens":
-                emb = np.ascontiguousarray(out["last_hidden_state"][i, :t])
-            elif pooled[i]:
-                emb = out["sentence_embedding"][i]
-            else:
-                emb = pool(out["last_hidden_state"][i, :t], pkg.pooling, p.normalize)
+            tokens = np.ascontiguousarray(out["last_hidden_state"][i, :t]) if p.tokens else None
+            sentence = None
+            if pooled[i]:
+                sentence = out["sentence_embedding"][i]
+            elif p.sentence:
+                sentence = pool(out["last_hidden_state"][i, :t], pkg.pooling, p.normalize)
             att = (attention_payload(out["attentions_f16" if f16[i] else "attentions"][i], t, p.attention)
                    if p.attention else None)
-            results.append((emb, att))
+            results.append(Embedded(e.encoding, sentence, tokens, att))
         return results
 
     def prepare(self, jobs: list[Job]) -> list:
@@ -179,11 +198,15 @@ class EncoderRuntime:
         self.tokenizer.check(encs)
         spec = job.params.attention
         if spec is not None:
-            need = sum(spec.nbytes(e.length) for e in encs)
+            if job.params.padded_attention:
+                need = len(encs) * spec.nbytes(max(e.length for e in encs))
+            else:
+                need = sum(spec.nbytes(e.length) for e in encs)
             budget = self.settings.attention_budget_bytes
             if need > budget:
-                raise TooLarge(f"asked-for attention is {need} bytes, over the budget of {budget}; "
-                               "ask for fewer layers, heads or inputs")
+                what = "the padded attention tensor" if job.params.padded_attention else "asked-for attention"
+                raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
+                               "heads or inputs" + (", or inputs of similar length" if job.params.padded_attention else ""))
         answer = sum(response_bytes(job.params, e.length, self.package.d_model) for e in encs)
         if answer > self.settings.max_response_bytes:
             raise TooLarge(f"the response asked for takes up to {answer} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
@@ -192,11 +215,10 @@ class EncoderRuntime:
         hist = self.series.input_tokens
         for e in encs:
             hist.observe(e.length)
-        job.prepared = encs
-        return [Entry(job, i, e.ids, e.type_ids) for i, e in enumerate(encs)]
+        return [Entry(job, i, e.ids, e.type_ids, e) for i, e in enumerate(encs)]
 
     def _use_pooled(self, p: EmbedParams) -> bool:
-        return p.output == "sentence" and p.normalize == self.package.normalize
+        return p.sentence and p.normalize == self.package.normalize
 
     # -- start-up -------------------------------------------------------------------------
     def load(self, factory: BackendFactory) -> None:
@@ -209,14 +231,14 @@ class EncoderRuntime:
         """Run every length bucket through every variant once, so no client pays for it. On
         CUDA at the largest batch the batcher can form for that length, so that the memory
         arena has grown to its working size before the first client arrives."""
-        ids = self.tokenizer.encode(["warm up " * self.package.max_len])[0].ids
+        enc = self.tokenizer.encode(["warm up " * self.package.max_len])[0]
         for role in self.backend.variants:
-            params = EmbedParams(output="tokens", attention=(
-                self.attention_spec(None, None, "dense", 1, "float32", "json") if role == "attention" else None))
+            params = EmbedParams(sentence=False, tokens=True, attention=(
+                self.attention_spec(None, None) if role == "attention" else None))
             for n in self.buckets:
                 rows = self.warm_up_rows(role, n) if self.backend.provider == "cuda" else 1
                 job = Job(rows, params=params)
-                entries = [Entry(job, i, ids[:n], np.zeros(n, np.int64)) for i in range(rows)]
+                entries = [Entry(job, i, enc.ids[:n], np.zeros(n, np.int64), enc) for i in range(rows)]
                 self.run_batch(role, entries, n, record=False)
 
     def warm_up_rows(self, role: str, padded: int) -> int:

@@ -1,7 +1,8 @@
 """The engine: the served models and the whole operations routers call (docs/architecture.md).
 
-Routers call `Engine.embed` / `Engine.tokenize`; those raise service.errors' domain errors for
-client mistakes and never touch HTTP.
+Routers call `Engine.embed`, `Engine.tokenize` and `Engine.generate`, one call per request;
+those raise service.errors' domain errors for client mistakes and never touch HTTP. Each served
+model is a Runtime (service.engine.runtime): an EncoderRuntime or a GenerativeRuntime.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from service.backends.onnxruntime import OrtBackend, check_precision
+from service.backends import open_backend
+from service.backends.onnxruntime import check_precision
 from service.cpu import lower_thread_priority
-from service.engine.batching import Job
 from service.engine.budget import ResponseBudget
-from service.engine.encoder import BackendFactory, EncoderRuntime, token_ids
+from service.engine.encoder import BackendFactory, EncoderRuntime
 from service.engine.generation import GenerativeRuntime
-from service.engine.params import EmbedParams
+from service.engine.generation.runtime import Generation
+from service.engine.generation.sequence import GenerateInput
+from service.engine.params import EmbedParams, EmbedResult
+from service.engine.runtime import Runtime
 from service.engine.tokenizer import Encoded
-from service.errors import InvalidRequest, NotFound, NotReady, TooLarge, Validation
+from service.errors import FIELD, InvalidRequest, NotFound, NotReady, TooLarge, Validation
 from service.metrics import Metrics
 from service.package import find_packages
 from service.settings import Settings
@@ -32,8 +36,8 @@ class Engine:
         self.settings = settings
         self.metrics = metrics
         self.responses = ResponseBudget(settings.max_inflight_response_bytes, metrics.response_bytes)
-        self.backend_factory = backend_factory or OrtBackend
-        self.models: dict[str, EncoderRuntime] = {}
+        self.backend_factory = backend_factory or open_backend
+        self.models: dict[str, Runtime] = {}
         self.ready = False
         self.draining = False
         self.failed: str | None = None
@@ -69,14 +73,12 @@ class Engine:
     def abort(self) -> None:
         """Grace period over: every request still waiting gets 503 now."""
         for rt in self.models.values():
-            for b in rt.batchers.values():
-                b.abort(NotReady("server shutting down; the grace period is over"))
+            rt.abort(NotReady("server shutting down; the grace period is over"))
 
     async def close(self, timeout: float = 5.0) -> None:
         self.ready = False
         for rt in self.models.values():
-            for b in rt.batchers.values():
-                await b.close(timeout)
+            await rt.close(timeout)
         self._tok_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- used by routers -------------------------------------------------------------------
@@ -84,7 +86,7 @@ class Engine:
         if self.failed:
             raise NotReady("model failed to load; see the server log")
 
-    def check_ready(self, rt: EncoderRuntime | None = None) -> None:
+    def check_ready(self, rt: Runtime | None = None) -> None:
         """Raises NotReady unless the server (and `rt`, if given) takes requests now."""
         if self.draining:
             raise NotReady("draining")
@@ -93,7 +95,7 @@ class Engine:
         if rt is not None and not rt.ready:
             raise NotReady(f"model {rt.name} is not ready")
 
-    def get(self, name: str | None) -> EncoderRuntime:
+    def get(self, name: str | None) -> Runtime:
         if name is None:
             if len(self.models) == 1:
                 return next(iter(self.models.values()))
@@ -105,45 +107,38 @@ class Engine:
 
     def _check(self, texts: list[str]) -> None:
         if not texts:
-            raise InvalidRequest("'inputs' is empty")
+            raise InvalidRequest(f"'{FIELD}' is empty", field="inputs")
         if len(texts) > self.settings.max_client_batch:
             raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request")
         cap = self.settings.max_input_chars
         for i, t in enumerate(texts):  # before any tokenisation: a huge string costs a len()
             if isinstance(t, str) and len(t) > cap:
-                raise TooLarge(f"inputs[{i}] has {len(t)} characters; at most {cap} per input")
+                raise TooLarge(f"{FIELD}[{i}] has {len(t)} characters; at most {cap} per input", field="inputs")
+        self._ready()
+
+    def _ready(self) -> None:
         if not self.ready or self.draining:
             raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
 
-    async def _encode(self, rt: EncoderRuntime, texts: list[str], truncate: bool) -> list[Encoded]:
+    async def _encode(self, rt: Runtime, texts: list[str], truncate: bool) -> list[Encoded]:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         encs = await loop.run_in_executor(self._tok_pool, rt.tokenizer.encode, texts, truncate)
         self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
         return encs
 
-    async def tokenize(self, rt: EncoderRuntime, texts: list[str], truncate: bool) -> list[Encoded]:
+    async def tokenize(self, rt: Runtime, texts: list[str], truncate: bool) -> list[Encoded]:
         self._check(texts)
         return await self._encode(rt, texts, truncate)
 
-    async def embed(self, rt: EncoderRuntime, texts: list[str], params: EmbedParams,
-                    is_disconnected: Callable[[], Awaitable[bool]] | None = None):
-        """→ (encodings, [(embedding, attention payload | None)] per input). Tokenised on the
-        batcher's thread together with whatever else is waiting. `texts` may be token-id lists
-        instead, used as they are (no special tokens added)."""
-        self._check(texts)
-        if isinstance(rt, GenerativeRuntime):
-            raise Validation(rt.not_an_encoder())
-        if token_ids(texts):
-            rt.tokenizer.check_ids(texts)
-        role = "attention" if params.attention is not None else "embed"
-        batcher = rt.batchers.get(role)
-        if batcher is None:
-            raise Validation(f"model {rt.name!r} has no attention variant")
-        job = Job(len(texts), inputs=texts, params=params, is_disconnected=is_disconnected)
-        results = await batcher.submit(job)
-        encs = job.prepared
-        if params.attention is not None:
-            rt.series.attention_bytes.inc(
-                sum(params.attention.returned_bytes(e.length) for e in encs))
-        return encs, results
+    async def embed(self, rt: Runtime, inputs: list, params: EmbedParams,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
+        """Every input's embedding (and attention) as `params` asks. `inputs` may be token-id
+        lists instead of texts, used as they are (no special tokens added)."""
+        self._check(inputs)
+        return await rt.embed(inputs, params, is_disconnected)
+
+    async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
+        """A queued generation, its answer's bytes reserved until its response is sent."""
+        self._ready()
+        return await rt.generate(ask, self.responses)

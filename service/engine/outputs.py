@@ -20,12 +20,22 @@ def encode_array(a: np.ndarray, encoding: str):
 
 def select_attention(att: np.ndarray, t: int, spec: AttentionSpec) -> np.ndarray:
     """att: one input's padded [L, H, Tp, Tp] → [L', H', T, T], contiguous, its dtype kept."""
-    a = att[:, :, :t, :t]
+    return np.ascontiguousarray(_layers_heads(att[:, :, :t, :t], spec))
+
+
+def _layers_heads(att: np.ndarray, spec: AttentionSpec) -> np.ndarray:
     if not spec.all_layers:
-        a = a[list(spec.layers)]
+        att = att[list(spec.layers)]
     if not spec.all_heads:
-        a = a[:, list(spec.heads)]
-    return np.ascontiguousarray(a)
+        att = att[:, list(spec.heads)]
+    return att
+
+
+def step_attention(att: np.ndarray, spec: AttentionSpec) -> dict:
+    """A generation step's (or prompt's) attention (L, H, ...) → {shape, data}: the chosen
+    layers and heads, in the spec's dtype and encoding."""
+    a = np.ascontiguousarray(_layers_heads(att, spec), dtype=np.float32)
+    return {"shape": list(a.shape), "data": encode_array(a.astype(DTYPES[spec.dtype], copy=False), spec.encoding)}
 
 
 def topk(a: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -42,8 +52,7 @@ def weights_to_f16(a: np.ndarray) -> np.ndarray:
     """float32 → float16, bit-identical to `astype`, for arrays in [0, 1] (attention weights).
 
     numpy's cast leaves its SIMD path for every value that becomes a float16 subnormal, and
-    most attention weights are that small: 55 ms for [6, 12, 128, 128] against 7.6 ms here
-    (bench/results/experiments-cpu.md). Normal values round to nearest-even by integer
+    most attention weights are that small (figures: bench/results/experiments-cpu.md). Normal values round to nearest-even by integer
     arithmetic on the bits; subnormals are rint(x · 2^24), exact in float32. Anything else
     (NaN, out of range) takes numpy's cast."""
     a = np.ascontiguousarray(a, dtype=np.float32)

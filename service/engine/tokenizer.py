@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.errors import Validation
+from service.errors import FIELD, Validation
 
 # A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
 # token is at least one character), then four times longer while that is not enough. A cut
@@ -73,9 +73,8 @@ class TextTokenizer:
         for i, e in enumerate(encs):
             if e.length > self.max_len:
                 raise Validation(
-                    f"inputs[{i}] has {e.length} tokens or more, over this model's limit of "
-                    f"{self.max_len} (send truncate: true to cut it)"
-                )
+                    f"{FIELD}[{i}] has {e.length} tokens or more, over this model's limit of "
+                    f"{self.max_len} (send truncate: true to cut it)", field="inputs")
 
     @property
     def vocab_size(self) -> int:
@@ -86,9 +85,9 @@ class TextTokenizer:
         n = self.vocab_size
         for i, s in enumerate(seqs):
             if not s or len(s) > self.max_len:
-                raise Validation(f"input[{i}] has {len(s)} token ids; this model takes 1..{self.max_len}")
+                raise Validation(f"{FIELD}[{i}] has {len(s)} token ids; this model takes 1..{self.max_len}", field="inputs")
             if min(s) < 0 or max(s) >= n:
-                raise Validation(f"input[{i}]: token ids must be in 0..{n - 1}")
+                raise Validation(f"{FIELD}[{i}]: token ids must be in 0..{n - 1}", field="inputs")
 
     def from_ids(self, seqs: list[list[int]]) -> list[Encoded]:
         """Ids used as they are (no special tokens added), type ids 0, no character offsets."""

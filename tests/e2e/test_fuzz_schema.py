@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from service.api.app import create_app
 from service.settings import Settings
-from tests.unit.service_fakes import FakeBackend, make_package
+from tests.unit.fakes import FakeBackend, make_package
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

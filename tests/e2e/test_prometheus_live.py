@@ -24,7 +24,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.unit.test_deploy_dashboard import dashboard_queries, substitute
+from tests.fixtures.dashboard import dashboard_queries, substitute
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"

@@ -18,10 +18,11 @@ from service.api.responses import BudgetedResponse, BudgetedStream
 from service.api.schemas import error_responses
 from service.api.serialize import dumps_in_pieces
 from service.engine import Engine
-from service.engine.generation import GenerativeRuntime
+from service.engine.generation.runtime import DEFAULT_NEW_TOKENS
 from service.engine.generation.sampling import SamplingParams
-from service.engine.generation.sequence import GenParams, Sequence
-from service.errors import Disconnected, NotReady, ServiceError, TooLarge, Validation
+from service.engine.generation.sequence import GenerateInput, Sequence
+from service.engine.runtime import Runtime
+from service.errors import Disconnected, ServiceError
 
 router = APIRouter(tags=["generate"], dependencies=[Depends(require_api_key)])
 
@@ -38,9 +39,6 @@ class GenerateAttention(BaseModel):
     dtype: str = Field("float32", pattern="^(float32|float16)$")
     encoding: str = Field("json", pattern="^(json|base64)$",
                           description="base64: little-endian raw bytes of the array in `shape` order, C order")
-
-
-DEFAULT_NEW_TOKENS = 16
 
 
 class GenerateRequest(BaseModel):
@@ -68,19 +66,17 @@ class GenerateRequest(BaseModel):
 BODY_MODELS = (GenerateRequest,)
 
 
-def _params(body: GenerateRequest, rt: GenerativeRuntime, limit: int) -> GenParams:
-    new = body.max_new_tokens if "max_new_tokens" in body.model_fields_set else min(DEFAULT_NEW_TOKENS, limit)
-    if new > limit:
-        raise Validation(f"max_new_tokens: at most {limit} (HEADWISE_MAX_NEW_TOKENS)")
-    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    if len(stop) > 16 or any(not s or len(s) > 256 for s in stop):
-        raise Validation("stop: at most 16 strings, each 1 to 256 characters")
-    sel = None
+def _ask(body: GenerateRequest, rt: Runtime) -> GenerateInput:
+    spec = None
     if body.attention is not None:
         a = body.attention
-        sel = rt.attention_sel(a.layers, a.heads, a.dtype, a.encoding)
-    sampling = SamplingParams(float(body.temperature or 0.0), body.top_k, float(body.top_p))
-    return GenParams(new, sampling, body.seed, stop, body.stream, sel)
+        spec = rt.attention_spec(a.layers, a.heads, dtype=a.dtype, encoding=a.encoding)
+    return GenerateInput(
+        prompt=body.prompt, source=body.source,
+        max_new_tokens=body.max_new_tokens if "max_new_tokens" in body.model_fields_set else None,
+        sampling=SamplingParams(float(body.temperature or 0.0), body.top_k, float(body.top_p)),
+        seed=body.seed, stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
+        stream=body.stream, attention=spec)
 
 
 @router.post("/v1/generate", openapi_extra={"requestBody": {"required": True, "content": {
@@ -94,28 +90,10 @@ async def generate(request: Request, body: GenerateRequest = Depends(json_body(G
     then `data: [DONE]`."""
     rt = engine.get(body.model)
     request.state.model = rt.name
-    if not isinstance(rt, GenerativeRuntime):
-        raise Validation(f"model {rt.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
-                         "serves decoder and encoder-decoder models")
-    field, other = rt.source_field, ("source" if rt.source_field == "prompt" else "prompt")
-    if getattr(body, other) is not None:
-        raise Validation(f"model {rt.name!r} is a {rt.package.architecture} model: send the text in "
-                         f"'{field}', not '{other}'")
-    text = getattr(body, field)
-    if text is None:
-        raise Validation(f"{field}: field required")
-    cap = getattr(engine.settings, "max_input_chars", None)
-    if cap and len(text) > cap:
-        raise TooLarge(f"{field} has {len(text)} characters, over HEADWISE_MAX_INPUT_CHARS ({cap})")
-    if not engine.ready or engine.draining or rt.scheduler is None:
-        raise NotReady("the server is draining" if engine.draining else "model not loaded or warming up")
-    params = _params(body, rt, engine.settings.max_new_tokens)
-    seq = await run_in_threadpool(rt.new_sequence, text, params) if len(text) > 4096 else \
-        rt.new_sequence(text, params)
-    # 429 when answers in flight fill the budget; held by the response until it is sent
-    with engine.responses.reserve(rt.answer_bytes(seq)) as reservation:
-        rt.scheduler.submit(seq)
-        disconnected = rt.metrics.request_failures.labels(model=rt.name, reason="disconnected")
+    gen = await engine.generate(rt, _ask(body, rt))
+    seq = gen.seq
+    with gen.reservation as reservation:  # held by the response until it is sent
+        disconnected = engine.metrics.request_failures.labels(model=rt.name, reason="disconnected")
         if body.stream:
             return BudgetedStream(_sse(seq, disconnected), reservation, media_type="text/event-stream",
                                   headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -126,7 +104,7 @@ async def generate(request: Request, body: GenerateRequest = Depends(json_body(G
                 disconnected.inc()
                 raise Disconnected()
         result = seq.result.result()
-        big = params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
+        big = seq.params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
         body_bytes = await run_in_threadpool(dumps_in_pieces, result) if big else _dumps(result)
     return BudgetedResponse(body_bytes, reservation)
 

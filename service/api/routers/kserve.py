@@ -9,7 +9,6 @@ Inference goes through Engine.embed as POST /v1/embed does, so every output equa
 
 from __future__ import annotations
 
-import asyncio
 import zlib
 
 import numpy as np
@@ -30,7 +29,7 @@ from service.api.dependencies import disconnect_probe, get_engine, require_api_k
 from service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from service.api.responses import BudgetedResponse, json_response, probe
 from service.engine import EncoderRuntime, Engine
-from service.engine.params import JSON_VALUE_BYTES, EmbedParams
+from service.engine.params import JSON_VALUE_BYTES, EmbedParams, EmbedResult
 from service.errors import (
     InvalidRequest,
     NotFound,
@@ -229,24 +228,23 @@ def _pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
     return out
 
 
-def _respond(rt: EncoderRuntime, header: dict, want: dict[str, bool], lengths: list[int], found: dict,
+def _respond(header: dict, want: dict[str, bool], lengths: list[int], result: EmbedResult | None,
              att_dtype: str) -> tuple[bytes, int | None]:
     t = max(lengths)
     arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)}
-    if "sentence_embedding" in found:
-        arrays["sentence_embedding"] = np.stack([e for e, _ in found["sentence_embedding"]]).astype(np.float32)
-    if "last_hidden_state" in found:
-        arrays["last_hidden_state"] = _pad_tokens([e for e, _ in found["last_hidden_state"]], t)
-    atts = next((r for r in found.values() if r[0][1] is not None), None)
-    if atts is not None:
-        arrays["attentions"] = _pad_attention([a["data"] for _, a in atts], t, att_dtype)
+    if "sentence_embedding" in want:
+        arrays["sentence_embedding"] = np.stack([e.sentence for e in result.data]).astype(np.float32)
+    if "last_hidden_state" in want:
+        arrays["last_hidden_state"] = _pad_tokens([e.tokens for e in result.data], t)
+    if "attentions" in want:
+        arrays["attentions"] = _pad_attention([e.attention["data"] for e in result.data], t, att_dtype)
     outs, buffers = [], []
     for name, binary in want.items():
         o, raw = v2.output(name, v2.datatype_of(arrays[name]), arrays[name], binary)
         outs.append(o)
         if raw is not None:
             buffers.append(raw)
-    head = {"model_name": rt.name, "model_version": rt.package.version, "outputs": outs}
+    head = {"model_name": header["model_name"], "model_version": header["model_version"], "outputs": outs}
     if isinstance(header.get("id"), str):
         head["id"] = header["id"]
     return v2.encode_response(head, buffers)
@@ -283,38 +281,27 @@ async def infer(model: str, request: Request, version: str | None = None, engine
         if att_dtype is None:
             raise InvalidRequest("parameter attention_dtype must be FP32 or FP16")
         spec = rt.attention_spec(_indices(params, "attention_layers", p.n_layers),
-                                 _indices(params, "attention_heads", p.n_heads), "dense", 1, att_dtype, "json")
-        # The padded [N, L, H, T, T] tensor is what travels: check it, not just each input's part.
-        lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
-        need = len(texts) * spec.nbytes(max(lengths))
-        budget = rt.settings.attention_budget_bytes
-        if need > budget:
-            raise TooLarge(f"the padded attention tensor is {need} bytes, over the budget of {budget}; "
-                           "ask for fewer layers, heads or inputs, or inputs of similar length")
-    # Each output comes from the call /v1/embed would make for it (one batch when they meet).
-    kinds = [k for k in ("sentence_embedding", "last_hidden_state") if k in want]
-    if spec is not None and not kinds:
-        kinds = ["sentence_embedding"]
-    found, lengths = {}, None
-    if kinds:
-        outs = {"sentence_embedding": "sentence", "last_hidden_state": "tokens"}
-        probe = disconnect_probe(request)
-        calls = [engine.embed(rt, texts, EmbedParams(output=outs[k], normalize=normalize, truncate=truncate,
-                                                     attention=spec), probe) for k in kinds]
-        for k, (encs, results) in zip(kinds, await asyncio.gather(*calls), strict=True):
-            found[k] = results
-            lengths = [e.length for e in encs]
-    else:
+                                 _indices(params, "attention_heads", p.n_heads), dtype=att_dtype)
+    result = None
+    if spec is not None or "sentence_embedding" in want or "last_hidden_state" in want:
+        # One engine call for every output; the attention budget counts the padded
+        # [N, L, H, T, T] tensor, which is what travels.
+        asked = EmbedParams(sentence="sentence_embedding" in want, tokens="last_hidden_state" in want,
+                            normalize=normalize, truncate=truncate, attention=spec, padded_attention=True)
+        result = await engine.embed(rt, texts, asked, await disconnect_probe(request))
+        lengths = [e.encoding.length for e in result.data]
+    else:  # the attention mask alone
         lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
     size = _response_bound(rt, want, lengths, spec)
     if size > rt.settings.max_response_bytes:
         raise TooLarge(f"the outputs asked for take up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
                        f"({rt.settings.max_response_bytes}); ask for fewer inputs, layers or heads, or binary outputs")
+    header = {**header, "model_name": rt.name, "model_version": rt.package.version}
     with engine.responses.reserve(size) as reservation:
         if "attentions" in want or "last_hidden_state" in want:
-            body, n = await run_in_threadpool(_respond, rt, header, want, lengths, found, att_dtype)
+            body, n = await run_in_threadpool(_respond, header, want, lengths, result, att_dtype)
         else:
-            body, n = _respond(rt, header, want, lengths, found, att_dtype)
+            body, n = _respond(header, want, lengths, result, att_dtype)
     if n is None:
         return BudgetedResponse(body, reservation)
     response = BudgetedResponse(body, reservation, media_type="application/octet-stream")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.engine.generation.sequence import Sequence
+from service.engine.outputs import step_attention
 
 I64 = np.int64
 
@@ -146,7 +147,7 @@ class Stepper:
             row = None
             if s.wants_attention:
                 a = out["attentions"][i]  # [L, H, P, P]
-                s.prompt_attention = s.params.attention.payload(a[:, :, real][:, :, :, real])
+                s.prompt_attention = step_attention(a[:, :, real][:, :, :, real], s.params.attention)
                 row = a[:, :, -1:, real]
             tokens[i] = s.choose(out["logits"][i])
             events.append((s, s.advance(int(tokens[i]), row, None)))

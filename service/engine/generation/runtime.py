@@ -1,26 +1,41 @@
 """A served generative model (architecture "decoder" or "encoder-decoder"): its tokenizer,
-graphs, scheduler and the checks a /v1/generate request passes before it is queued. It has
-the surface the engine expects of a model (info, load, warm_up, start, batchers)."""
+graphs, scheduler and the checks a generation request passes before it is queued. It is a
+service.engine.runtime.Runtime, as an encoder model is."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from service.backends.generative import GenerativeBackend
+from service.engine.budget import Reservation, ResponseBudget
 from service.engine.generation.batch import Stepper
 from service.engine.generation.sampling import SamplingParams
 from service.engine.generation.scheduler import Scheduler
-from service.engine.generation.sequence import AttentionSel, GenParams, Sequence
+from service.engine.generation.sequence import GenerateInput, GenParams, Sequence
+from service.engine.params import AttentionSpec
 from service.engine.tokenizer import TextTokenizer
-from service.errors import InvalidRequest, TooLarge, Validation
+from service.errors import InvalidRequest, NotReady, TooLarge, Validation
 from service.metrics import Metrics
 from service.package import ModelPackage
 from service.settings import Settings
 
 FAULT = "__headwise_fault__:"
+DEFAULT_NEW_TOKENS = 16
+BackendFactory = Callable[[ModelPackage, Settings], object]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A queued generation: its sequence (events, result) and the bytes held for its answer
+    until the response has been sent."""
+
+    seq: Sequence
+    reservation: Reservation
 
 
 class GenerativeRuntime:
@@ -36,9 +51,8 @@ class GenerativeRuntime:
         self.special = dict(m["special_tokens"])
         self.suppress_ids = tuple(int(i) for i in (m.get("generation") or {}).get("suppress_token_ids", ()))
         self.d_head = int(m.get("d_head") or package.d_model // package.n_heads)
-        self.backend: GenerativeBackend | None = None
+        self.backend = None  # a GenerativeBackend, or what the engine's backend factory makes
         self.scheduler: Scheduler | None = None
-        self.batchers: dict[str, Scheduler] = {}  # the engine closes these on shutdown
         self.ready = False
 
     @property
@@ -74,17 +88,59 @@ class GenerativeRuntime:
     def _graphs(self) -> tuple[str, str]:
         return ("prefill", "decode") if self.package.architecture == "decoder" else ("encoder", "decoder_step")
 
-    def attention_spec(self, *args, **kw):
-        raise Validation(self.not_an_encoder())
+    def attention_spec(self, layers, heads, **how) -> AttentionSpec:
+        if not all(g + ".attention" in self.package.variants for g in self._graphs()):
+            raise Validation(f"model {self.name!r} has no attention graphs")
+        return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
 
-    def not_an_encoder(self) -> str:
-        return (f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
-                "POST /v1/generate and has no embeddings")
+    async def embed(self, inputs, params, is_disconnected=None):
+        raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
+                         "POST /v1/generate and has no embeddings")
+
+    async def generate(self, ask: GenerateInput, budget: ResponseBudget) -> Generation:
+        """Check and tokenise the request, reserve its answer's bytes, queue it."""
+        field, other = self.source_field, ("source" if self.source_field == "prompt" else "prompt")
+        if getattr(ask, other) is not None:
+            raise Validation(f"model {self.name!r} is a {self.package.architecture} model: send the text in "
+                             f"'{field}', not '{other}'")
+        text = getattr(ask, field)
+        if text is None:
+            raise Validation(f"{field}: field required")
+        cap = self.settings.max_input_chars
+        if cap and len(text) > cap:
+            raise TooLarge(f"{field} has {len(text)} characters, over HEADWISE_MAX_INPUT_CHARS ({cap})")
+        if self.scheduler is None:
+            raise NotReady("model not loaded or warming up")
+        params = self._params(ask)
+        if len(text) > 4096:  # tokenising a long text off the event loop
+            seq = await asyncio.get_running_loop().run_in_executor(None, self.new_sequence, text, params)
+        else:
+            seq = self.new_sequence(text, params)
+        with budget.reserve(self.answer_bytes(seq)) as reservation:
+            self.scheduler.submit(seq)
+        return Generation(seq, reservation)
+
+    def _params(self, ask: GenerateInput) -> GenParams:
+        limit = self.settings.max_new_tokens
+        new = ask.max_new_tokens if ask.max_new_tokens is not None else min(DEFAULT_NEW_TOKENS, limit)
+        if new > limit:
+            raise Validation(f"max_new_tokens: at most {limit} (HEADWISE_MAX_NEW_TOKENS)")
+        if len(ask.stop) > 16 or any(not s or len(s) > 256 for s in ask.stop):
+            raise Validation("stop: at most 16 strings, each 1 to 256 characters")
+        return GenParams(new, ask.sampling, ask.seed, ask.stop, ask.stream, ask.attention)
+
+    def abort(self, exc: Exception) -> None:
+        if self.scheduler is not None:
+            self.scheduler.abort(exc)
+
+    async def close(self, timeout: float) -> None:
+        if self.scheduler is not None:
+            await self.scheduler.close(timeout)
 
     # -- start-up ---------------------------------------------------------------------------
-    def load(self, factory=None) -> None:
-        """Sessions for every graph (the engine's backend factory serves encoder packages only)."""
-        self.backend = GenerativeBackend(self.package, self.settings)
+    def load(self, factory: BackendFactory) -> None:
+        """Sessions for every graph."""
+        self.backend = factory(self.package, self.settings)
         self.metrics.model_info.labels(model=self.name, version=self.package.version,
                                        provider=self.backend.provider, precision=self.backend.precision).set(1)
 
@@ -106,7 +162,7 @@ class GenerativeRuntime:
         ids = np.asarray(self.decoder.encode("warm up").ids[: self.package.max_len - 2] or [0], np.int64)
 
         for attention in (False, True):
-            sel = AttentionSel((0,), (0,), False, False, "float32", "json") if attention else None
+            sel = AttentionSpec((0,), (0,), False, False) if attention else None
             params = GenParams(2, SamplingParams(), 0, (), False, sel)
             seq = Sequence(model=self.name, source_field=self.source_field, prompt_ids=ids, prompt_tokens=[],
                            params=params, limit=2, tokenizer=self.decoder, eos=None,
@@ -118,7 +174,6 @@ class GenerativeRuntime:
     def start(self) -> None:
         self.scheduler = Scheduler(self._stepper(), self.name, self.settings.max_batch_size, self.settings.max_queue)
         self.scheduler.start()
-        self.batchers = {"generate": self.scheduler}
 
     # -- requests -----------------------------------------------------------------------------
     def new_sequence(self, text: str, params: GenParams) -> Sequence:
@@ -139,11 +194,11 @@ class GenerativeRuntime:
         sel = params.attention
         if sel is not None:
             cells = self._attention_cells(n, new)
-            need = sel.nbytes(cells)
+            need = sel.values_bytes(cells)
             if need > self.settings.attention_budget_bytes:
                 raise TooLarge(f"asked-for attention is up to {need} bytes, over the budget of "
                                f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or tokens")
-            answer = sel.serialized_bytes(cells)
+            answer = sel.written_cells(cells)
             if answer > self.settings.max_response_bytes:
                 raise TooLarge(f"the attention asked for takes up to {answer} bytes as written, over "
                                f"HEADWISE_MAX_RESPONSE_BYTES ({self.settings.max_response_bytes}); ask for fewer "
@@ -166,7 +221,7 @@ class GenerativeRuntime:
         """An upper bound of the result's size as written (the process-wide response budget's
         measure): its attention, and each token's text and id, generously."""
         sel = seq.params.attention
-        att = sel.serialized_bytes(self._attention_cells(len(seq.prompt_ids), seq.limit)) if sel is not None else 0
+        att = sel.written_cells(self._attention_cells(len(seq.prompt_ids), seq.limit)) if sel is not None else 0
         return att + (len(seq.prompt_ids) + seq.limit) * 64 + 4096
 
     def _fault_delay(self, text: str) -> float:
@@ -178,18 +233,6 @@ class GenerativeRuntime:
             return min(1.0, max(0.0, float(text[len(FAULT) + 5:].split()[0])))
         except (ValueError, IndexError):
             return 0.0
-
-    def attention_sel(self, layers, heads, dtype: str, encoding: str) -> AttentionSel:
-        p = self.package
-        for what, sel, n in (("layers", layers, p.n_layers), ("heads", heads, p.n_heads)):
-            if sel is not None and (not sel or any(not 0 <= i < n for i in sel)):
-                raise Validation(f"attention.{what}: each must be in 0..{n - 1} and the list non-empty")
-        if not all(g + ".attention" in p.variants for g in self._graphs()):
-            raise Validation(f"model {self.name!r} has no attention graphs")
-        return AttentionSel(tuple(layers) if layers is not None else tuple(range(p.n_layers)),
-                            tuple(heads) if heads is not None else tuple(range(p.n_heads)),
-                            layers is None, heads is None, dtype, encoding)
-
 
 class _Quiet:
     """Metrics that record nothing (warm-up)."""

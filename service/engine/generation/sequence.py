@@ -12,37 +12,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.engine.generation.sampling import SamplingParams, make_rng, pick, suppress
-from service.engine.outputs import encode_array
-from service.engine.params import DTYPES, written_bytes
+from service.engine.outputs import step_attention
+from service.engine.params import AttentionSpec
 
 
 @dataclass(frozen=True)
-class AttentionSel:
-    layers: tuple[int, ...]
-    heads: tuple[int, ...]
-    all_layers: bool
-    all_heads: bool
-    dtype: str  # float32 | float16
-    encoding: str  # json | base64
+class GenerateInput:
+    """A generation request as the client sent it, checked by GenerativeRuntime.generate."""
 
-    def cut(self, att: np.ndarray) -> np.ndarray:
-        """att (L, H, ...) → the chosen layers and heads, float32, contiguous."""
-        if not self.all_layers:
-            att = att[list(self.layers)]
-        if not self.all_heads:
-            att = att[:, list(self.heads)]
-        return np.ascontiguousarray(att, dtype=np.float32)
-
-    def payload(self, att: np.ndarray) -> dict:
-        a = self.cut(att)
-        return {"shape": list(a.shape), "data": encode_array(a.astype(DTYPES[self.dtype], copy=False), self.encoding)}
-
-    def nbytes(self, cells: int) -> int:
-        return len(self.layers) * len(self.heads) * cells * DTYPES[self.dtype].itemsize
-
-    def serialized_bytes(self, cells: int) -> int:
-        """As it will be written in the response body."""
-        return written_bytes(len(self.layers) * len(self.heads) * cells, self.dtype, self.encoding)
+    prompt: str | None = None  # decoder models
+    source: str | None = None  # encoder-decoder models
+    max_new_tokens: int | None = None  # None: the default (16, or the server's limit if lower)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    attention: AttentionSpec | None = None  # from the runtime's attention_spec
 
 
 @dataclass
@@ -52,7 +37,7 @@ class GenParams:
     seed: int | None
     stop: tuple[str, ...]
     stream: bool
-    attention: AttentionSel | None
+    attention: AttentionSpec | None
 
 
 @dataclass(eq=False)
@@ -118,9 +103,9 @@ class Sequence:
         sel = self.params.attention
         if sel is not None:
             if self_att is not None:
-                step["self_attention"] = sel.payload(self_att)
+                step["self_attention"] = step_attention(self_att, sel)
             if cross_att is not None:
-                step["cross_attention"] = sel.payload(cross_att)
+                step["cross_attention"] = step_attention(cross_att, sel)
             self.steps.append(step)
         self._update_text(token)
         if token == self.eos:

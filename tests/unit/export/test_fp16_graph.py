@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, shape_inference
 
-KERNELS = json.loads((Path(__file__).parent / "data" / "cuda_kernels.json").read_text())["kernels"]
+KERNELS = json.loads((Path(__file__).resolve().parents[1] / "data" / "cuda_kernels.json").read_text())["kernels"]
 TYPE_NAMES = {TensorProto.FLOAT: "tensor(float)", TensorProto.FLOAT16: "tensor(float16)",
               TensorProto.INT64: "tensor(int64)", TensorProto.INT32: "tensor(int32)",
               TensorProto.BOOL: "tensor(bool)", TensorProto.DOUBLE: "tensor(double)"}

@@ -3,33 +3,11 @@ the same numbers in onnxruntime's faster CPU kernels."""
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from export.optimize import CPU_DISABLED_OPTIMIZERS, unfuse_skip_layernorm
 from service.backends.onnxruntime import CPU_DISABLED_OPTIMIZERS as SERVICE_DISABLED
-
-D = 16
-
-
-def graph_with_skip_layernorms(path, with_bias: bool) -> None:
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.normal(size=D).astype(np.float32), n) for n in ("g", "b", "bias")]
-    ins = ["x", "skip", "g", "b", *(["bias"] if with_bias else [])]
-    nodes = [helper.make_node("SkipLayerNormalization", ins, ["h"], name="sln0", domain="com.microsoft", epsilon=1e-5),
-             helper.make_node("SkipLayerNormalization", ["h", "skip", "g"], ["y"], name="sln1",
-                              domain="com.microsoft", epsilon=1e-12)]
-    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", "T", D]) for n in ("x", "skip", "y")]
-    model = helper.make_model(helper.make_graph(nodes, "g", io[:2], io[2:], inits),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-
-
-def run(path, feeds):
-    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"], disabled_optimizers=CPU_DISABLED_OPTIMIZERS)
-    return s.run(["y"], feeds)[0]
+from tests.fixtures.graphs import D, graph_with_skip_layernorms, run
 
 
 @pytest.mark.parametrize("with_bias", [True, False])

@@ -295,7 +295,7 @@ def test_layernorm_refuse_undoes_the_export_rewrite(tmp_path):
 
     from bench.layernorm import refuse
     from export.optimize import unfuse_skip_layernorm
-    from tests.unit.test_export_unfuse import graph_with_skip_layernorms, run
+    from tests.fixtures.graphs import graph_with_skip_layernorms, run
 
     original, path = tmp_path / "a.onnx", tmp_path / "b.onnx"
     graph_with_skip_layernorms(original, with_bias=True)

@@ -7,7 +7,7 @@ import pytest
 
 from service import cli
 from service.package import PackageError, find_packages, load_package
-from tests.unit.service_fakes import make_package
+from tests.unit.fakes import make_package
 
 
 def serve(models, capsys, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -115,3 +116,45 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return type("Memory", (), {"used": (h + 1) << 30, "total": 80 << 30, "free": 0})()
+
+
+# -- the app in-process, with a fake backend ---------------------------------------------------
+
+SECRET_TEXT = "zebra-unicorn-4711"  # never to be echoed in an error body
+
+
+def client_for(package, backend=FakeBackend, **settings):
+    from fastapi.testclient import TestClient
+
+    from service.api.app import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(models_dir=package.parent, **settings), backend_factory=backend)
+    return TestClient(app)
+
+
+def wait_ready(client, attempts: int = 2000):
+    """Until /health/ready answers 200 (polled, never a time bound on the test's speed)."""
+    for _ in range(attempts):
+        if client.get("/health/ready").status_code == 200:
+            return
+        time.sleep(0.005)
+    raise AssertionError("never ready")
+
+
+def assert_error(r, status, type_):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["type"] == type_ and err["code"] == status and err["message"]
+    assert "Traceback" not in r.text and SECRET_TEXT not in r.text
+    return err
+
+
+class GatedBackend(FakeBackend):
+    """Sessions open only once `gate` is set: the app stays live but not ready until then."""
+
+    gate = threading.Event()
+
+    def __init__(self, package, settings):
+        self.gate.wait(10)
+        super().__init__(package, settings)

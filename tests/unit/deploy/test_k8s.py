@@ -23,7 +23,7 @@ def _need_module(name: str):
 
 kubernetes_validate = _need_module("kubernetes_validate")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "docker" / "k8s"
 # The oldest Kubernetes these manifests claim (the preStop sleep action), and the newest schema.
 VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROM = ROOT / "docker" / "prometheus"
 CONFIG = PROM / "prometheus.yml"
 RULES = PROM / "alerts.yml"

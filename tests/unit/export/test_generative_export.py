@@ -11,14 +11,18 @@ import shutil
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
-from tokenizers import Tokenizer
 
 from export.package import build_package
 from model.importers import load_checkpoint
 from model.transformer import position_ids_from_mask
+from tests.fixtures.generative_onnx import (
+    Package,
+    encode_padded,
+    onnx_greedy_decoder,
+    onnx_greedy_encoder_decoder,
+)
 from tests.fixtures.tiny_generative import make_tiny_gpt2, make_tiny_marian
 
 STEPS = 20
@@ -43,102 +47,14 @@ def marian(tmp_path_factory):
 # --- the ONNX loops: numpy + onnxruntime + tokenizers only --------------------------------
 
 
-class Package:
-    def __init__(self, path):
-        self.manifest = json.loads((path / "manifest.json").read_text())
-        self.tokenizer = Tokenizer.from_file(str(path / self.manifest["tokenizer"]["file"]))
-        self.sessions = {
-            v: ort.InferenceSession(str(path / spec["file"]), providers=["CPUExecutionProvider"])
-            for v, spec in self.manifest["variants"].items()
-        }
-        self.special = self.manifest["special_tokens"]
-        self.suppress = self.manifest["generation"]["suppress_token_ids"]
-
-    def run(self, variant, **feeds):
-        s = self.sessions[variant]
-        return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds), strict=True))
-
-    def empty_cache(self, batch):
-        m = self.manifest
-        return np.zeros((m["n_decoder_layers"], batch, m["n_heads"], 0, m["d_head"]), np.float32)
-
-    def pick(self, logits, done):
-        """Greedy choice; banned ids never win; finished rows keep emitting pad."""
-        logits = logits.copy()
-        logits[:, self.suppress] = -np.inf
-        return np.where(done, self.special["pad"], logits.argmax(-1))
 
 
-def encode_padded(pkg, texts, left):
-    enc = [pkg.tokenizer.encode(t).ids for t in texts]
-    n = max(map(len, enc))
-    ids = np.full((len(enc), n), pkg.special["pad"], np.int64)
-    mask = np.zeros((len(enc), n), np.int64)
-    for i, e in enumerate(enc):
-        sl = slice(n - len(e), n) if left else slice(0, len(e))
-        ids[i, sl], mask[i, sl] = e, 1
-    return ids, mask
 
 
-def onnx_greedy_decoder(pkg, ids, mask, steps, eos=None, recompute=False):
-    """prefill once, then one decode step per token, the cache handed back each time.
-    Returns the new ids (B, steps)."""
-    b = ids.shape[0]
-    out = pkg.run("prefill", input_ids=ids, attention_mask=mask)
-    done = np.zeros(b, bool)
-    new = []
-    for step in range(steps):
-        token = pkg.pick(out["logits"], done)
-        new.append(token)
-        done |= token == eos
-        if step == steps - 1 or done.all():
-            break
-        ids = np.concatenate([ids, token[:, None]], 1)
-        mask = np.concatenate([mask, np.ones((b, 1), np.int64)], 1)
-        out = pkg.run("decode.attention" if recompute else "decode", input_ids=token[:, None],
-                      attention_mask=mask, past_keys=out["present_keys"], past_values=out["present_values"])
-        if recompute:
-            check_against_recompute(pkg.run("prefill.attention", input_ids=ids, attention_mask=mask), out, mask)
-    return np.stack(new, 1)
 
 
-def onnx_greedy_encoder_decoder(pkg, src, src_mask, steps, eos=None, recompute=False):
-    """encoder once (with the cross-attention keys/values), then one decoder_step per token
-    starting from decoder_start with an empty cache. Returns (B, 1 + steps) with the start."""
-    b = src.shape[0]
-    enc = pkg.run("encoder", input_ids=src, attention_mask=src_mask)
-    tgt = np.full((b, 1), pkg.special["decoder_start"], np.int64)
-    keys = values = pkg.empty_cache(b)
-    done = np.zeros(b, bool)
-    for _ in range(steps):
-        common = {"encoder_attention_mask": src_mask, "cross_keys": enc["cross_keys"],
-                  "cross_values": enc["cross_values"]}
-        out = pkg.run("decoder_step.attention" if recompute else "decoder_step", input_ids=tgt[:, -1:],
-                      attention_mask=np.ones_like(tgt), past_keys=keys, past_values=values, **common)
-        if recompute:  # the whole target again, with no cache
-            full = pkg.run("decoder_step.attention", input_ids=tgt, attention_mask=np.ones_like(tgt),
-                           past_keys=pkg.empty_cache(b), past_values=pkg.empty_cache(b), **common)
-            check_against_recompute(full, out, np.ones_like(tgt))
-        keys, values = out["present_keys"], out["present_values"]
-        token = pkg.pick(out["logits"], done)
-        tgt = np.concatenate([tgt, token[:, None]], 1)
-        done |= token == eos
-        if done.all():
-            break
-    return tgt
 
 
-def check_against_recompute(full, step, mask):
-    """The cached step's logits, cache (at real tokens) and last attention rows equal the
-    recomputation's."""
-    np.testing.assert_allclose(step["logits"], full["logits"], atol=1e-5, rtol=0)
-    real = mask.astype(bool)
-    for name in ("present_keys", "present_values"):
-        a, b = (x.transpose(1, 3, 0, 2, 4)[real] for x in (step[name], full[name]))
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
-    for name in ("attentions", "cross_attentions"):
-        if name in step:
-            np.testing.assert_allclose(step[name], full[name][:, :, :, -1:], atol=1e-6, rtol=0)
 
 
 # --- the two references -----------------------------------------------------------------

@@ -2,19 +2,20 @@
 protocol's error shape, padded attention budget, pre-tokenised ids, metrics labels."""
 
 import struct
+import typing
 
 import numpy as np
 import orjson
-import pytest
 
-from tests.unit.service_fakes import D_MODEL, N_HEADS, N_LAYERS, fake_hidden
-from tests.unit.test_service_app import GatedBackend, client_for, wait_ready
-
-
-@pytest.fixture
-def package(tmp_path):
-    from tests.unit.service_fakes import make_package
-    return make_package(tmp_path / "models")
+from tests.unit.fakes import (
+    D_MODEL,
+    N_HEADS,
+    N_LAYERS,
+    GatedBackend,
+    client_for,
+    fake_hidden,
+    wait_ready,
+)
 
 
 def infer(c, body, **kw):
@@ -92,3 +93,28 @@ def test_token_ids_and_metrics_labels(package):
         m = c.get("/metrics").text
         assert 'route="/v1/embeddings"' in m and 'route="/v2/models/{model}/infer"' in m
         assert 'route="/v2/models/tiny/infer"' not in m
+
+
+class CountingBackend(GatedBackend):
+    runs: typing.ClassVar[list] = []
+
+    def run(self, role, feeds, outputs):
+        self.runs.append((role, tuple(outputs)))
+        return super().run(role, feeds, outputs)
+
+
+def test_one_kserve_request_is_one_engine_call(package):
+    """Every output asked for comes from one batch: pooled, token rows and attention together."""
+    GatedBackend.gate.set()
+    with client_for(package, backend=CountingBackend) as c:
+        wait_ready(c)
+        CountingBackend.runs.clear()
+        asked = [{"name": n} for n in ("sentence_embedding", "last_hidden_state", "attentions", "attention_mask")]
+        r = infer(c, {"inputs": [text("the cat sat", "a dog")], "outputs": asked})
+        assert r.status_code == 200, r.text
+        assert len(CountingBackend.runs) == 1 and CountingBackend.runs[0][0] == "attention"
+        assert {"sentence_embedding", "last_hidden_state", "attentions"} <= set(CountingBackend.runs[0][1])
+        native = c.post("/v1/embed", json={"inputs": ["the cat sat", "a dog"]}).json()["data"]
+        got = {o["name"]: o for o in r.json()["outputs"]}
+        want = np.array([d["embedding"] for d in native], dtype=np.float32)
+        assert np.array_equal(np.array(got["sentence_embedding"]["data"], np.float32).reshape(want.shape), want)

@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 
 from service.api.app import create_app
 from service.settings import Settings, load_settings
-from tests.unit.service_fakes import FakeBackend, make_package
+from tests.unit.fakes import FakeBackend, make_package
 
 
 def test_defaults(monkeypatch):

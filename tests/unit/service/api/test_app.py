@@ -1,44 +1,25 @@
 """The whole app in-process, with the fake backend: routes, errors, limits, auth, metrics."""
 
 import base64
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.api.app import create_app
-from service.settings import Settings
-from tests.unit.service_fakes import (
+from tests.unit.fakes import (
     D_MODEL,
     N_HEADS,
     N_LAYERS,
+    SECRET_TEXT,
     FakeBackend,
+    GatedBackend,
+    assert_error,
+    client_for,
     fake_attention,
-    make_package,
+    wait_ready,
 )
-
-SECRET_TEXT = "zebra-unicorn-4711"  # never to be echoed in an error body
-
-
-@pytest.fixture
-def package(tmp_path):
-    return make_package(tmp_path / "models")
-
-
-def client_for(package, backend=FakeBackend, **settings):
-    app = create_app(Settings(models_dir=package.parent, **settings), backend_factory=backend)
-    return TestClient(app)
-
-
-def wait_ready(client, timeout=10):
-    deadline = time.monotonic() + timeout
-    while client.get("/health/ready").status_code != 200:
-        assert time.monotonic() < deadline, "never ready"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -50,14 +31,6 @@ def client(package):
 
 def embed(client, **body):
     return client.post("/v1/embed", json=body)
-
-
-def assert_error(r, status, type_):
-    assert r.status_code == status, r.text
-    err = r.json()["error"]
-    assert err["type"] == type_ and err["code"] == status and err["message"]
-    assert "Traceback" not in r.text and SECRET_TEXT not in r.text
-    return err
 
 
 def test_embed_sentences(client):
@@ -175,14 +148,6 @@ def test_queue_full_is_429(package):
         assert_error(r, 429, "overloaded")
         assert int(r.headers["retry-after"]) >= 1
         assert first.result().status_code == 200 and second.result().status_code == 200
-
-
-class GatedBackend(FakeBackend):
-    gate = threading.Event()
-
-    def __init__(self, package, settings):
-        self.gate.wait(10)
-        super().__init__(package, settings)
 
 
 def test_not_ready_until_warm(package):

@@ -9,9 +9,6 @@ tests/e2e/test_prometheus_live.py, which runs every query against a live Prometh
 
 from __future__ import annotations
 
-import functools
-import json
-import math
 import os
 import re
 import shutil
@@ -21,180 +18,54 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "headwise.json"
-ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"
-METRICS_MD = ROOT / "docs" / "metrics.md"
+from tests.fixtures.dashboard import (
+    ALERTS,
+    GRAFANA_RANGE_VARS,
+    TARGET_LABELS,
+    _walk_panels,
+    allowed_metrics,
+    dashboard,
+    dashboard_queries,
+    documented_metrics,
+    metric_names,
+    parse_metrics_md,
+    registered_metrics,
+    substitute,
+    used_labels,
+)
 
 # One metric as exposed: (type, label names, histogram upper bounds without +Inf, else None).
 # Names are as scraped: counters with their `_total`, histograms by their base name.
-MetricSpec = tuple[str, frozenset[str], tuple[float, ...] | None]
 
-PROMETHEUS_SERIES = {"up": set()}  # written by Prometheus itself for every scrape target
-TARGET_LABELS = {"job", "instance"}  # added by Prometheus to every scraped series
 
 
 # ------------------------------------------------------------------ the metrics: code and docs
 
 
-def registered_metrics(metrics=None) -> dict[str, MetricSpec]:
-    """What the registry of a `service.metrics.Metrics` really exposes, read from its own
-    collection: one child per labelled metric (placeholder label values) makes every label
-    name and bucket show up in the samples."""
-    from prometheus_client.metrics import MetricWrapperBase
-
-    from service.gpu_metrics import GpuCollector
-    from service.metrics import Metrics
-    from tests.unit.service_fakes import FakeNvml
-
-    metrics = metrics if metrics is not None else Metrics(gpu=GpuCollector(FakeNvml()))
-    for m in vars(metrics).values():
-        if isinstance(m, MetricWrapperBase) and m._labelnames:
-            m.labels(*["x"] * len(m._labelnames))
-    out: dict[str, MetricSpec] = {}
-    for family in metrics.registry.collect():
-        name = family.name + "_total" if family.type == "counter" else family.name
-        if not family.samples:
-            raise AssertionError(f"{name}: no sample to read its labels from (not an attribute of Metrics?)")
-        labels = frozenset(k for s in family.samples for k in s.labels) - {"le"}
-        buckets = None
-        if family.type == "histogram":
-            bounds = (float(s.labels["le"]) for s in family.samples if s.name == family.name + "_bucket")
-            buckets = tuple(sorted(b for b in set(bounds) if not math.isinf(b)))
-        out[name] = (family.type, labels, buckets)
-    return out
 
 
-def parse_metrics_md(text: str) -> dict[str, MetricSpec]:
-    """The rows of every `metric | type | labels | meaning` table: the metric in backticks,
-    the type's first word (a histogram's cell also says `buckets 0.1, 0.5, ...`), label names
-    in bold (`**model**: ...`; a dash for none)."""
-    out: dict[str, MetricSpec] = {}
-    header: list[str] | None = None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("|"):
-            header = None
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if header is None:
-            header = [c.lower() for c in cells]
-            continue
-        if header != ["metric", "type", "labels", "meaning"] or all(set(c) <= set("-: ") for c in cells):
-            continue
-        assert len(cells) == 4, f"docs/metrics.md: a row without 4 cells: {line!r}"
-        name_cell, type_cell, labels_cell, _ = cells
-        m = re.fullmatch(r"`([a-zA-Z_:][\w:]*)`", name_cell)
-        assert m, f"docs/metrics.md: the metric cell must be one `name`: {name_cell!r}"
-        name = m.group(1)
-        assert name not in out, f"docs/metrics.md lists {name} twice"
-        kind = type_cell.split()[0].strip(",;") if type_cell else ""
-        buckets = None
-        if "buckets" in type_cell:
-            numbers = re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", type_cell.split("buckets", 1)[1])
-            buckets = tuple(sorted(float(x) for x in numbers))
-        labels = frozenset(re.findall(r"\*\*([a-zA-Z_]\w*)\*\*", labels_cell))
-        out[name] = (kind, labels, buckets)
-    return out
 
 
-@functools.lru_cache(maxsize=1)
-def documented_metrics() -> dict[str, MetricSpec]:
-    return parse_metrics_md(METRICS_MD.read_text())
 
 
-def allowed_metrics() -> dict[str, set[str]]:
-    """Every series name headwise may export (docs/metrics.md; the test below keeps it equal
-    to the code) → its labels. Histograms export _bucket/_sum/_count."""
-    out = {name: set(labels) for name, labels in PROMETHEUS_SERIES.items()}
-    for name, (kind, labels, _) in documented_metrics().items():
-        if kind == "histogram":
-            out[name + "_bucket"] = set(labels) | {"le"}
-            out[name + "_sum"] = set(labels)
-            out[name + "_count"] = set(labels)
-        else:
-            out[name] = set(labels)
-    return out
 
 
 # ------------------------------------------------------------------ dashboard helpers
 
-GRAFANA_RANGE_VARS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h",
-                      "__range_s": "3600", "__interval_ms": "15000"}
 
 
-def substitute(expr: str, rate_interval: str = "1m", value: str = ".*") -> str:
-    """Grafana's variables replaced the way it would: ranges by durations, the dashboard's
-    template variables (all `=~"$var"` regex matchers) by their "All" value."""
-    ranges = {**GRAFANA_RANGE_VARS, "__rate_interval": rate_interval}
-
-    def repl(m: re.Match) -> str:
-        name = m.group(1) or m.group(2)
-        return ranges.get(name, value)
-
-    return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", repl, expr)
 
 
-def _walk_panels(panels: list[dict]):
-    for p in panels:
-        yield p
-        yield from _walk_panels(p.get("panels", []))
 
 
-def dashboard() -> dict:
-    return json.loads(DASHBOARD.read_text())
 
 
-def dashboard_queries(dash: dict | None = None) -> list[tuple[str, str]]:
-    """(where, PromQL) for every panel target and every template-variable query, with
-    label_values(selector, label) reduced to its selector."""
-    dash = dash or dashboard()
-    out = []
-    for p in _walk_panels(dash["panels"]):
-        for t in p.get("targets", []):
-            out.append((f"panel {p['id']} {p['title']!r} {t['refId']}", t["expr"]))
-    for v in dash.get("templating", {}).get("list", []):
-        if v["type"] != "query":
-            continue
-        q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
-        m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\)\s*", q)
-        out.append((f"variable {v['name']}", m.group(1) if m else q))
-    return out
 
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
-_GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
-_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
-             "unless", "offset", "inf", "nan", "atan2"}
 
 
-def metric_names(expr: str) -> set[str]:
-    """Metric names an expression selects (a small lexer: enough for dashboards and rules)."""
-    e = _STRING.sub('""', expr)
-    e = re.sub(r"\{[^}]*\}", " ", e)
-    e = re.sub(r"\[[^\]]*\]", " ", e)
-    e = _GROUPING.sub(" ", e)
-    e = re.sub(r"\boffset\s+\S+", " ", e)
-    names = set()
-    for m in re.finditer(r"(?<![\w.])([a-zA-Z_:][\w:]*)(\s*\()?", e):
-        word, call = m.group(1), m.group(2)
-        if call or word.lower() in _KEYWORDS:
-            continue
-        names.add(word)
-    return names
 
 
-def used_labels(expr: str) -> tuple[dict[str, set[str]], set[str]]:
-    """(metric → labels in its own {matchers}, labels in by/without/on/ignoring/group_*)."""
-    e = _STRING.sub('""', expr)
-    per_metric: dict[str, set[str]] = {}
-    for m in re.finditer(r"([a-zA-Z_:][\w:]*)\s*\{([^}]*)\}", e):
-        labels = set(re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", m.group(2)))
-        per_metric.setdefault(m.group(1), set()).update(labels)
-    grouping = set()
-    for m in _GROUPING.finditer(e):
-        grouping.update(x.strip() for x in m.group(2).split(",") if x.strip())
-    return per_metric, grouping
 
 
 def promtool() -> str:

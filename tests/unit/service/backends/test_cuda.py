@@ -10,7 +10,7 @@ from service.backends import cuda
 from service.backends.onnxruntime import OrtBackend, check_precision, choose_variant
 from service.package import PackageError, load_package
 from service.settings import Settings
-from tests.unit.service_fakes import FakeBackend, make_package
+from tests.unit.fakes import FakeBackend, make_package
 
 
 def test_probe_names_every_missing_piece_here():

@@ -4,7 +4,7 @@ from prometheus_client import generate_latest
 
 from service.gpu_metrics import GpuCollector, gpu_collector
 from service.metrics import Metrics
-from tests.unit.service_fakes import FakeNvml
+from tests.unit.fakes import FakeNvml
 
 
 def scrape(metrics: Metrics) -> dict[str, float]:
