@@ -1,12 +1,14 @@
-"""Dynamic batching (docs/architecture.md): one queue and one batcher task per (model, variant).
+"""Dynamic batching (docs/architecture.md): one queue per (model, variant).
 
-Requests arrive as raw texts. On its own inference thread the batcher batch-encodes every
-request waiting (one thread hop per batch, not one per request), splits them into entries
-(one per input), cuts batches by padded tokens and batch size, sorting by length and padding
-to a few length buckets, and runs them there. When everything that was waiting fits in one
-batch (the common case under steady load) tokenising and running are one hop, not two. It
-waits up to `max_wait` for more only when a recent batch served more clients than are now
-queued: an idle server runs a lone request at once.
+Requests arrive as raw texts. The batcher decides what the next hop to the inference thread
+does (`next` → Work) and takes its outcome back (`finish`); the engine runs the hop, so the
+batcher calls nothing of the engine. A hop batch-encodes every request waiting (one thread hop
+per batch, not one per request), splitting them into entries (one per input), or runs a batch
+cut by padded tokens and batch size, sorted by length and padded to a few length buckets.
+When everything that was waiting fits in one batch (the common case under steady load)
+tokenising and running are one hop, not two. It waits up to `max_wait` for more only when a
+recent batch served more clients than are now queued: an idle server runs a lone request at
+once.
 """
 
 from __future__ import annotations
@@ -77,9 +79,26 @@ class Entry:
         return len(self.ids)
 
 
-RunBatch = Callable[[list[Entry], int], Sequence[Any]]  # (entries, padded length) → results
-# jobs → per job its entries, or the exception to fail it with (e.g. 422, 413)
-Prepare = Callable[[list[Job]], Sequence["list[Entry] | Exception"]]
+@dataclass(eq=False)
+class Work:
+    """The next hop: tokenise `jobs` (with `run`, and run them at once when they fit one
+    batch: `Batcher.plan`), or run `batch` padded to `padded`."""
+
+    jobs: list[Job]
+    batch: list[Entry]
+    padded: int = 0
+    run: bool = False
+
+
+@dataclass(eq=False)
+class Done:
+    """A hop's outcome. `outcome`: per job of work.jobs its entries, or the exception that ends
+    it; `batch`: what ran (None: nothing ran, the entries are to be queued); `results`: one per
+    entry of `batch`, or the exception that failed the whole batch."""
+
+    outcome: Sequence | None
+    batch: list[Entry] | None
+    results: Sequence | Exception | None
 
 
 @dataclass
@@ -88,19 +107,17 @@ class Limits:
     max_batch_size: int
     max_wait_s: float
     max_queue: int
-    # extra per-batch cap, e.g. attention's B·L·H·T² memory: (count, padded_len) → fits
-    fits: Callable[[int, int], bool] | None = None
+    # attention's B·L·H·T² memory per batch: count × cell_bytes × padded² ≤ budget_bytes (0: no cap)
+    cell_bytes: int = 0
+    budget_bytes: int = 0
 
 
 class Batcher:
-    def __init__(self, run_batch: RunBatch, limits: Limits, buckets: list[int], hooks=None,
-                 prepare: Prepare | None = None, pad_to_bucket: bool = True):
-        self.run_batch = run_batch
+    def __init__(self, limits: Limits, buckets: list[int], hooks=None, pad_to_bucket: bool = True):
         # CUDA wants a few fixed shapes (IOBinding buffers, graph capture); onnxruntime's CPU
         # kernels take any length, so there a batch is padded only to its longest input (less
         # padding is less work: bench/results/experiments-cpu.md).
         self.pad_to_bucket = pad_to_bucket
-        self.prepare = prepare
         self.limits = limits
         self.buckets = buckets
         self.hooks = hooks  # optional: on_depth(n), on_queue_wait(seconds), on_dropped(job)
@@ -112,13 +129,16 @@ class Batcher:
         self._last_end = 0.0
         self._running = False
         self._inflight: list[Job] = []  # the jobs of the hop running now
+        self._cut_next = False  # the last hop queued entries: cut a batch of them at once
         self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
                                             initializer=lower_thread_priority)
 
     # -- public surface -----------------------------------------------------------------
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+    def start(self, serve) -> None:
+        """Run `serve` (the engine's loop over `next` and `finish`) as this queue's task, which
+        `close` stops."""
+        self._task = asyncio.get_running_loop().create_task(serve)
 
     @property
     def depth(self) -> int:
@@ -161,7 +181,7 @@ class Batcher:
                 job.future.set_exception(NotReady("server shutting down"))
         self._queue.clear()
         self._pending.clear()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     def abort(self, exc: Exception) -> None:
         """Fail every job not answered yet, the running batch's too (its thread may hang)."""
@@ -169,80 +189,66 @@ class Batcher:
             if not job.done:
                 job.future.set_exception(exc)
 
-    # -- the loop -----------------------------------------------------------------------
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
+    # -- the hops -----------------------------------------------------------------------
+    async def next(self) -> Work:
+        """Wait for work, gather recent clients (up to max_wait), and say what the next hop does."""
         while True:
-            while not (self._queue or self._pending):
-                self._wakeup.clear()
-                await self._wakeup.wait()
-            await self._gather()
-            if self._pending and await self._tokenize(loop, run=not self._queue):
-                continue  # tokenised and ran in one hop
+            if not self._cut_next:
+                while not (self._queue or self._pending):
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                await self._gather()
+                if self._pending:
+                    run = not self._queue
+                    jobs = self._take_pending()
+                    gone = await self._disconnected(jobs)
+                    jobs = [j for j in jobs if j not in gone and not j.done]
+                    if jobs:
+                        return self._begin(Work(jobs, [], run=run))
+            self._cut_next = False
             batch, padded = self.cut()
             gone = await self._disconnected({e.job for e in batch})
             batch = [e for e in batch if e.job not in gone] if gone else batch
             if batch:
-                await self._hop(loop, [*{e.job: None for e in batch}], self._run_cut, batch, padded)
+                return self._begin(Work([], batch, padded))
 
-    async def _hop(self, loop, jobs: list[Job], fn, *args) -> bool:
-        """Run fn(*args) → (per-job prepare outcome or None, batch or None, results or
-        exception) on the inference thread, then answer on the loop; jobs are what abort()
-        must reach. A batch of None: `prepare` ran alone, its entries are queued. → whether
-        nothing is left to queue."""
+    def _begin(self, work: Work) -> Work:
         self._running = True
-        self._inflight = jobs
+        self._inflight = work.jobs or [*{e.job: None for e in work.batch}]  # what abort() must reach
+        return work
+
+    def plan(self, work: Work, outcome) -> tuple[list[Entry], int] | None:
+        """Inference thread, after tokenising `work.jobs` with run: the batch to run in the same
+        hop, or None when it does not fit one batch (its entries are then queued)."""
+        batch = sorted((e for res in outcome if not isinstance(res, BaseException) for e in res),
+                       key=lambda e: e.length)
+        if not batch:
+            return [], 0
+        if not self._fits(len(batch), self.bucket(batch[-1].length)):
+            return None
+        for job in work.jobs:
+            job.expect(job.size)
+        self._waited({e.job for e in batch})
+        return batch, self._padded(batch[-1].length)
+
+    def finish(self, work: Work, done: Done) -> None:
+        """Event loop: answer what the hop settled, queue what it tokenised without running."""
         try:
-            outcome, batch, results = await loop.run_in_executor(self._executor, fn, *args)
-        except Exception as e:  # prepare itself failed: every job gets the error
-            outcome, batch, results = [e] * len(jobs), [], []
-        try:
-            if outcome is not None:
-                self._settle(jobs, outcome, admit=batch is None)
-            if isinstance(results, Exception):  # the whole batch fails; each handler gets it
-                for job in {en.job for en in batch}:
+            if done.outcome is not None:
+                self._settle(work.jobs, done.outcome, admit=done.batch is None)
+            if isinstance(done.results, Exception):  # the whole batch fails; each handler gets it
+                for job in {en.job for en in done.batch}:
                     if not job.done:
-                        job.future.set_exception(results)
-            elif batch:
-                self._deliver(batch, results)
+                        job.future.set_exception(done.results)
+            elif done.batch:
+                self._deliver(done.batch, done.results)
         finally:
             self._running = False
             self._inflight = []
             self._last_end = time.perf_counter()
-            if batch:
-                self._recent = len({en.job for en in batch})
-        return batch is not None
-
-    def _run_cut(self, batch: list[Entry], padded: int):
-        try:
-            return None, batch, self.run_batch(batch, padded)
-        except Exception as e:
-            return None, batch, e
-
-    async def _tokenize(self, loop, run: bool) -> bool:
-        """Tokenise what is waiting, its entries then queued; with `run`, when it all fits in
-        one batch, run it in the same hop instead. → whether it ran (nothing was queued)."""
-        jobs = self._take_pending()
-        gone = await self._disconnected(jobs)
-        jobs = [j for j in jobs if j not in gone and not j.done]
-        return bool(jobs) and await self._hop(loop, jobs, self._prepare, jobs, run) and run
-
-    def _prepare(self, jobs: list[Job], run: bool):
-        """Inference thread: → (outcome, batch or None if not run, results)."""
-        outcome = self.prepare(jobs)
-        if not run:
-            return outcome, None, None
-        batch = sorted((e for res in outcome if not isinstance(res, BaseException) for e in res),
-                       key=lambda e: e.length)
-        if not batch:
-            return outcome, [], []
-        if not self._fits(len(batch), self.bucket(batch[-1].length)):
-            return outcome, None, None
-        for job in jobs:
-            job.expect(job.size)
-        self._waited({e.job for e in batch})
-        _, _, results = self._run_cut(batch, self._padded(batch[-1].length))
-        return outcome, batch, results
+            if done.batch:
+                self._recent = len({en.job for en in done.batch})
+            self._cut_next = done.batch is None and bool(self._queue)
 
     def _admit(self, job: Job, entries: list[Entry]) -> None:
         job.expect(len(entries))
@@ -297,7 +303,7 @@ class Batcher:
         lim = self.limits
         if count > lim.max_batch_size or count * padded > lim.max_batch_tokens:
             return False
-        return lim.fits is None or lim.fits(count, padded)
+        return not lim.cell_bytes or count * lim.cell_bytes * padded * padded <= lim.budget_bytes
 
     def cut(self) -> tuple[list[Entry], int]:
         """Take one batch: the oldest live entry plus its nearest neighbours by length."""

@@ -3,6 +3,7 @@ batch of tokenised inputs into per-input results on the batcher's inference thre
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -10,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from service.backends.onnxruntime import Backend
-from service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
+from service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
 from service.engine.outputs import attention_payload, pool
 from service.engine.params import AttentionSpec, Embedded, EmbedParams, EmbedResult, response_bytes
 from service.engine.tokenizer import Encoded, TextTokenizer
@@ -258,19 +259,42 @@ class EncoderRuntime:
                         if on_cpu and s.cpu_max_batch_tokens else s.max_batch_tokens)
 
         for role, variant in self.backend.variants.items():
-            fits = None
-            if role == "attention":
-                def fits(count, padded, cell=cell):
-                    return count * cell * padded * padded <= s.attention_budget_bytes
-            limits = Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue, fits)
+            attention = role == "attention"
+            limits = Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
+                            cell if attention else 0, s.attention_budget_bytes if attention else 0)
 
-            def run(entries, padded, role=role):
-                return self.run_batch(role, entries, padded)
-
-            batcher = Batcher(run, limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant),
-                              prepare=self.prepare, pad_to_bucket=not on_cpu)
-            batcher.start()
+            batcher = Batcher(limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant),
+                              pad_to_bucket=not on_cpu)
+            batcher.start(self._serve(role, batcher))
             self.batchers[role] = batcher
+
+    async def _serve(self, role: str, batcher: Batcher) -> None:
+        """This variant's loop: the batcher says what the next hop does, the hop runs on the
+        batcher's inference thread, the batcher answers what it settled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            work = await batcher.next()
+            try:
+                done = await loop.run_in_executor(batcher.executor, self._hop, role, batcher, work)
+            except Exception as e:  # tokenising itself failed: every job gets the error
+                done = Done([e] * len(work.jobs), [], [])
+            batcher.finish(work, done)
+
+    def _hop(self, role: str, batcher: Batcher, work: Work) -> Done:
+        """Inference thread: tokenise (and, when it all fits one batch, run at once), or run."""
+        outcome, batch, padded = None, work.batch, work.padded
+        if work.jobs:
+            outcome = self.prepare(work.jobs)
+            plan = batcher.plan(work, outcome) if work.run else None
+            if plan is None:
+                return Done(outcome, None, None)
+            batch, padded = plan
+            if not batch:
+                return Done(outcome, [], [])
+        try:
+            return Done(outcome, batch, self.run_batch(role, batch, padded))
+        except Exception as e:
+            return Done(outcome, batch, e)
 
 
 def _unlinked(e: Exception) -> Exception:

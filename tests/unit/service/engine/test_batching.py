@@ -6,8 +6,9 @@ import time
 import numpy as np
 import pytest
 
-from service.engine.batching import Batcher, Entry, Job, Limits
+from service.engine.batching import Entry, Job, Limits
 from service.errors import Disconnected, Overloaded
+from tests.unit.fakes import DrivenBatcher
 
 
 class Recorder:
@@ -38,7 +39,7 @@ class Hooks:
 
 def make(run, max_tokens=1024, max_size=64, wait_s=0.0, max_queue=100, buckets=(8, 16, 32, 64), hooks=None,
          pad_to_bucket=True):
-    return Batcher(run, Limits(max_tokens, max_size, wait_s, max_queue), list(buckets), hooks,
+    return DrivenBatcher(run, Limits(max_tokens, max_size, wait_s, max_queue), list(buckets), hooks,
                    pad_to_bucket=pad_to_bucket)
 
 
@@ -141,7 +142,7 @@ def test_raw_inputs_are_tokenised_together_on_the_batcher_thread():
 
     async def main():
         rec = Recorder()
-        b = Batcher(rec, Limits(1024, 64, 0.0, 100), [8, 16], None, prepare=prepare)
+        b = DrivenBatcher(rec, Limits(1024, 64, 0.0, 100), [8, 16], None, prepare=prepare)
         jobs = [Job(2, inputs=["abc", "de"], params="x"), Job(1, inputs=["z" * 9], params="bad"),
                 Job(1, inputs=["hello"], params="y")]
         futs = [b.submit(j) for j in jobs]
@@ -273,10 +274,10 @@ def _prepare_lengths(jobs):
 def test_waiting_requests_that_fit_one_batch_are_tokenised_and_run_in_one_hop():
     async def main():
         rec = Recorder()
-        b = Batcher(rec, Limits(1024, 64, 0.0, 100), [8, 16], None, prepare=_prepare_lengths)
+        b = DrivenBatcher(rec, Limits(1024, 64, 0.0, 100), [8, 16], None, prepare=_prepare_lengths)
         hops = []
-        submit_ = b._executor.submit
-        b._executor.submit = lambda fn, *a: hops.append(fn) or submit_(fn, *a)
+        submit_ = b.executor.submit
+        b.executor.submit = lambda fn, *a: hops.append(fn) or submit_(fn, *a)
         futs = [b.submit(Job(1, inputs=[n], params=n)) for n in (7, 3, 5)]
         b.start()
         res = await asyncio.gather(*futs)
@@ -291,7 +292,7 @@ def test_waiting_requests_that_fit_one_batch_are_tokenised_and_run_in_one_hop():
 def test_waiting_requests_over_one_batch_are_queued_and_cut():
     async def main():
         rec = Recorder()
-        b = Batcher(rec, Limits(64, 6, 0.0, 100), [8, 16], None, prepare=_prepare_lengths)
+        b = DrivenBatcher(rec, Limits(64, 6, 0.0, 100), [8, 16], None, prepare=_prepare_lengths)
         futs = [b.submit(Job(10, inputs=[5] * 10, params="a")), b.submit(Job(3, inputs=[9, 2, 4], params="b"))]
         b.start()
         res = await asyncio.gather(*futs)
