@@ -18,9 +18,10 @@ import numpy as np
 import orjson
 
 from export import cpu as cpu_info
-from service.backend import OrtBackend
+from service.backends.onnxruntime import OrtBackend
+from service.engine.outputs import attention_payload
+from service.engine.params import AttentionSpec
 from service.package import load_package
-from service.postprocess import AttentionSpec, attention_payload
 from service.settings import Settings
 
 

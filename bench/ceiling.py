@@ -11,7 +11,7 @@ from __future__ import annotations
 from bench.cells import Row, Sample, time_calls
 from bench.facts import usable_cores
 from bench.workload import Workload
-from service.backend import CPU_DISABLED_OPTIMIZERS
+from service.backends.onnxruntime import CPU_DISABLED_OPTIMIZERS
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
@@ -33,7 +33,7 @@ class Ceiling:
         self.spin = spin
         self._sessions: dict = {}
         if provider == "cuda":  # the CUDA libraries, found as the service finds them
-            from service import cuda
+            from service.backends import cuda
 
             found = cuda.probe(0)
             if not found.ok:

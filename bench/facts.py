@@ -10,7 +10,7 @@ from pathlib import Path
 
 def usable_cores() -> int:
     try:
-        from service.resources import usable_cores as cores
+        from service.cpu import usable_cores as cores
 
         return cores()
     except ImportError:  # pragma: no cover - bench run outside the repo

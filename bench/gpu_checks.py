@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from export.stsb import find_stsb, load_pairs, sts_score
-from service.backend import OrtBackend
+from service.backends.onnxruntime import OrtBackend
+from service.engine.tokenizer import TextTokenizer
 from service.package import load_package
 from service.settings import Settings
-from service.tokenizer import TextTokenizer
 
 BATCH = 64
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime as ort
 
-    from service import cuda
+    from service.backends import cuda
 
     pkg = load_package(args.package)
     tok = TextTokenizer(pkg.path / pkg.manifest["tokenizer"]["file"], pkg.max_len)

@@ -42,7 +42,8 @@ def _serve(models: str, port: int, floor: bool) -> None:  # the child process
                         "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
             await send({"type": "http.response.body", "body": body})
     else:
-        from service.app import create_app
+        from service import fastpath
+        from service.api.app import create_app
         from service.settings import Settings
 
         class Instant:  # the Backend surface, answering at once
@@ -60,7 +61,10 @@ def _serve(models: str, port: int, floor: bool) -> None:  # the child process
                     out["last_hidden_state"] = np.zeros((b, t, self.package.d_model), np.float32)
                 return out
 
+        # as `headwise serve` runs it: with the fast path (HEADWISE_BENCH_PLAIN=1: the plain app)
         app = create_app(Settings(models_dir=models), backend_factory=Instant)
+        if not os.environ.get("HEADWISE_BENCH_PLAIN"):
+            app = fastpath.install(app)
     from service.http_protocol import UVICORN_HTTP
 
     http = os.environ.get("HEADWISE_BENCH_HTTP", UVICORN_HTTP)  # "httptools": uvicorn's own

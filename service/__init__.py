@@ -1,5 +1,6 @@
 """headwise's runtime: model packages served by onnxruntime behind FastAPI (no torch).
 
-routers/ (HTTP) → engine (models, queues, batching) → backend (onnxruntime sessions);
-`service.app.create_app` builds the app, `service.cli` is `headwise serve`.
+api/ (HTTP: routers, schemas, error tables, middleware) → engine/ (models, tokenisation,
+batching, post-processing) → backends/ (onnxruntime sessions); `service.api.app.create_app`
+builds the app, `service.cli` is `headwise serve` (docs/architecture.md).
 """

@@ -16,8 +16,8 @@ import tempfile
 import threading
 import time
 
-from service import cuda
-from service.backend import check_precision
+from service.backends import cuda
+from service.backends.onnxruntime import check_precision
 from service.package import PackageError, find_packages
 from service.settings import SettingsError, load_settings
 
@@ -87,27 +87,28 @@ def main(args: argparse.Namespace) -> int:
     # make that an exit 0, with no KeyboardInterrupt traceback.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
+    from service import fastpath
     from service.http_protocol import UVICORN_HTTP
 
     options = dict(host=settings.host, port=settings.port, loop="uvloop", http=UVICORN_HTTP,
-                   # the app's SIGTERM drain waits for requests in flight (service.app); this is
+                   # the app's SIGTERM drain waits for requests in flight (service.api.app); this is
                    # only what uvicorn waits after it, or on SIGINT
                    lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
                    log_level=args.log_level, access_log=args.access_log, log_config=_log_config(args.log_level))
     try:
         if settings.workers == 1:
-            from service.app import create_app
+            from service.api.app import create_app
 
             def stop() -> None:
                 server.should_exit = True
 
-            app = create_app(settings, on_fatal=stop)
+            app = fastpath.install(create_app(settings, on_fatal=stop))
             server = uvicorn.Server(uvicorn.Config(app, **options))
             server.run()
             code = 3 if not server.started or app.state.engine.failed else 0
             _exit_if_stuck(code)
             return code
-        uvicorn.run("service.app:create_app", factory=True, workers=settings.workers, **options)
+        uvicorn.run(fastpath.FACTORY, factory=True, workers=settings.workers, **options)
         return 0
     finally:
         if made_dir:

@@ -17,9 +17,9 @@ request head and body bounded in size and time.
   that no client holds file descriptors without bound (idle ones also close on the timeouts).
 
 This is the one module that relies on uvicorn's private protocol attributes (`cycle`,
-`parser`, `transport`, `_unset_keepalive_if_required`, `timeout_keep_alive_task`);
-tests/unit/test_service_http_protocol.py pins the uvicorn and httptools versions it was
-written for.
+`parser`, `transport`, `_unset_keepalive_if_required`, `timeout_keep_alive_task`, the request
+cycle's `disconnected` and `more_body`); only `headwise serve` uses it (service.cli, through
+service.fastpath), and tests/unit/service/api/test_fastpath.py pins the versions it was written for.
 """
 
 from __future__ import annotations
@@ -231,6 +231,21 @@ class HttpProtocol(HttpToolsProtocol):
             self._refuse(503, "server shutting down: request body not complete")
             return
         super().shutdown()
+
+
+def uvicorn_disconnect_probe(request):
+    """A cheap disconnect check for the batcher: uvicorn's `receive` is a bound method of its
+    request cycle, whose `disconnected` flag its protocol sets when the connection is lost
+    (Starlette's `is_disconnected` opens and cancels an anyio scope per call). None under
+    any other server, or a wrapped `receive`."""
+    cycle = getattr(request.receive, "__self__", None)
+    if not isinstance(getattr(cycle, "disconnected", None), bool):
+        return None
+
+    async def disconnected() -> bool:
+        return cycle.disconnected
+
+    return disconnected
 
 
 def body_pending(receive) -> bool:

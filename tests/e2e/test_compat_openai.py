@@ -114,7 +114,7 @@ def test_bad_requests_in_openai_shape(server, model):
     url = server.url + "/v1/embeddings"
     check(httpx.post(url, content=b'{"input": [', headers={"content-type": "application/json"}), 400)
     check(httpx.post(url, json={"input": []}), 400, "input")
-    check(httpx.post(url, json={"input": [[]]}), 422)
+    check(httpx.post(url, json={"input": [[]]}), 422, "input")  # the domain error names its field
     check(httpx.post(url, json={"input": ["a", 1]}), 422)
     check(httpx.post(url, json={"input": "a", "encoding_format": "int8"}), 422)
     check(httpx.post(url, json={"input": "a", "dimensions": "12"}), 422)

@@ -1,7 +1,7 @@
 """POST /v1/generate end to end (issue #10): tiny random GPT-2 and Marian checkpoints are built
 and exported in the test session, then served by a real `headwise serve` together with a tiny
 encoder package. Greedy outputs are checked against the numpy + onnxruntime loop of
-tests/unit/test_generative_export.py run on the same package files."""
+tests/unit/export/test_generative_export.py run on the same package files."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.unit.test_generative_export import (
+from tests.fixtures.generative_onnx import (
     Package,
     encode_padded,
     onnx_greedy_decoder,

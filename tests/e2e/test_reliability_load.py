@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from bench.limits import hammer, start_probe
-from service.resources import usable_cores
+from service.cpu import usable_cores
 from tests.e2e.test_reliability_input import proc_status
 from tests.e2e.test_service_traffic import total
 

@@ -1,0 +1,86 @@
+"""Responses of the native and compatible routes: JSON bodies, and bodies counted against the
+process's in-flight response budget (service.engine.budget) until their last byte is sent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import orjson
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response, StreamingResponse
+
+from service.api.errors import Protocol
+from service.api.serialize import dumps_in_pieces
+from service.engine.budget import Reservation, ResponseBudget
+from service.errors import NotReady
+
+DUMPS = orjson.OPT_SERIALIZE_NUMPY
+BIG = 1 << 16  # response bytes above which the JSON is written off the event loop
+
+
+def json_response(payload: dict) -> Response:
+    return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
+
+
+def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response:
+    """A health probe's answer: `ok`, or `check`'s NotReady in the protocol's shape (not counted
+    as a failed request: a probe saying "not yet" is doing its job)."""
+    try:
+        check()
+    except NotReady as e:
+        return protocol.error(e)
+    return json_response(ok)
+
+
+async def budgeted_json(budget: ResponseBudget, size: int, build) -> Response:
+    """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
+    `size` (the response's serialised bound) is large, and counted against the process's
+    in-flight response budget until sent (Overloaded when it does not fit)."""
+    with budget.reserve(size) as reservation:
+        if size > BIG:
+            body = await run_in_threadpool(lambda: dumps_in_pieces(build()))
+        else:
+            body = orjson.dumps(build(), option=DUMPS)
+    return BudgetedResponse(body, reservation)
+
+
+CHUNK = 1 << 20  # bytes handed to the server per send
+
+
+class BudgetedResponse(Response):
+    """A response that gives its reservation back once its last byte has gone to the client's
+    connection. It is sent in CHUNK pieces, yielding to the event loop after each, so that the
+    server's flow control (a client that does not read fills the socket buffer, and the next
+    send waits) keeps it, and its bytes, counted for as long as the client makes it wait."""
+
+    def __init__(self, body: bytes, reservation: Reservation, media_type: str = "application/json"):
+        super().__init__(body, media_type=media_type)
+        self.reservation = reservation
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            view = memoryview(self.body)
+            for at in range(0, max(len(view), 1), CHUNK):
+                more = at + CHUNK < len(view)
+                await send({"type": "http.response.body", "body": view[at:at + CHUNK], "more_body": more})
+                if more:
+                    await asyncio.sleep(0)
+        finally:
+            self.body = b""
+            self.reservation.release()
+
+
+class BudgetedStream(StreamingResponse):
+    """A streamed response that gives its reservation back when the stream ends, however it ends."""
+
+    def __init__(self, content, reservation: Reservation, **kw):
+        super().__init__(content, **kw)
+        self.reservation = reservation
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.reservation.release()

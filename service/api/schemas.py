@@ -1,0 +1,144 @@
+"""Request and response bodies of the native routes (docs/api.md), with OpenAPI examples."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+Inputs = StrictStr | list[StrictStr]
+
+
+class AttentionOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    layers: list[StrictInt] | None = Field(None, description="layer indices; null: all")
+    heads: list[StrictInt] | None = Field(None, description="head indices; null: all")
+    format: Literal["dense", "topk"] = "dense"
+    top_k: StrictInt = Field(8, ge=1, le=4096, description="keys kept per query row with format topk")
+    dtype: Literal["float32", "float16"] = "float32"
+    encoding: Literal["json", "base64"] = Field(
+        "json", description="base64: little-endian raw bytes of the array in `shape` order, C order")
+
+
+class EmbedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"inputs": "The cat sat on the mat."},
+        {"model": "all-minilm-l6-v2", "inputs": ["hello", "a longer sentence"], "normalize": True},
+        {"inputs": "Attention is all you need.",
+         "attention": {"layers": [0, 5], "heads": [0, 3], "format": "dense", "dtype": "float16",
+                       "encoding": "base64"}},
+    ]})
+
+    model: StrictStr | None = Field(None, description="model name; optional when one model is served")
+    inputs: Inputs = Field(..., description="one text or a list of texts")
+    normalize: StrictBool = Field(True, description="L2-normalise sentence embeddings")
+    truncate: StrictBool = Field(True, description="cut inputs at max_len; false: 422 when longer")
+    output: Literal["sentence", "tokens"] = Field(
+        "sentence", description="sentence: pooled [d_model]; tokens: last hidden state [T, d_model]")
+    attention: AttentionOptions | None = Field(None, description="return per-head attention weights")
+
+
+class AttentionData(BaseModel):
+    layers: list[int]
+    heads: list[int]
+    format: str
+    shape: list[int]
+    dtype: str
+    encoding: str
+    index_dtype: str | None = None
+    data: Any = Field(..., description="dense: [L,H,T,T] array or base64; topk: {indices, values}")
+
+
+class EmbedItem(BaseModel):
+    index: int
+    embedding: list[float] | list[list[float]]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+    attention: AttentionData | None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbedResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "model": "all-minilm-l6-v2",
+        "data": [{"index": 0, "embedding": [0.01, -0.02, 0.03],
+                  "tokens": ["[CLS]", "hello", "[SEP]"], "offsets": [[0, 0], [0, 5], [0, 0]]}],
+        "usage": {"prompt_tokens": 3, "total_tokens": 3},
+    }]})
+
+    model: str
+    data: list[EmbedItem]
+    usage: Usage
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"inputs": ["Hello world!"]}]})
+
+    model: StrictStr | None = None
+    inputs: Inputs
+    truncate: StrictBool = True
+
+
+class TokenizeItem(BaseModel):
+    index: int
+    tokens: list[str]
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+
+
+class TokenizeResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "model": "all-minilm-l6-v2",
+        "data": [{"index": 0, "tokens": ["[CLS]", "hello", "world", "!", "[SEP]"],
+                  "ids": [101, 7592, 2088, 999, 102], "offsets": [[0, 0], [0, 5], [6, 11], [11, 12], [0, 0]]}],
+        "usage": {"prompt_tokens": 5, "total_tokens": 5},
+    }]})
+
+    model: str
+    data: list[TokenizeItem]
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    name: str
+    version: str
+    family: str
+    architecture: str
+    n_layers: int
+    n_heads: int
+    d_model: int
+    max_len: int
+    pooling: str
+    normalize: bool
+    provider: str | None
+    precision: str | None
+    variants: dict[str, dict]
+    attention: bool
+    ready: bool
+
+
+class ModelList(BaseModel):
+    data: list[ModelCard]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+BODY_MODELS = (EmbedRequest, TokenizeRequest)  # parsed by service.api.dependencies.json_body
+
+
+def error_responses(*codes: int) -> dict:
+    return {c: {"model": ErrorResponse} for c in codes}

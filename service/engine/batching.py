@@ -1,0 +1,364 @@
+"""Dynamic batching (docs/architecture.md): one queue per (model, variant).
+
+Requests arrive as raw texts. The batcher decides what the next hop to the inference thread
+does (`next` → Work) and takes its outcome back (`finish`); the engine runs the hop, so the
+batcher calls nothing of the engine. A hop batch-encodes every request waiting (one thread hop
+per batch, not one per request), splitting them into entries (one per input), or runs a batch
+cut by padded tokens and batch size, sorted by length and padded to a few length buckets.
+When everything that was waiting fits in one batch (the common case under steady load)
+tokenising and running are one hop, not two. It waits up to `max_wait` for more only when a
+recent batch served more clients than are now queued: an idle server runs a lone request at
+once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.cpu import lower_thread_priority
+from service.errors import Disconnected, NotReady, Overloaded
+
+IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
+
+
+def length_buckets(max_len: int) -> list[int]:
+    """8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, ... up to max_len (always included):
+    padding costs at most half an input, and a 9-12 token sentence pays none beyond 12."""
+    out, p = [], 8
+    while p < max_len:
+        out.append(p)
+        if p + p // 2 < max_len:
+            out.append(p + p // 2)
+        p *= 2
+    return [*out, max_len]
+
+
+@dataclass(eq=False)
+class Job:
+    """One client request: its entries' results and the future the handler awaits."""
+
+    size: int  # inputs
+    inputs: Any = None  # raw texts, for `prepare`
+    params: Any = None
+    is_disconnected: Callable[[], Awaitable[bool]] | None = None
+    future: asyncio.Future | None = None
+    results: list = field(default_factory=list)
+    left: int = 0
+    enqueued_at: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.future is None or self.future.done()
+
+    def expect(self, n: int) -> None:
+        """Make room for n results (one per entry) before any is delivered."""
+        self.results = [None] * n
+        self.left = n
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    job: Job
+    index: int
+    ids: np.ndarray
+    type_ids: np.ndarray
+    encoding: Any = None  # what the ids came from, handed back with the result
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(eq=False)
+class Work:
+    """The next hop: tokenise `jobs` (with `run`, and run them at once when they fit one
+    batch: `Batcher.plan`), or run `batch` padded to `padded`."""
+
+    jobs: list[Job]
+    batch: list[Entry]
+    padded: int = 0
+    run: bool = False
+
+
+@dataclass(eq=False)
+class Done:
+    """A hop's outcome. `outcome`: per job of work.jobs its entries, or the exception that ends
+    it; `batch`: what ran (None: nothing ran, the entries are to be queued); `results`: one per
+    entry of `batch`, or the exception that failed the whole batch."""
+
+    outcome: Sequence | None
+    batch: list[Entry] | None
+    results: Sequence | Exception | None
+
+
+@dataclass
+class Limits:
+    max_batch_tokens: int
+    max_batch_size: int
+    max_wait_s: float
+    max_queue: int
+    # attention's B·L·H·T² memory per batch: count × cell_bytes × padded² ≤ budget_bytes (0: no cap)
+    cell_bytes: int = 0
+    budget_bytes: int = 0
+
+
+class Batcher:
+    def __init__(self, limits: Limits, buckets: list[int], hooks=None, pad_to_bucket: bool = True):
+        # CUDA wants a few fixed shapes (IOBinding buffers, graph capture); onnxruntime's CPU
+        # kernels take any length, so there a batch is padded only to its longest input (less
+        # padding is less work: bench/results/experiments-cpu.md).
+        self.pad_to_bucket = pad_to_bucket
+        self.limits = limits
+        self.buckets = buckets
+        self.hooks = hooks  # optional: on_depth(n), on_queue_wait(seconds), on_dropped(job)
+        self._pending: deque[Job] = deque()  # not yet tokenised
+        self._pending_inputs = 0
+        self._queue: deque[Entry] = deque()
+        self._wakeup = asyncio.Event()
+        self._recent = 0  # clients served by the last batch
+        self._last_end = 0.0
+        self._running = False
+        self._inflight: list[Job] = []  # the jobs of the hop running now
+        self._cut_next = False  # the last hop queued entries: cut a batch of them at once
+        self._task: asyncio.Task | None = None
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
+                                            initializer=lower_thread_priority)
+
+    # -- public surface -----------------------------------------------------------------
+    def start(self, serve) -> None:
+        """Run `serve` (the engine's loop over `next` and `finish`) as this queue's task, which
+        `close` stops."""
+        self._task = asyncio.get_running_loop().create_task(serve)
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue) + self._pending_inputs
+
+    def bucket(self, length: int) -> int:
+        i = bisect.bisect_left(self.buckets, length)
+        return self.buckets[min(i, len(self.buckets) - 1)]
+
+    def check_room(self, n: int) -> None:
+        if self.depth + n > self.limits.max_queue:
+            raise Overloaded(f"queue full ({self.limits.max_queue} inputs waiting); retry shortly")
+
+    def submit(self, job: Job, entries: list[Entry] | None = None) -> asyncio.Future:
+        """Queue a job: its entries, or (None) its raw inputs for `prepare` to tokenise."""
+        self.check_room(job.size)
+        job.future = asyncio.get_running_loop().create_future()
+        job.enqueued_at = time.perf_counter()
+        if entries is None:
+            self._pending.append(job)
+            self._pending_inputs += job.size
+        else:
+            self._admit(job, entries)
+        self._depth_changed()
+        self._wakeup.set()
+        return job.future
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Finish what is queued and running, then stop."""
+        deadline = time.monotonic() + timeout
+        alive = self._task is not None and not self._task.done()
+        while alive and (self._queue or self._pending or self._running) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for job in [*self._pending, *(e.job for e in self._queue)]:
+            if not job.done:
+                job.future.set_exception(NotReady("server shutting down"))
+        self._queue.clear()
+        self._pending.clear()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def abort(self, exc: Exception) -> None:
+        """Fail every job not answered yet, the running batch's too (its thread may hang)."""
+        for job in {*self._pending, *(e.job for e in self._queue), *self._inflight}:
+            if not job.done:
+                job.future.set_exception(exc)
+
+    # -- the hops -----------------------------------------------------------------------
+    async def next(self) -> Work:
+        """Wait for work, gather recent clients (up to max_wait), and say what the next hop does."""
+        while True:
+            if not self._cut_next:
+                while not (self._queue or self._pending):
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                await self._gather()
+                if self._pending:
+                    run = not self._queue
+                    jobs = self._take_pending()
+                    gone = await self._disconnected(jobs)
+                    jobs = [j for j in jobs if j not in gone and not j.done]
+                    if jobs:
+                        return self._begin(Work(jobs, [], run=run))
+            self._cut_next = False
+            batch, padded = self.cut()
+            gone = await self._disconnected({e.job for e in batch})
+            batch = [e for e in batch if e.job not in gone] if gone else batch
+            if batch:
+                return self._begin(Work([], batch, padded))
+
+    def _begin(self, work: Work) -> Work:
+        self._running = True
+        self._inflight = work.jobs or [*{e.job: None for e in work.batch}]  # what abort() must reach
+        return work
+
+    def plan(self, work: Work, outcome) -> tuple[list[Entry], int] | None:
+        """Inference thread, after tokenising `work.jobs` with run: the batch to run in the same
+        hop, or None when it does not fit one batch (its entries are then queued)."""
+        batch = sorted((e for res in outcome if not isinstance(res, BaseException) for e in res),
+                       key=lambda e: e.length)
+        if not batch:
+            return [], 0
+        if not self._fits(len(batch), self.bucket(batch[-1].length)):
+            return None
+        for job in work.jobs:
+            job.expect(job.size)
+        self._waited({e.job for e in batch})
+        return batch, self._padded(batch[-1].length)
+
+    def finish(self, work: Work, done: Done) -> None:
+        """Event loop: answer what the hop settled, queue what it tokenised without running."""
+        try:
+            if done.outcome is not None:
+                self._settle(work.jobs, done.outcome, admit=done.batch is None)
+            if isinstance(done.results, Exception):  # the whole batch fails; each handler gets it
+                for job in {en.job for en in done.batch}:
+                    if not job.done:
+                        job.future.set_exception(done.results)
+            elif done.batch:
+                self._deliver(done.batch, done.results)
+        finally:
+            self._running = False
+            self._inflight = []
+            self._last_end = time.perf_counter()
+            if done.batch:
+                self._recent = len({en.job for en in done.batch})
+            self._cut_next = done.batch is None and bool(self._queue)
+
+    def _admit(self, job: Job, entries: list[Entry]) -> None:
+        job.expect(len(entries))
+        self._queue.extend(entries)
+
+    def _take_pending(self) -> list[Job]:
+        jobs = [j for j in self._pending if not j.done]
+        self._pending.clear()
+        self._pending_inputs = 0
+        self._depth_changed()
+        return jobs
+
+    def _settle(self, jobs: list[Job], outcome, admit: bool) -> None:
+        """Fail each job `prepare` refused; queue the others' entries if `admit`."""
+        for job, res in zip(jobs, outcome, strict=True):
+            if job.done:
+                continue
+            if isinstance(res, BaseException):
+                job.future.set_exception(res)
+            elif admit:
+                self._admit(job, res)
+        self._depth_changed()
+
+    async def _gather(self) -> None:
+        """Wait (at most max_wait) for the clients a recent batch served to come back."""
+        if self.limits.max_wait_s <= 0:
+            return
+        start = time.perf_counter()
+        recent = self._recent if start - self._last_end < IDLE_AFTER_S else 0
+        deadline = start + self.limits.max_wait_s
+        while True:
+            jobs = len(self._pending) + len({e.job for e in self._queue})
+            if jobs >= recent or self._full():
+                return
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), left)
+            except asyncio.TimeoutError:
+                return
+
+    def _full(self) -> bool:
+        n = self.depth
+        if n >= self.limits.max_batch_size:
+            return True
+        longest = max((e.length for e in self._queue), default=0)
+        return n * self.bucket(longest) >= self.limits.max_batch_tokens
+
+    def _fits(self, count: int, padded: int) -> bool:
+        lim = self.limits
+        if count > lim.max_batch_size or count * padded > lim.max_batch_tokens:
+            return False
+        return not lim.cell_bytes or count * lim.cell_bytes * padded * padded <= lim.budget_bytes
+
+    def cut(self) -> tuple[list[Entry], int]:
+        """Take one batch: the oldest live entry plus its nearest neighbours by length."""
+        while self._queue and self._queue[0].job.done:
+            self._queue.popleft()
+        if not self._queue:
+            return [], 0
+        window = [e for e in list(self._queue)[: 4 * self.limits.max_batch_size] if not e.job.done]
+        head = window[0]
+        ordered = sorted(window, key=lambda e: e.length)
+        p = ordered.index(head)
+        lo, hi = p, p + 1  # take ordered[lo:hi]; shorter ones first: they add no padding
+        while lo > 0 and self._fits(hi - lo + 1, self.bucket(ordered[hi - 1].length)):
+            lo -= 1
+        while hi < len(ordered) and self._fits(hi - lo + 1, self.bucket(ordered[hi].length)):
+            hi += 1
+        batch = ordered[lo:hi]
+        taken = set(map(id, batch))
+        self._queue = deque(e for e in self._queue if id(e) not in taken and not e.job.done)
+        self._depth_changed()
+        self._waited({e.job for e in batch})
+        return batch, self._padded(batch[-1].length)
+
+    def _padded(self, longest: int) -> int:
+        """The length a batch whose longest input is `longest` is padded to."""
+        return self.bucket(longest) if self.pad_to_bucket else longest
+
+    def _waited(self, jobs) -> None:
+        if self.hooks is not None:
+            now = time.perf_counter()
+            for job in jobs:
+                self.hooks.on_queue_wait(now - job.enqueued_at)
+
+    async def _disconnected(self, jobs) -> set[Job]:
+        """The jobs whose client has gone: failed (nobody reads it) and counted as dropped."""
+        gone = set()
+        for job in jobs:
+            if job.is_disconnected is not None and await job.is_disconnected():
+                gone.add(job)
+                if not job.done:
+                    job.future.set_exception(Disconnected("client disconnected"))
+                if self.hooks is not None:
+                    self.hooks.on_dropped(job)
+        return gone
+
+    def _deliver(self, batch: list[Entry], results: Sequence[Any]) -> None:
+        for entry, result in zip(batch, results, strict=True):
+            job = entry.job
+            if job.done:
+                continue
+            job.results[entry.index] = result
+            job.left -= 1
+            if job.left == 0:
+                job.future.set_result(job.results)
+
+    def _depth_changed(self) -> None:
+        if self.hooks is not None:
+            self.hooks.on_depth(self.depth)

@@ -1,0 +1,305 @@
+"""A served encoder model: its tokenizer, backend and one batcher per variant; it turns a
+batch of tokenised inputs into per-input results on the batcher's inference thread."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from service.backends.onnxruntime import Backend
+from service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
+from service.engine.outputs import attention_payload, pool
+from service.engine.params import AttentionSpec, Embedded, EmbedParams, EmbedResult, response_bytes
+from service.engine.tokenizer import Encoded, TextTokenizer
+from service.errors import ServiceError, TooLarge, Validation
+from service.metrics import Metrics, ModelSeries, QueueHooks
+from service.package import ModelPackage, variant_facts
+from service.settings import Settings
+
+log = logging.getLogger("headwise.service")
+
+BackendFactory = Callable[[ModelPackage, Settings], Backend]
+
+
+FAULT = "__headwise_fault__:"  # HEADWISE_FAULT_INJECTION=true only (tests): ...:error, ...:hang=SECONDS
+
+
+def inject_fault(entries: list[Entry]) -> None:
+    """Test-only hook, off unless settings.fault_injection: an input `__headwise_fault__:error`
+    makes this batch's inference raise; `__headwise_fault__:hang=S` makes it block S seconds."""
+    for e in entries:
+        inputs = e.job.inputs
+        text = inputs[e.index] if isinstance(inputs, list) and e.index < len(inputs) else ""
+        if isinstance(text, str) and text.startswith(FAULT):
+            what = text[len(FAULT):]
+            if what.startswith("hang="):
+                time.sleep(float(what[5:]))
+            else:
+                raise RuntimeError("injected backend fault")
+
+
+def token_ids(inputs) -> bool:
+    """Pre-tokenised inputs (lists of ids, e.g. OpenAI's token-array input) rather than texts."""
+    return bool(inputs) and not isinstance(inputs[0], str)
+
+
+class EncoderRuntime:
+    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
+        self.package = package
+        self.settings = settings
+        self.metrics = metrics
+        self.series = ModelSeries(metrics, package.name)
+        self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
+        self.buckets = length_buckets(package.max_len)
+        att = package.variants.get("attention")
+        self._f16_attention = att is not None and "attentions_f16" in att.outputs  # packages since 2026-11
+        self.backend: Backend | None = None
+        self.batchers: dict[str, Batcher] = {}
+        self.ready = False
+
+    @property
+    def name(self) -> str:
+        return self.package.name
+
+    def info(self) -> dict:
+        p = self.package
+        b = self.backend
+        return {
+            "name": p.name, "version": p.version, "family": p.family, "architecture": p.architecture,
+            "n_layers": p.n_layers, "n_heads": p.n_heads, "d_model": p.d_model, "max_len": p.max_len,
+            "pooling": p.pooling, "normalize": p.normalize,
+            "provider": b.provider if b else None, "precision": b.precision if b else None,
+            "variants": {name: {"precision": v.precision, "outputs": list(v.outputs),
+                                "serving": b is not None and name in b.variants.values(),
+                                **variant_facts(p.manifest, name)}
+                         for name, v in p.variants.items()},
+            "attention": b is not None and "attention" in b.variants,
+            "ready": self.ready,
+        }
+
+    def attention_spec(self, layers, heads, **how) -> AttentionSpec:
+        """Raises Validation for indices out of range."""
+        return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
+
+    # -- the operations (event loop) ------------------------------------------------------------
+    async def embed(self, inputs: list, params: EmbedParams,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
+        """Tokenised on the batcher's thread together with whatever else is waiting. `inputs`
+        may be token-id lists instead of texts, used as they are (no special tokens added)."""
+        if token_ids(inputs):
+            self.tokenizer.check_ids(inputs)
+        role = "attention" if params.attention is not None else "embed"
+        batcher = self.batchers.get(role)
+        if batcher is None:
+            raise Validation(f"model {self.name!r} has no attention variant")
+        job = Job(len(inputs), inputs=inputs, params=params, is_disconnected=is_disconnected)
+        data: list[Embedded] = await batcher.submit(job)
+        if params.attention is not None:
+            self.series.attention_bytes.inc(sum(params.attention.returned_bytes(e.encoding.length) for e in data))
+        return EmbedResult(self.name, self.package.version, data)
+
+    async def generate(self, ask, budget):
+        raise Validation(f"model {self.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
+                         "serves decoder and encoder-decoder models")
+
+    def abort(self, exc: Exception) -> None:
+        for b in self.batchers.values():
+            b.abort(exc)
+
+    async def close(self, timeout: float) -> None:
+        for b in self.batchers.values():
+            await b.close(timeout)
+
+    # -- runs on the batcher's inference thread ---------------------------------------------
+    def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
+        pkg = self.package
+        b = len(entries)
+        ids = np.full((b, padded), pkg.pad_id, dtype=np.int64)
+        mask = np.zeros((b, padded), dtype=np.int64)
+        types = np.zeros((b, padded), dtype=np.int64)
+        for i, e in enumerate(entries):
+            n = e.length
+            ids[i, :n] = e.ids
+            mask[i, :n] = 1
+            types[i, :n] = e.type_ids
+        pooled = [self._use_pooled(e.job.params) for e in entries]
+        outputs = []
+        if any(pooled):
+            outputs.append("sentence_embedding")
+        if any(e.job.params.tokens or (e.job.params.sentence and not p) for e, p in zip(entries, pooled, strict=True)):
+            outputs.append("last_hidden_state")
+        # A dense float16 answer reads the graph's own float16 weights where the package has
+        # them (half the bytes off the device, no cast here); others read the float32 ones.
+        f16 = [role == "attention" and self._f16_attention and e.job.params.attention is not None
+               and e.job.params.attention.dtype == "float16" and e.job.params.attention.format == "dense"
+               for e in entries]
+        if any(f16):
+            outputs.append("attentions_f16")
+        if role == "attention" and not all(f16):
+            outputs.append("attentions")
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        if self.settings.fault_injection and record:
+            inject_fault(entries)
+        t0 = time.perf_counter()
+        out = self.backend.run(role, feeds, outputs)
+        if record:
+            inference, size, tokens = self.series.batch(self.backend.variants[role])
+            inference.observe(time.perf_counter() - t0)
+            size.observe(b)
+            tokens.observe(b * padded)
+        results = []
+        for i, e in enumerate(entries):
+            p: EmbedParams = e.job.params
+            t = e.length
+            tokens = np.ascontiguousarray(out["last_hidden_state"][i, :t]) if p.tokens else None
+            sentence = None
+            if pooled[i]:
+                sentence = out["sentence_embedding"][i]
+            elif p.sentence:
+                sentence = pool(out["last_hidden_state"][i, :t], pkg.pooling, p.normalize)
+            att = (attention_payload(out["attentions_f16" if f16[i] else "attentions"][i], t, p.attention)
+                   if p.attention else None)
+            results.append(Embedded(e.encoding, sentence, tokens, att))
+        return results
+
+    def prepare(self, jobs: list[Job]) -> list:
+        """Batch-encode every waiting job (inference thread) → per job its entries, or the
+        client error that ends it: 422 over max_len without truncation, 413 over the budget."""
+        out: list = [None] * len(jobs)
+        for i, job in enumerate(jobs):
+            if token_ids(job.inputs):
+                try:
+                    out[i] = self._entries(job, self.tokenizer.from_ids(job.inputs))
+                except Exception as e:
+                    out[i] = _unlinked(e)
+        for truncate in (True, False):
+            group = [i for i, j in enumerate(jobs) if j.params.truncate is truncate and out[i] is None]
+            if not group:
+                continue
+            texts = [t for i in group for t in jobs[i].inputs]
+            t0 = time.perf_counter()
+            encs = self.tokenizer.encode_unchecked(texts, truncate)
+            self.series.tokenize.observe(time.perf_counter() - t0)
+            at = 0
+            for i in group:
+                job = jobs[i]
+                mine = encs[at:at + job.size]
+                at += job.size
+                try:
+                    out[i] = self._entries(job, mine)
+                except Exception as e:
+                    out[i] = _unlinked(e)
+        return out
+
+    def _entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
+        self.tokenizer.check(encs)
+        spec = job.params.attention
+        if spec is not None:
+            if job.params.padded_attention:
+                need = len(encs) * spec.nbytes(max(e.length for e in encs))
+            else:
+                need = sum(spec.nbytes(e.length) for e in encs)
+            budget = self.settings.attention_budget_bytes
+            if need > budget:
+                what = "the padded attention tensor" if job.params.padded_attention else "asked-for attention"
+                raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
+                               "heads or inputs" + (", or inputs of similar length" if job.params.padded_attention else ""))
+        answer = sum(response_bytes(job.params, e.length, self.package.d_model) for e in encs)
+        if answer > self.settings.max_response_bytes:
+            raise TooLarge(f"the response asked for takes up to {answer} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
+                           f"({self.settings.max_response_bytes}); ask for fewer inputs, layers or heads, "
+                           "top-k or base64 attention, or sentence embeddings")
+        hist = self.series.input_tokens
+        for e in encs:
+            hist.observe(e.length)
+        return [Entry(job, i, e.ids, e.type_ids, e) for i, e in enumerate(encs)]
+
+    def _use_pooled(self, p: EmbedParams) -> bool:
+        return p.sentence and p.normalize == self.package.normalize
+
+    # -- start-up -------------------------------------------------------------------------
+    def load(self, factory: BackendFactory) -> None:
+        self.backend = factory(self.package, self.settings)
+        self.metrics.model_info.labels(model=self.name, version=self.package.version,
+                                       provider=self.backend.provider,
+                                       precision=self.backend.precision).set(1)
+
+    def warm_up(self) -> None:
+        """Run every length bucket through every variant once, so no client pays for it. On
+        CUDA at the largest batch the batcher can form for that length, so that the memory
+        arena has grown to its working size before the first client arrives."""
+        enc = self.tokenizer.encode(["warm up " * self.package.max_len])[0]
+        for role in self.backend.variants:
+            params = EmbedParams(sentence=False, tokens=True, attention=(
+                self.attention_spec(None, None) if role == "attention" else None))
+            for n in self.buckets:
+                rows = self.warm_up_rows(role, n) if self.backend.provider == "cuda" else 1
+                job = Job(rows, params=params)
+                entries = [Entry(job, i, enc.ids[:n], np.zeros(n, np.int64), enc) for i in range(rows)]
+                self.run_batch(role, entries, n, record=False)
+
+    def warm_up_rows(self, role: str, padded: int) -> int:
+        """The most inputs of `padded` tokens one batch of `role` may hold (start()'s limits)."""
+        s, pkg = self.settings, self.package
+        rows = max(1, min(s.max_batch_size, s.max_batch_tokens // padded))
+        if role == "attention":
+            cell = pkg.n_layers * pkg.n_heads * 4 * padded * padded
+            rows = max(1, min(rows, s.attention_budget_bytes // cell))
+        return rows
+
+    def start(self) -> None:
+        s, pkg = self.settings, self.package
+        cell = pkg.n_layers * pkg.n_heads * 4  # fp32 attention bytes per T² per input
+        on_cpu = self.backend.provider != "cuda"
+        batch_tokens = (min(s.max_batch_tokens, s.cpu_max_batch_tokens)
+                        if on_cpu and s.cpu_max_batch_tokens else s.max_batch_tokens)
+
+        for role, variant in self.backend.variants.items():
+            attention = role == "attention"
+            limits = Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
+                            cell if attention else 0, s.attention_budget_bytes if attention else 0)
+
+            batcher = Batcher(limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant),
+                              pad_to_bucket=not on_cpu)
+            batcher.start(self._serve(role, batcher))
+            self.batchers[role] = batcher
+
+    async def _serve(self, role: str, batcher: Batcher) -> None:
+        """This variant's loop: the batcher says what the next hop does, the hop runs on the
+        batcher's inference thread, the batcher answers what it settled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            work = await batcher.next()
+            try:
+                done = await loop.run_in_executor(batcher.executor, self._hop, role, batcher, work)
+            except Exception as e:  # tokenising itself failed: every job gets the error
+                done = Done([e] * len(work.jobs), [], [])
+            batcher.finish(work, done)
+
+    def _hop(self, role: str, batcher: Batcher, work: Work) -> Done:
+        """Inference thread: tokenise (and, when it all fits one batch, run at once), or run."""
+        outcome, batch, padded = None, work.batch, work.padded
+        if work.jobs:
+            outcome = self.prepare(work.jobs)
+            plan = batcher.plan(work, outcome) if work.run else None
+            if plan is None:
+                return Done(outcome, None, None)
+            batch, padded = plan
+            if not batch:
+                return Done(outcome, [], [])
+        try:
+            return Done(outcome, batch, self.run_batch(role, batch, padded))
+        except Exception as e:
+            return Done(outcome, batch, e)
+
+
+def _unlinked(e: Exception) -> Exception:
+    """A client error without its traceback: the traceback's frames lead back (f_back) to the
+    frame that stores the error in `out`, a cycle that kept the refused job's tokens (hundreds
+    of MB for a large request refused for length) alive until a full garbage collection.
+    Other errors keep theirs, for the log."""
+    return e.with_traceback(None) if isinstance(e, ServiceError) else e

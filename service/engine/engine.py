@@ -1,0 +1,144 @@
+"""The engine: the served models and the whole operations routers call (docs/architecture.md).
+
+Routers call `Engine.embed`, `Engine.tokenize` and `Engine.generate`, one call per request;
+those raise service.errors' domain errors for client mistakes and never touch HTTP. Each served
+model is a Runtime (service.engine.runtime): an EncoderRuntime or a GenerativeRuntime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from service.backends import open_backend
+from service.backends.onnxruntime import check_precision
+from service.cpu import lower_thread_priority
+from service.engine.budget import ResponseBudget
+from service.engine.encoder import BackendFactory, EncoderRuntime
+from service.engine.generation import GenerativeRuntime
+from service.engine.generation.runtime import Generation
+from service.engine.generation.sequence import GenerateInput
+from service.engine.params import EmbedParams, EmbedResult
+from service.engine.runtime import Runtime
+from service.engine.tokenizer import Encoded
+from service.errors import FIELD, InvalidRequest, NotFound, NotReady, TooLarge, Validation
+from service.metrics import Metrics
+from service.package import find_packages
+from service.settings import Settings
+
+log = logging.getLogger("headwise.service")
+
+class Engine:
+    def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None):
+        self.settings = settings
+        self.metrics = metrics
+        self.responses = ResponseBudget(settings.max_inflight_response_bytes, metrics.response_bytes)
+        self.backend_factory = backend_factory or open_backend
+        self.models: dict[str, Runtime] = {}
+        self.ready = False
+        self.draining = False
+        self.failed: str | None = None
+        self._tok_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="headwise-tok")
+
+    def load_packages(self) -> None:
+        """Read and verify every package (hashes included); raises PackageError."""
+        packages = find_packages(self.settings.models_dir)
+        check_precision(packages, self.settings.precision, self.settings.provider)
+        for pkg in packages:
+            cls = GenerativeRuntime if pkg.generative else EncoderRuntime
+            self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
+
+    def prepare(self) -> None:
+        """Create sessions and warm up (blocking: run it off the event loop), on a thread of
+        lower priority whose onnxruntime pools inherit it (see lower_thread_priority)."""
+        with ThreadPoolExecutor(max_workers=1, initializer=lower_thread_priority) as pool:
+            pool.submit(self._prepare).result()
+
+    def _prepare(self) -> None:
+        for rt in self.models.values():
+            rt.load(self.backend_factory)
+            t0 = time.perf_counter()
+            rt.warm_up()
+            log.info("model %s warmed up in %.2fs", rt.name, time.perf_counter() - t0)
+
+    def start(self) -> None:
+        for rt in self.models.values():
+            rt.start()
+            rt.ready = True
+        self.ready = True
+
+    def abort(self) -> None:
+        """Grace period over: every request still waiting gets 503 now."""
+        for rt in self.models.values():
+            rt.abort(NotReady("server shutting down; the grace period is over"))
+
+    async def close(self, timeout: float = 5.0) -> None:
+        self.ready = False
+        for rt in self.models.values():
+            await rt.close(timeout)
+        self._tok_pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- used by routers -------------------------------------------------------------------
+    def check_live(self) -> None:
+        if self.failed:
+            raise NotReady("model failed to load; see the server log")
+
+    def check_ready(self, rt: Runtime | None = None) -> None:
+        """Raises NotReady unless the server (and `rt`, if given) takes requests now."""
+        if self.draining:
+            raise NotReady("draining")
+        if not self.ready:
+            raise NotReady("model not loaded or warming up")
+        if rt is not None and not rt.ready:
+            raise NotReady(f"model {rt.name} is not ready")
+
+    def get(self, name: str | None) -> Runtime:
+        if name is None:
+            if len(self.models) == 1:
+                return next(iter(self.models.values()))
+            raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
+        rt = self.models.get(name)
+        if rt is None:
+            raise NotFound(f"no model by that name; served: {', '.join(sorted(self.models))}")
+        return rt
+
+    def _check(self, texts: list[str]) -> None:
+        if not texts:
+            raise InvalidRequest(f"'{FIELD}' is empty", field="inputs")
+        if len(texts) > self.settings.max_client_batch:
+            raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request")
+        cap = self.settings.max_input_chars
+        for i, t in enumerate(texts):  # before any tokenisation: a huge string costs a len()
+            if isinstance(t, str) and len(t) > cap:
+                raise TooLarge(f"{FIELD}[{i}] has {len(t)} characters; at most {cap} per input", field="inputs")
+        self._ready()
+
+    def _ready(self) -> None:
+        if not self.ready or self.draining:
+            raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
+
+    async def _encode(self, rt: Runtime, texts: list[str], truncate: bool) -> list[Encoded]:
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        encs = await loop.run_in_executor(self._tok_pool, rt.tokenizer.encode, texts, truncate)
+        self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
+        return encs
+
+    async def tokenize(self, rt: Runtime, texts: list[str], truncate: bool) -> list[Encoded]:
+        self._check(texts)
+        return await self._encode(rt, texts, truncate)
+
+    async def embed(self, rt: Runtime, inputs: list, params: EmbedParams,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
+        """Every input's embedding (and attention) as `params` asks. `inputs` may be token-id
+        lists instead of texts, used as they are (no special tokens added)."""
+        self._check(inputs)
+        return await rt.embed(inputs, params, is_disconnected)
+
+    async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
+        """A queued generation, its answer's bytes reserved until its response is sent."""
+        self._ready()
+        return await rt.generate(ask, self.responses)

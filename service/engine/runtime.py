@@ -1,0 +1,43 @@
+"""What the engine needs of a served model, encoder or generative alike: one small protocol,
+so that the engine holds models without knowing which kind each is."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from service.engine.budget import ResponseBudget
+from service.engine.params import AttentionSpec, EmbedParams, EmbedResult
+from service.engine.tokenizer import TextTokenizer
+from service.package import ModelPackage
+
+
+class Runtime(Protocol):
+    package: ModelPackage
+    tokenizer: TextTokenizer
+    ready: bool
+
+    @property
+    def name(self) -> str: ...
+
+    def info(self) -> dict: ...
+
+    # start-up, on a worker thread: sessions (from the engine's backend factory), warm-up
+    def load(self, factory: Callable) -> None: ...
+
+    def warm_up(self) -> None: ...
+
+    # on the event loop: queues and their tasks
+    def start(self) -> None: ...
+
+    def abort(self, exc: Exception) -> None: ...
+
+    async def close(self, timeout: float) -> None: ...
+
+    # the operations; a model that cannot do one raises Validation saying which can
+    def attention_spec(self, layers, heads, **how) -> AttentionSpec: ...
+
+    async def embed(self, inputs: list, params: EmbedParams,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult: ...
+
+    async def generate(self, ask, budget: ResponseBudget): ...

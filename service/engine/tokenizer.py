@@ -1,0 +1,102 @@
+"""The package's tokenizer.json through `tokenizers`, with our own padding/truncation rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from service.errors import FIELD, Validation
+
+# A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
+# token is at least one character), then four times longer while that is not enough. A cut
+# word's pieces can add tokens the whole text does not have: CUT_MARGIN of them are allowed.
+PREFIX_TOKENS = 8
+CUT_MARGIN = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    ids: np.ndarray  # (T,) int64
+    type_ids: np.ndarray  # (T,) int64
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+class TextTokenizer:
+    def __init__(self, file: str | Path, max_len: int):
+        self.max_len = max_len
+        # The file may carry its own padding and truncation (all-MiniLM-L6-v2 pads to 128);
+        # they are switched off here and ours apply.
+        self._truncating = Tokenizer.from_file(str(file))
+        self._truncating.no_padding()
+        self._truncating.enable_truncation(max_length=max_len)
+        self._full = Tokenizer.from_file(str(file))
+        self._full.no_padding()
+        self._full.no_truncation()
+
+    def encode_unchecked(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
+        """Encode, reading each text only as far as its answer needs: the tokenizer keeps
+        every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
+        with its string and offsets) and truncates only afterwards. So each text is first given
+        as a prefix of PREFIX_TOKENS × max_len characters; a prefix whose tokens pass max_len by
+        CUT_MARGIN is enough (its first max_len tokens are the text's: what truncation keeps,
+        or what shows the text is too long), and the others are given again, four times
+        longer, until they are whole. Memory then follows the tokens kept, not the input."""
+        tok = self._truncating if truncate else self._full
+        out: list[Encoded | None] = [None] * len(texts)
+        todo, chars = list(range(len(texts))), PREFIX_TOKENS * self.max_len
+        while todo:
+            cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
+            # measured on the untruncated prefix: does it pass max_len by the margin?
+            encodings = tok.encode_batch(cut)
+            counts = ([len(e.ids) for e in encodings] if not truncate else
+                      [len(e.ids) + sum(len(o.ids) for o in e.overflowing) for e in encodings])
+            again = []
+            for i, text, e, n in zip(todo, cut, encodings, counts, strict=True):
+                if len(text) == len(texts[i]) or n > self.max_len + CUT_MARGIN:
+                    out[i] = Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
+                                     e.tokens, e.offsets)
+                else:
+                    again.append(i)
+            todo, chars = again, chars * 4
+        return out  # type: ignore[return-value]
+
+    def check(self, encs: list[Encoded]) -> None:
+        """An input over max_len (only possible with truncate=False) raises Validation (422)."""
+        for i, e in enumerate(encs):
+            if e.length > self.max_len:
+                raise Validation(
+                    f"{FIELD}[{i}] has {e.length} tokens or more, over this model's limit of "
+                    f"{self.max_len} (send truncate: true to cut it)", field="inputs")
+
+    @property
+    def vocab_size(self) -> int:
+        return self._full.get_vocab_size(with_added_tokens=True)
+
+    def check_ids(self, seqs: list[list[int]]) -> None:
+        """Pre-tokenised inputs: each non-empty, at most max_len ids, each in the vocabulary."""
+        n = self.vocab_size
+        for i, s in enumerate(seqs):
+            if not s or len(s) > self.max_len:
+                raise Validation(f"{FIELD}[{i}] has {len(s)} token ids; this model takes 1..{self.max_len}", field="inputs")
+            if min(s) < 0 or max(s) >= n:
+                raise Validation(f"{FIELD}[{i}]: token ids must be in 0..{n - 1}", field="inputs")
+
+    def from_ids(self, seqs: list[list[int]]) -> list[Encoded]:
+        """Ids used as they are (no special tokens added), type ids 0, no character offsets."""
+        tok = self._full
+        return [Encoded(np.asarray(s, dtype=np.int64), np.zeros(len(s), dtype=np.int64),
+                        [tok.id_to_token(i) or "" for i in s], [(0, 0)] * len(s)) for s in seqs]
+
+    def encode(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
+        """Batch-encode; with truncate=False an input over max_len raises Validation (422)."""
+        encs = self.encode_unchecked(texts, truncate)
+        self.check(encs)
+        return encs

@@ -1,0 +1,76 @@
+"""Classification packages (cross-encoders, classifiers) from tiny random
+BertForSequenceClassification checkpoints: every graph's logits equal transformers' within 1e-5
+on texts and pairs, the manifest says task and labels, `headwise verify` re-checks them, and
+the server refuses to load them until it serves classification (never as embeddings)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from export.classifier import PARITY_INPUTS
+from export.package import build_package
+from model.tokenizer import Tokenizer
+from service.package import PackageError, load_package
+from tests.fixtures.tiny import make_tiny_bert_classifier as make_classifier
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+
+@pytest.fixture(scope="module", params=[(1, None), (3, {0: "negative", 1: "neutral", 2: "positive"})],
+                ids=["reranker", "classifier"])
+def exported(request, tmp_path_factory):
+    n, id2label = request.param
+    ckpt = tmp_path_factory.mktemp("ckpt") / "ce"
+    ref = make_classifier(ckpt, n, id2label)
+    pkg = build_package(ckpt, tmp_path_factory.mktemp("pkg"), "ce", progress=lambda m: None, quality=False)
+    return ckpt, ref, pkg, n
+
+
+def test_manifest_says_what_it_is(exported):
+    _, _, pkg, n = exported
+    m = json.loads((pkg / "manifest.json").read_text())
+    assert m["task"] == "classification" and len(m["labels"]) == n
+    assert set(m["variants"]) == {"fast", "fast.fp16", "attention"}
+    assert m["variants"]["fast"]["outputs"] == ["logits"]
+    assert all(p["passed"] for p in m["parity"].values())
+
+
+def test_every_graph_equals_transformers_on_texts_and_pairs(exported):
+    ckpt, ref, pkg, n = exported
+    m = json.loads((pkg / "manifest.json").read_text())
+    tok = Tokenizer(ckpt, m["max_len"])
+    b = tok(PARITY_INPUTS)
+    with torch.no_grad():
+        want = ref(input_ids=b.input_ids, attention_mask=b.attention_mask, token_type_ids=b.token_type_ids,
+                   output_attentions=True)
+    feeds = {"input_ids": b.input_ids.numpy(), "attention_mask": b.attention_mask.numpy(),
+             "token_type_ids": b.token_type_ids.numpy()}
+    for variant, tol in (("fast", 1e-5), ("attention", 1e-5), ("fast.fp16", 5e-3)):
+        sess = ort.InferenceSession(str(pkg / m["variants"][variant]["file"]), providers=["CPUExecutionProvider"])
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+        assert got["logits"].shape == (len(PARITY_INPUTS), n)
+        np.testing.assert_allclose(got["logits"], want.logits.numpy(), atol=tol, rtol=0, err_msg=variant)
+        if variant == "attention":
+            np.testing.assert_allclose(got["attentions"], torch.stack(want.attentions, 1).numpy(), atol=1e-5)
+            np.testing.assert_array_equal(got["attentions_f16"], got["attentions"].astype(np.float16))
+
+
+def test_headwise_verify_rechecks_it(exported):
+    ckpt, _, pkg, _ = exported
+    r = subprocess.run([sys.executable, "-m", "headwise.cli", "verify", str(pkg), "--checkpoint", str(ckpt)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "ok" in r.stdout and "logits" in r.stdout
+
+
+def test_the_server_refuses_it_rather_than_serve_embeddings(exported):
+    _, _, pkg, _ = exported
+    with pytest.raises(PackageError, match=r"classification package .* does not serve classification models yet"):
+        load_package(pkg)

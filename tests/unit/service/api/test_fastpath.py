@@ -1,0 +1,235 @@
+"""service.fastpath: the hot routes answered past FastAPI's routing, as `headwise serve` runs
+the app, must answer exactly as the plain FastAPI app does; and the framework internals it
+and service.http_protocol rely on are the ones they were written for."""
+
+import asyncio
+from importlib.metadata import version
+from types import SimpleNamespace
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from service import fastpath
+from service.api.app import create_app
+from service.api.middleware import ServiceMiddleware
+from service.settings import Settings
+from tests.unit.fakes import SECRET_TEXT, FakeBackend, assert_error, wait_ready
+
+KEY = "k" * 24
+BOOM = "boom"  # [CLS] [UNK] [SEP]: on that batch the backend below fails like a bug would
+UNK = 1
+
+# What service/fastpath.py and service/http_protocol.py were written against. Another version
+# may rename what they read (FastAPI's `APIRoute.dependant`, Starlette's `scope["route"]`,
+# uvicorn's protocol and request cycle): read them against it, then move these.
+WRITTEN_FOR = {"fastapi": "0.165.0", "starlette": "1.10.0", "uvicorn": "0.54.0", "httptools": "0.9.0"}
+
+
+def test_the_framework_versions_are_the_ones_the_fast_paths_were_written_for():
+    found = {name: version(name) for name in WRITTEN_FOR}
+    wrong = {name: v for name, v in found.items() if v != WRITTEN_FOR[name]}
+    assert not wrong, (
+        f"service/fastpath.py and service/http_protocol.py rely on private internals of "
+        f"{', '.join(wrong)}; written for {WRITTEN_FOR}, installed {found}. Read both modules "
+        "against the new versions (and run this file), then update WRITTEN_FOR.")
+
+
+class FailingBackend(FakeBackend):
+    def run(self, role, feeds, outputs):
+        ids = feeds["input_ids"]
+        if ids.shape[1] == 3 and (ids == UNK).any():  # warm-up batches are 8 tokens or more
+            raise RuntimeError("a bug, not the client's fault")
+        return super().run(role, feeds, outputs)
+
+
+def app_for(package, fast: bool, **settings):
+    app = create_app(Settings(models_dir=package.parent, **settings), backend_factory=FailingBackend)
+    return fastpath.install(app) if fast else app
+
+
+def service_middleware(app) -> ServiceMiddleware:
+    layer = app.middleware_stack
+    while not isinstance(layer, ServiceMiddleware):
+        layer = layer.app
+    return layer
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+JSON = {"content-type": "application/json"}
+EMBED_ROWS = [  # (body or raw bytes, headers): a 200 and every error row the embedding routes have
+    ({"inputs": "the cat sat"}, AUTH),
+    ({"inputs": ["the cat", "a dog sat on the mat"], "output": "tokens"}, AUTH),
+    ({"inputs": "the cat", "attention": {"layers": [1], "heads": [0, 2], "format": "topk", "top_k": 2,
+                                         "dtype": "float16", "encoding": "base64"}}, AUTH),
+    ({"inputs": "the cat"}, {}),  # 401
+    ({"inputs": "the cat"}, {"Authorization": "Bearer wrong"}),  # 401
+    (b'{"inputs": [', {**AUTH, **JSON}),  # 400 malformed
+    (b'{"inputs": "a"}', {**AUTH, "content-type": "text/plain"}),  # 422 not JSON
+    ({"inputs": []}, AUTH),  # 400 empty
+    ({"inputs": ["a"] * 5}, AUTH),  # 413 count
+    ({"inputs": "a" * 300}, AUTH),  # 413 characters
+    ({"inputs": "a", "attention": {"layers": [9]}}, AUTH),  # 422 selection
+    ({"inputs": "a", "model": "nope"}, AUTH),  # 404
+    ({"inputs": "the cat " * 20, "truncate": False}, AUTH),  # 422 max_len
+    ({"inputs": "a", "extra": SECRET_TEXT}, AUTH),  # 422 unknown field
+    ({"inputs": BOOM}, AUTH),  # 500
+]
+OPENAI_ROWS = [
+    ({"input": "the cat sat"}, AUTH),
+    ({"input": ["the cat", "a dog"], "dimensions": 4, "encoding_format": "base64"}, AUTH),
+    ({"input": [[2, 5, 3]]}, AUTH),
+    ({"input": []}, AUTH),
+    ({"input": [[]]}, AUTH),
+    ({"input": "a", "dimensions": 0}, AUTH),
+    ({"input": "a" * 300}, AUTH),
+    ({"input": "a", "model": "nope"}, AUTH),
+    ({"input": "a"}, {}),
+    (b"{", {**AUTH, **JSON}),
+    ({"input": BOOM}, AUTH),
+]
+OTHER_ROWS = [  # (method, path, body, headers): the other routes, through FastAPI in both apps
+    ("GET", "/health/live", None, {}), ("GET", "/health/ready", None, {}),
+    ("GET", "/v1/models", None, AUTH), ("GET", "/v1/models/tiny", None, AUTH), ("GET", "/v1/models/x", None, AUTH),
+    ("POST", "/v1/tokenize", {"inputs": "the cat"}, AUTH), ("POST", "/v1/tokenize", {"inputs": []}, AUTH),
+    ("POST", "/v1/generate", {"prompt": "hi"}, AUTH),
+    ("GET", "/v1/embed", None, AUTH), ("GET", "/v1/embeddings", None, AUTH), ("GET", "/nowhere", None, {}),
+    ("GET", "/v2", None, AUTH), ("GET", "/v2/health/ready", None, {}), ("GET", "/v2/models/tiny/ready", None, {}),
+    ("GET", "/v2/models/tiny", None, AUTH), ("GET", "/v2/models/tiny/versions/9", None, AUTH),
+    ("POST", "/v2/models/tiny/infer", {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1],
+                                                   "data": ["the cat"]}]}, AUTH),
+    ("POST", "/v2/models/tiny/infer", {"inputs": []}, AUTH),
+]
+
+
+def _send(client, method, path, body, headers):
+    if isinstance(body, bytes):
+        return client.request(method, path, content=body, headers=headers)
+    return client.request(method, path, json=body, headers=headers)
+
+
+def _answer(r):
+    return r.status_code, {k: v for k, v in r.headers.items() if k != "date"}, r.content
+
+
+def _conversation(package, fast: bool, **settings) -> list:
+    out = []
+    app = app_for(package, fast, api_key=KEY, max_client_batch=4, max_input_chars=200, **settings)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        wait_ready(c)
+        for body, headers in EMBED_ROWS:
+            out.append(_answer(_send(c, "POST", "/v1/embed", body, headers)))
+        for body, headers in OPENAI_ROWS:
+            out.append(_answer(_send(c, "POST", "/v1/embeddings", body, headers)))
+        for method, path, body, headers in OTHER_ROWS:
+            out.append(_answer(_send(c, method, path, body, headers)))
+        big = b'{"inputs": "' + b"a" * 5000 + b'"}'
+        out.append(_answer(c.post("/v1/embed", content=big, headers={**AUTH, **JSON})))  # 413 body
+        out.append(_answer(c.post("/v1/embeddings", content=big, headers={**AUTH, **JSON})))
+        out.append(_answer(c.post("/v2/models/tiny/infer", content=big, headers=AUTH)))
+        c.app.state.engine.draining = True  # the 503 rows
+        out.append(_answer(c.post("/v1/embed", json={"inputs": "a"}, headers=AUTH)))
+        out.append(_answer(c.post("/v1/embeddings", json={"input": "a"}, headers=AUTH)))
+    return out
+
+
+def test_every_route_and_error_row_answers_alike_on_both_paths(package):
+    plain = _conversation(package, fast=False, max_body_bytes=4096)
+    fast = _conversation(package, fast=True, max_body_bytes=4096)
+    assert len(plain) == len(fast)
+    for i, (a, b) in enumerate(zip(plain, fast, strict=True)):
+        assert a == b, f"answer {i} differs:\nplain {a}\nfast  {b}"
+    assert plain[-3][2] == b'{"error":"request body over 4096 bytes"}'  # KServe's shape, before routing
+    codes = {a[0] for a in plain}
+    assert {200, 400, 401, 404, 405, 413, 422, 500, 503} <= codes, codes
+
+
+def test_overloaded_answers_alike_on_both_paths(package):
+    def answer(fast):
+        with TestClient(app_for(package, fast, max_inflight_response_bytes=2000, max_response_bytes=2000)) as c:
+            wait_ready(c)
+            held = c.app.state.engine.responses.reserve(1900)  # answers in flight fill the budget
+            got = [_answer(c.post("/v1/embed", json={"inputs": "the cat"})),
+                   _answer(c.post("/v1/embeddings", json={"input": "the cat"}))]
+            held.release()
+            return got
+
+    plain, fast = answer(False), answer(True)
+    assert plain == fast
+    assert plain[0][0] == 429 and plain[0][1]["retry-after"] == "1", plain
+
+
+def test_the_hot_routes_skip_fastapi_and_others_do_not(package):
+    app = app_for(package, fast=True)
+    with TestClient(app) as client:
+        wait_ready(client)
+        assert set(app.state.shortcuts) == {("POST", "/v1/embed"), ("POST", "/v1/embeddings")}
+        mw = service_middleware(app)
+        seen, inner = [], mw.app
+
+        async def spy(scope, receive, send):
+            seen.append(scope["path"])
+            await inner(scope, receive, send)
+
+        mw.app = spy
+        assert client.post("/v1/embed", json={"inputs": "the cat sat"}).status_code == 200
+        assert client.post("/v1/embeddings", json={"input": "the cat sat"}).status_code == 200
+        assert client.post("/v1/tokenize", json={"inputs": "the cat"}).status_code == 200
+        assert_error(client.get("/v1/embed"), 405, "method_not_allowed")
+        assert seen == ["/v1/tokenize", "/v1/embed"]
+        assert "/v1/embed" in client.get("/openapi.json").json()["paths"]
+        err = assert_error(client.post("/v1/embed", json={"inputs": BOOM}), 500, "internal")
+        assert "bug" not in err["message"]
+        fams = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+        samples = [s for s in fams["headwise_requests"].samples if s.name.endswith("_total")]
+        assert any(s.labels["route"] == "/v1/embed" and s.labels["code"] == "500" for s in samples)
+
+
+def test_the_plain_app_has_no_shortcuts(package):
+    app = app_for(package, fast=False)
+    assert app.state.shortcuts == {} and getattr(app.state, "disconnect_probe", None) is None
+
+
+def test_disconnect_probe_reads_uvicorns_flag_else_none():
+    from service.http_protocol import uvicorn_disconnect_probe
+
+    class Cycle:  # uvicorn's RequestResponseCycle: `receive` is its bound method
+        disconnected = False
+
+        async def receive(self):
+            raise AssertionError("the probe must not receive")
+
+    cycle = Cycle()
+    probe = uvicorn_disconnect_probe(SimpleNamespace(receive=cycle.receive))
+    assert asyncio.run(probe()) is False
+    cycle.disconnected = True
+    assert asyncio.run(probe()) is True
+
+    async def plain_receive():
+        return {"type": "http.disconnect"}
+
+    assert uvicorn_disconnect_probe(SimpleNamespace(receive=plain_receive)) is None
+
+
+def test_read_body_joins_chunks_and_reports_a_disconnect():
+    from starlette.requests import ClientDisconnect, Request
+
+    from service.api.body import read_body
+
+    def request(*messages):
+        queue = list(messages)
+
+        async def receive():
+            return queue.pop(0)
+
+        return Request({"type": "http", "method": "POST", "headers": []}, receive)
+
+    async def main():
+        r = request({"type": "http.request", "body": b'{"inputs":', "more_body": True},
+                    {"type": "http.request", "body": b' "a"}', "more_body": False})
+        assert await read_body(r) == b'{"inputs": "a"}'
+        with pytest.raises(ClientDisconnect):
+            await read_body(request({"type": "http.request", "body": b"{", "more_body": True},
+                                    {"type": "http.disconnect"}))
+
+    asyncio.run(main())

@@ -1,0 +1,60 @@
+"""service/engine/analytics.py against straightforward numpy references: head mean, rollout
+(Abnar & Zuidema 2020) and the exact token-pair split of a mean-pooled cosine."""
+
+import numpy as np
+import pytest
+
+from service.engine.analytics import head_mean, pair_contributions, rollout, top_pairs
+
+RNG = np.random.default_rng(0)
+
+
+def softmax_weights(L=3, H=4, T=6) -> np.ndarray:
+    x = RNG.normal(size=(L, H, T, T))
+    w = np.exp(x - x.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def test_head_mean_is_the_mean_over_heads():
+    att = softmax_weights()
+    got = head_mean(att)
+    assert got.shape == (3, 6, 6)
+    np.testing.assert_allclose(got, att.mean(axis=1), atol=1e-6)
+    np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
+
+
+def reference_rollout(att: np.ndarray) -> np.ndarray:
+    result = None
+    for layer in att:
+        a = 0.5 * layer.mean(axis=0) + 0.5 * np.eye(layer.shape[-1])
+        a = a / a.sum(axis=-1, keepdims=True)
+        result = a if result is None else a @ result
+    return result
+
+
+def test_rollout_matches_the_reference_and_rows_sum_to_one():
+    att = softmax_weights()
+    got = rollout(att)
+    np.testing.assert_allclose(got, reference_rollout(att.astype(np.float64)), atol=1e-5)
+    np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
+
+
+def test_rollout_of_identity_attention_is_identity():
+    t = 5
+    att = np.broadcast_to(np.eye(t, dtype=np.float32), (2, 3, t, t))
+    np.testing.assert_allclose(rollout(att), np.eye(t), atol=1e-6)
+
+
+@pytest.mark.parametrize("ts,tt", [(1, 1), (4, 7), (12, 3)])
+def test_pair_contributions_sum_to_the_cosine_of_the_mean_pooled_embeddings(ts, tt):
+    hs, ht = RNG.normal(size=(ts, 16)).astype(np.float32), RNG.normal(size=(tt, 16)).astype(np.float32)
+    score, c = pair_contributions(hs, ht)
+    u, v = hs.mean(0), ht.mean(0)
+    assert c.shape == (ts, tt)
+    assert score == pytest.approx(float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)), abs=1e-6)
+    assert float(c.sum(dtype=np.float64)) == pytest.approx(score, abs=1e-5)
+
+
+def test_top_pairs_are_the_largest_contributions():
+    c = np.array([[0.1, 0.5], [0.3, -0.2]], np.float32)
+    assert top_pairs(c, 2) == [(0, 1, pytest.approx(0.5)), (1, 0, pytest.approx(0.3))]

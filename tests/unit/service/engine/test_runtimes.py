@@ -1,0 +1,63 @@
+"""The engine holds encoder and generative models behind one Runtime protocol: each answers
+the operation it cannot do with a domain error, and each takes its sessions from the engine's
+backend factory (so tests can hand either a fake)."""
+
+import asyncio
+
+import pytest
+
+from service.engine.generation.runtime import GenerativeRuntime
+from service.engine.params import AttentionSpec, EmbedParams
+from service.errors import Validation
+from service.metrics import Metrics
+from service.package import load_package
+from service.settings import Settings
+from tests.unit.fakes import FakeBackend, make_package
+
+
+def test_attention_spec_checks_indices_and_fills_all():
+    spec = AttentionSpec.select(2, 3, None, [2], dtype="float16")
+    assert spec.layers == (0, 1) and spec.all_layers and spec.heads == (2,) and not spec.all_heads
+    assert spec.nbytes(4) == 2 * 1 * 16 * 2 and spec.values_bytes(5) == 2 * 1 * 5 * 2
+    for bad in ([], [3], [-1]):
+        with pytest.raises(Validation, match=r"attention\.heads"):
+            AttentionSpec.select(2, 3, None, bad)
+
+
+def test_an_encoder_refuses_generation_and_the_reverse(tmp_path):
+    from service.engine.encoder import EncoderRuntime
+
+    pkg = load_package(make_package(tmp_path / "models"))
+    settings = Settings(models_dir=tmp_path / "models")
+    rt = EncoderRuntime(pkg, settings, Metrics())
+    with pytest.raises(Validation, match="encoder model"):
+        asyncio.run(rt.generate(None, None))
+
+
+def test_a_generative_model_takes_its_sessions_from_the_factory(monkeypatch):
+    made = []
+
+    class Stub:
+        provider, precision = "cpu", "fp32"
+
+    def factory(package, settings):
+        made.append(package)
+        return Stub()
+
+    rt = object.__new__(GenerativeRuntime)  # no package on disk: only load's wiring is under test
+    rt.package = type("P", (), {"version": "1", "name": "g", "architecture": "decoder"})()
+    rt.settings, rt.metrics = None, Metrics()
+    rt.load(factory)
+    assert made == [rt.package] and isinstance(rt.backend, Stub)
+    with pytest.raises(Validation, match="no embeddings"):
+        asyncio.run(rt.embed(["x"], EmbedParams()))
+
+
+def test_the_fake_backend_is_what_the_engine_uses(tmp_path):
+    from service.engine import Engine
+
+    make_package(tmp_path / "models")
+    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend)
+    engine.load_packages()
+    engine._prepare()
+    assert isinstance(engine.models["tiny"].backend, FakeBackend)

@@ -1,0 +1,24 @@
+"""The runtime carries no torch (docs/architecture.md): importing the app must not pull it in."""
+
+import subprocess
+import sys
+
+
+def test_app_imports_without_torch():
+    code = (
+        "import sys; import service.api.app, service.cli, service.engine, service.backends.onnxruntime; "
+        "app = service.api.app.create_app; "
+        "bad = [m for m in ('torch', 'model', 'export', 'transformers', 'onnx', 'safetensors') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_nothing_read_at_import_time():
+    code = (
+        "import os; os.environ['HEADWISE_MAX_BATCH_SIZE'] = 'not a number'; "
+        "import service.api.app, service.cli; print('ok')"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr

@@ -1,0 +1,48 @@
+"""Settings: HEADWISE_* environment, the defaults of README's settings table, clear errors for bad values."""
+
+import pytest
+
+from service.api.app import create_app
+from service.settings import Settings, SettingsError, load_settings
+
+
+def test_defaults(monkeypatch):
+    for k in list(__import__("os").environ):
+        if k.startswith("HEADWISE_"):
+            monkeypatch.delenv(k)
+    s = load_settings()
+    assert (s.max_batch_tokens, s.max_batch_size, s.max_wait_ms) == (16384, 64, 2)
+    assert (s.max_client_batch, s.max_body_bytes, s.attention_budget_bytes) == (256, 4 << 20, 64 << 20)
+    assert (s.provider, s.precision, s.grace_seconds, s.api_key) == ("auto", "auto", 25, None)
+
+
+def test_environment_with_prefix(monkeypatch):
+    monkeypatch.setenv("HEADWISE_MAX_BATCH_SIZE", "8")
+    monkeypatch.setenv("HEADWISE_PROVIDER", "cpu")
+    monkeypatch.setenv("HEADWISE_API_KEY", "s3cret")
+    s = load_settings()
+    assert s.max_batch_size == 8 and s.provider == "cpu"
+    assert s.api_key.get_secret_value() == "s3cret" and "s3cret" not in repr(s)
+
+
+def test_empty_api_key_means_none(monkeypatch):
+    monkeypatch.setenv("HEADWISE_API_KEY", "")
+    assert load_settings().api_key is None
+
+
+@pytest.mark.parametrize("var, value", [
+    ("HEADWISE_PROVIDER", "gpu"), ("HEADWISE_PRECISION", "int4"), ("HEADWISE_MAX_WAIT_MS", "soon"),
+    ("HEADWISE_MAX_BATCH_SIZE", "0"), ("HEADWISE_PORT", "70000"), ("HEADWISE_ATTENTION_BUDGET_BYTES", "-1"),
+])
+def test_bad_values_name_the_variable(monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(SettingsError, match=var):
+        load_settings()
+
+
+def test_validated_when_the_app_is_created(monkeypatch):
+    monkeypatch.setenv("HEADWISE_MAX_QUEUE", "none")
+    with pytest.raises(SettingsError, match="HEADWISE_MAX_QUEUE"):
+        create_app()
+    monkeypatch.delenv("HEADWISE_MAX_QUEUE")
+    assert create_app(Settings(max_queue=3, max_client_batch=3)).state.settings.max_queue == 3
