@@ -48,7 +48,7 @@ class Ceiling:
             so.log_severity_level = 3
             if not self.spin or self.provider == "cuda":
                 so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            if self.provider == "cuda":  # as the service's CUDA sessions (service/backend.py)
+            if self.provider == "cuda":  # as the service's CUDA sessions (service/backends/onnxruntime.py)
                 so.intra_op_num_threads = 1
             providers = ([(CUDA, {"use_tf32": "0" if variant in ("fp32", "attention") else "1"}), CPU]
                          if self.provider == "cuda" else [CPU])

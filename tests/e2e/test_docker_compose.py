@@ -5,7 +5,7 @@ image `make image` built (tests/e2e/test_docker.py) and Prometheus from Debian's
 through compose's DNS, as the mounted docker/prometheus/prometheus.yml says, and after some
 traffic every query of the Grafana dashboard returns data and the alert rules evaluate
 cleanly. Grafana's image cannot be had here: its provisioning is checked by
-tests/unit/test_deploy_docker.py and test_deploy_dashboard.py.
+tests/unit/deploy/test_docker.py and test_dashboard.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from tests.e2e.conftest import REPO, free_port
 from tests.e2e.test_docker import _no_docker, docker, docker_engine, image, image_build  # noqa: F401
 from tests.e2e.test_prometheus_live import _send_traffic
-from tests.unit.test_deploy_dashboard import dashboard_queries, substitute
+from tests.fixtures.dashboard import dashboard_queries, substitute
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
