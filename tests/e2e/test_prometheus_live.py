@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.fixtures.dashboard import dashboard_queries, substitute
+from tests.fixtures.programs import require_program
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"
@@ -37,13 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 
 def _need(program: str) -> str:
-    found = shutil.which(program)
-    if found:
-        return found
-    message = f"{program} not found (apt-get install prometheus)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return require_program(program, "apt-get install prometheus")
 
 
 def _free_port() -> int:

@@ -9,13 +9,10 @@ tests/e2e/test_prometheus_live.py, which runs every query against a live Prometh
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.fixtures.dashboard import (
@@ -33,6 +30,7 @@ from tests.fixtures.dashboard import (
     substitute,
     used_labels,
 )
+from tests.fixtures.programs import require_program
 
 # One metric as exposed: (type, label names, histogram upper bounds without +Inf, else None).
 # Names are as scraped: counters with their `_total`, histograms by their base name.
@@ -69,13 +67,7 @@ from tests.fixtures.dashboard import (
 
 
 def promtool() -> str:
-    found = shutil.which("promtool")
-    if found:
-        return found
-    message = "promtool not found (apt-get install prometheus)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return require_program("promtool", "apt-get install prometheus")
 
 
 def check_syntax(exprs: list[str], tmp_path: Path) -> subprocess.CompletedProcess:

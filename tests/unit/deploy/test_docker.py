@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.fixtures.programs import require_program
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKER = ROOT / "docker"
@@ -27,14 +28,7 @@ GRACE_SECONDS = 25  # the default of HEADWISE_GRACE_SECONDS (service/settings.py
 
 def _program(name: str) -> str:
     """The program in this venv or on PATH; skip without it locally, fail in CI (CI=true)."""
-    here = Path(sys.executable).parent / name
-    found = str(here) if here.is_file() else shutil.which(name)
-    if found:
-        return found
-    message = f"{name} not found (it comes with pip install -e '.[test]')"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return require_program(name, "it comes with pip install -e '.[test]'", in_venv=True)
 
 
 # ------------------------------------------------------------------ hadolint

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests.fixtures.programs import require_program
 
 ROOT = Path(__file__).resolve().parents[3]
 PROM = ROOT / "docker" / "prometheus"
@@ -25,13 +24,7 @@ REQUIRED_ALERTS = {
 
 def _promtool() -> str:
     """promtool (Debian's prometheus package, .ci/system-deps.sh); CI=true fails without it."""
-    found = shutil.which("promtool")
-    if found:
-        return found
-    message = "promtool not found (apt-get install prometheus)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    return require_program("promtool", "apt-get install prometheus")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
