@@ -111,6 +111,13 @@ class Limits:
     cell_bytes: int = 0
     budget_bytes: int = 0
 
+    def max_rows(self, padded: int) -> int:
+        """The most inputs of `padded` tokens one batch may hold under these limits (at least 1)."""
+        rows = min(self.max_batch_size, self.max_batch_tokens // padded)
+        if self.cell_bytes:
+            rows = min(rows, self.budget_bytes // (self.cell_bytes * padded * padded))
+        return max(1, rows)
+
 
 class Batcher:
     def __init__(self, limits: Limits, buckets: list[int], hooks=None, pad_to_bucket: bool = True):

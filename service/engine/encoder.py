@@ -237,33 +237,26 @@ class EncoderRuntime:
             params = EmbedParams(sentence=False, tokens=True, attention=(
                 self.attention_spec(None, None) if role == "attention" else None))
             for n in self.buckets:
-                rows = self.warm_up_rows(role, n) if self.backend.provider == "cuda" else 1
+                rows = self.limits(role).max_rows(n) if self.backend.provider == "cuda" else 1
                 job = Job(rows, params=params)
                 entries = [Entry(job, i, enc.ids[:n], np.zeros(n, np.int64), enc) for i in range(rows)]
                 self.run_batch(role, entries, n, record=False)
 
-    def warm_up_rows(self, role: str, padded: int) -> int:
-        """The most inputs of `padded` tokens one batch of `role` may hold (start()'s limits)."""
-        s, pkg = self.settings, self.package
-        rows = max(1, min(s.max_batch_size, s.max_batch_tokens // padded))
-        if role == "attention":
-            cell = pkg.n_layers * pkg.n_heads * 4 * padded * padded
-            rows = max(1, min(rows, s.attention_budget_bytes // cell))
-        return rows
-
-    def start(self) -> None:
+    def limits(self, role: str) -> Limits:
+        """The batch limits of `role`'s batcher (warm-up on CUDA runs their largest batches)."""
         s, pkg = self.settings, self.package
         cell = pkg.n_layers * pkg.n_heads * 4  # fp32 attention bytes per T² per input
         on_cpu = self.backend.provider != "cuda"
         batch_tokens = (min(s.max_batch_tokens, s.cpu_max_batch_tokens)
                         if on_cpu and s.cpu_max_batch_tokens else s.max_batch_tokens)
+        attention = role == "attention"
+        return Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
+                      cell if attention else 0, s.attention_budget_bytes if attention else 0)
 
+    def start(self) -> None:
+        on_cpu = self.backend.provider != "cuda"
         for role, variant in self.backend.variants.items():
-            attention = role == "attention"
-            limits = Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
-                            cell if attention else 0, s.attention_budget_bytes if attention else 0)
-
-            batcher = Batcher(limits, self.buckets, QueueHooks(self.metrics, pkg.name, variant),
+            batcher = Batcher(self.limits(role), self.buckets, QueueHooks(self.metrics, self.package.name, variant),
                               pad_to_bucket=not on_cpu)
             batcher.start(self._serve(role, batcher))
             self.batchers[role] = batcher

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from service.engine.batching import Entry, Job, Limits
+from service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
 from service.errors import Disconnected, Overloaded
 from tests.unit.fakes import DrivenBatcher
 
@@ -303,3 +303,12 @@ def test_waiting_requests_over_one_batch_are_queued_and_cut():
     assert sorted(n for lengths, _ in rec.batches for n in lengths) == sorted([5] * 10 + [9, 2, 4])
     assert all(len(lengths) <= 6 for lengths, _ in rec.batches)
     assert a == [("a", i, 5) for i in range(10)] and bb == [("b", 0, 9), ("b", 1, 2), ("b", 2, 4)]
+
+
+def test_max_rows_is_the_largest_batch_the_batcher_would_form():
+    lim = Limits(256, 16, 0.0, 100, cell_bytes=2 * 2 * 4, budget_bytes=1 << 14)
+    b = Batcher(lim, length_buckets(64))
+    for padded in (1, 8, 16, 32, 64):
+        rows = lim.max_rows(padded)
+        assert b._fits(rows, padded) or rows == 1
+        assert not b._fits(rows + 1, padded)
