@@ -92,10 +92,6 @@ def max_len_of(checkpoint: Path, model: SequenceClassifier) -> int:
     return min(limit, int(given)) if isinstance(given, int | float) and given > 0 else limit
 
 
-def feeds(tokenizer: Tokenizer, inputs: list) -> dict[str, np.ndarray]:
-    return runner.feeds(tokenizer, inputs)  # tokenizers encodes (a, b) tuples as pairs
-
-
 def build_classifier_package(checkpoint: Path, work: Path, name: str, fp16: bool, check: bool,
                              steps, progress: Callable[[str], None]) -> None:
     model, info = steps.run(f"load {checkpoint}", load_checkpoint, checkpoint)
@@ -145,7 +141,7 @@ def verify_classifier(pkg: Path, model: SequenceClassifier, tokenizer: Tokenizer
     texts and pairs, batched and alone; writes manifest.parity, raises on a failing figure."""
     manifest = mf.read(pkg)
     mf.check_hashes(pkg, manifest)
-    f = feeds(tokenizer, PARITY_INPUTS)
+    f = runner.feeds(tokenizer, PARITY_INPUTS)  # tokenizers encodes (a, b) tuples as pairs
     with torch.no_grad():
         ref = model(*(torch.from_numpy(f[k]) for k in INPUTS), need_weights=True, fused=False)
     want_logits = ref.logits.numpy()
@@ -162,7 +158,7 @@ def verify_classifier(pkg: Path, model: SequenceClassifier, tokenizer: Tokenizer
             fig["attentions_f16_mismatches"] = int((got["attentions_f16"] != got["attentions"].astype(np.float16)).sum())
         worst = 0.0
         for i, one in enumerate(PARITY_INPUTS):
-            alone = sess.run(["logits"], feeds(tokenizer, [one]))[0]
+            alone = sess.run(["logits"], runner.feeds(tokenizer, [one]))[0]
             worst = max(worst, float(np.abs(alone - got["logits"][i : i + 1]).max()))
         fig["batch_invariance"] = worst
         bad = [f"{k} = {fig[k]:.3g} exceeds {lim:g}" for k, lim in LIMITS[v["precision"]].items()
