@@ -27,7 +27,15 @@ from service.engine.generation.sequence import GenerateInput
 from service.engine.params import EmbedParams, EmbedResult
 from service.engine.runtime import Runtime
 from service.engine.tokenizer import Encoded
-from service.errors import FIELD, InvalidRequest, NotFound, NotReady, TooLarge, Validation
+from service.errors import (
+    FIELD,
+    InvalidRequest,
+    NotFound,
+    NotReady,
+    ServiceError,
+    TooLarge,
+    Validation,
+)
 from service.metrics import Metrics
 from service.package import find_packages
 from service.settings import Settings
@@ -162,7 +170,16 @@ class Engine:
         if len(query) > self.settings.max_input_chars:
             raise TooLarge(f"{FIELD} has {len(query)} characters; at most {self.settings.max_input_chars}",
                            field="query")
-        return await rt.classify([(query, t) for t in texts], params, is_disconnected)
+        labels = rt.package.labels
+        if rt.package.task == "classification" and len(labels) != 1:
+            raise Validation(f"model {rt.name!r} is a classifier with {len(labels)} labels: reranking needs a "
+                             "cross-encoder (one label, a relevance score); use /v1/predict")
+        try:
+            return await rt.classify([(query, t) for t in texts], params, is_disconnected)
+        except ServiceError as e:  # pair i is texts[i]: say so (too many tokens, ...)
+            if e.field == "inputs":
+                e.field = "texts"
+            raise
 
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
         """A queued generation, its answer's bytes reserved until its response is sent."""

@@ -225,13 +225,18 @@ def test_what_each_model_refuses(models, classifier_packages):
             await engine.rerank(rt, QUERY, [], ClassifyParams())
         with pytest.raises(TooLarge, match="3 inputs; at most 2"):
             await engine.rerank(rt, QUERY, ["a", "b", "c"], ClassifyParams())
-        with pytest.raises(TooLarge, match="query has 41 characters"):
-            await engine.rerank(rt, "q" * 41, ["a"], ClassifyParams())
-        with pytest.raises(TooLarge, match=r"texts\[1\] has 41 characters"):
-            await engine.rerank(rt, "q", ["a", "b" * 41], ClassifyParams())
+        with pytest.raises(TooLarge, match="query has 81 characters"):
+            await engine.rerank(rt, "q" * 81, ["a"], ClassifyParams())
+        with pytest.raises(TooLarge, match=r"texts\[1\] has 81 characters"):
+            await engine.rerank(rt, "q", ["a", "b" * 81], ClassifyParams())
+        with pytest.raises(Validation, match="a classifier with 3 labels: reranking needs a cross-encoder"):
+            await engine.rerank(rt, QUERY, ["a"], ClassifyParams())
+        with pytest.raises(Validation, match=r"texts\[1\] has \d+ tokens or more") as exc:
+            await engine.rerank(engine.get("tiny-reranker"), "q", ["a", "b" * 70], ClassifyParams(truncate=False))
+        assert exc.value.field == "texts"
         with pytest.raises(Validation, match="a text or a pair of two texts"):
             await engine.classify(rt, [("a", "b", "c")], ClassifyParams())
         return True
 
-    assert run(models, fn, max_client_batch=2, max_input_chars=40)
+    assert run(models, fn, max_client_batch=2, max_input_chars=80)
     assert load_package(models / "tiny-reranker").labels == ("LABEL_0",)
