@@ -100,6 +100,8 @@ class EncoderRuntime:
         data: list[Embedded] = await batcher.submit(job)
         if params.attention is not None:
             self.series.attention_bytes.inc(sum(params.attention.returned_bytes(e.encoding.length) for e in data))
+            if params.attention.aggregate != "none":
+                self.series.aggregate(params.attention.aggregate).inc()
         return EmbedResult(self.name, self.package.version, data)
 
     async def generate(self, ask, budget):
@@ -134,9 +136,10 @@ class EncoderRuntime:
             outputs.append("last_hidden_state")
         # A dense float16 answer reads the graph's own float16 weights where the package has
         # them (half the bytes off the device, no cast here); others read the float32 ones.
+        # Aggregates are computed from the float32 weights, and cast after.
         f16 = [role == "attention" and self._f16_attention and e.job.params.attention is not None
                and e.job.params.attention.dtype == "float16" and e.job.params.attention.format == "dense"
-               for e in entries]
+               and e.job.params.attention.aggregate == "none" for e in entries]
         if any(f16):
             outputs.append("attentions_f16")
         if role == "attention" and not all(f16):

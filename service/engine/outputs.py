@@ -1,5 +1,6 @@
 """Per-input results cut out of a padded batch: pooled or token embeddings, and attention
-un-padded to the input's own T, with layer/head selection, top-k, dtype and encoding."""
+un-padded to the input's own T, with layer/head selection, aggregation (head mean, rollout),
+top-k, dtype and encoding."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import base64
 
 import numpy as np
 
+from service.engine.analytics import head_mean, rollout
 from service.engine.params import DTYPES, INDEX_DTYPE, AttentionSpec
 
 
@@ -71,11 +73,22 @@ def _cast(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return weights_to_f16(a) if dtype == np.float16 else a.astype(dtype, copy=False)
 
 
+def aggregate(a: np.ndarray, how: str) -> np.ndarray:
+    """Selected, un-padded [L′, H′, T, T] → as `how` says: itself, the head mean [L′, T, T],
+    or the rollout of the selected layers [T, T] (float32; the spec's layers are in model
+    order for rollout, AttentionSpec.select)."""
+    if how == "mean":
+        return head_mean(a)
+    if how == "rollout":
+        return rollout(a)
+    return a
+
+
 def attention_payload(att: np.ndarray, t: int, spec: AttentionSpec) -> dict:
-    a = select_attention(att, t, spec)
+    a = aggregate(select_attention(att, t, spec), spec.aggregate)
     dtype = DTYPES[spec.dtype]
-    out = {"layers": list(spec.layers), "heads": list(spec.heads), "format": spec.format,
-           "dtype": spec.dtype, "encoding": spec.encoding}
+    out = {"layers": list(spec.layers), "heads": list(spec.heads), "aggregate": spec.aggregate,
+           "format": spec.format, "dtype": spec.dtype, "encoding": spec.encoding}
     if spec.format == "dense":
         out["shape"] = list(a.shape)
         out["data"] = encode_array(_cast(a, dtype), spec.encoding)
