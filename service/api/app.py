@@ -22,7 +22,17 @@ from starlette.staticfiles import StaticFiles
 
 from service.api import errors
 from service.api.middleware import Activity, ServiceMiddleware
-from service.api.routers import embed, generate, health, kserve, metrics, models, openai, tokenize
+from service.api.routers import (
+    analytics,
+    embed,
+    generate,
+    health,
+    kserve,
+    metrics,
+    models,
+    openai,
+    tokenize,
+)
 from service.api.schemas import BODY_MODELS
 from service.engine import BackendFactory, Engine
 from service.errors import NotFound
@@ -128,7 +138,7 @@ def _document_bodies(app: FastAPI) -> None:
             return app.openapi_schema
         schema = base()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (*BODY_MODELS, *generate.BODY_MODELS):
+        for model in (*BODY_MODELS, *generate.BODY_MODELS, *analytics.BODY_MODELS):
             s = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(s.pop("$defs", {}))
             components[model.__name__] = s
@@ -163,7 +173,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
-    routers = [r.router for r in (embed, tokenize, models, health, metrics, generate, openai, kserve)]
+    routers = [r.router for r in (embed, tokenize, analytics, models, health, metrics, generate, openai, kserve)]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by service.fastpath under `headwise serve`

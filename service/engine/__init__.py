@@ -1,5 +1,5 @@
 """The engine: loaded models, tokenisation, batching and post-processing, behind whole
-operations (embed, tokenize, generate). No web framework and no HTTP here (import-linter):
+operations (embed, tokenize, similarity, occlusion, generate). No web framework and no HTTP here (import-linter):
 it raises service.errors' domain errors, which each protocol of service.api maps."""
 
 from service.engine.encoder import BackendFactory, EncoderRuntime

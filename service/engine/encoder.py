@@ -104,6 +104,20 @@ class EncoderRuntime:
                 self.series.aggregate(params.attention.aggregate).inc()
         return EmbedResult(self.name, self.package.version, data)
 
+    async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
+                          is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
+        """Already tokenised inputs through the embed batcher (the served fast graph), one
+        entry each; `holes[i]` ≥ 0 masks that position of input i out (attention_mask 0).
+        The caller has checked max_len and the response bound."""
+        batcher = self.batchers["embed"]
+        job = Job(len(encs), params=params, is_disconnected=is_disconnected)
+        holes = holes or [-1] * len(encs)
+        entries = [Entry(job, i, e.ids, e.type_ids, e, h) for i, (e, h) in enumerate(zip(encs, holes, strict=True))]
+        for e, h in zip(encs, holes, strict=True):
+            if h < 0:
+                self.series.input_tokens.observe(e.length)
+        return await batcher.submit(job, entries)
+
     async def generate(self, ask, budget):
         raise Validation(f"model {self.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
                          "serves decoder and encoder-decoder models")
@@ -127,6 +141,8 @@ class EncoderRuntime:
             n = e.length
             ids[i, :n] = e.ids
             mask[i, :n] = 1
+            if e.hole >= 0:
+                mask[i, e.hole] = 0
             types[i, :n] = e.type_ids
         pooled = [self._use_pooled(e.job.params) for e in entries]
         outputs = []
@@ -163,7 +179,10 @@ class EncoderRuntime:
             if pooled[i]:
                 sentence = out["sentence_embedding"][i]
             elif p.sentence:
-                sentence = pool(out["last_hidden_state"][i, :t], pkg.pooling, p.normalize)
+                hidden = out["last_hidden_state"][i, :t]
+                if e.hole >= 0 and pkg.pooling == "mean":  # as the graph's pooling: real positions only
+                    hidden = np.delete(hidden, e.hole, axis=0)
+                sentence = pool(hidden, pkg.pooling, p.normalize)
             att = (attention_payload(out["attentions_f16" if f16[i] else "attentions"][i], t, p.attention)
                    if p.attention else None)
             results.append(Embedded(e.encoding, sentence, tokens, att))

@@ -109,3 +109,124 @@ def test_kserve_attention_aggregate_parameter(srv):
     body["parameters"]["attention_aggregate"] = "max"
     bad = srv.post("/v2/models/all-minilm-l6-v2/infer", body)
     assert bad.status_code == 400 and "attention_aggregate" in bad.json()["error"]
+
+
+# -- POST /v1/similarity --------------------------------------------------------------------
+
+SOURCE = "A man is playing a guitar on stage."
+TARGETS = ["Someone performs music for a crowd.", "The stock market fell sharply today.", "guitar"]
+
+
+def cos(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_scores_are_the_cosines_of_embed_embeddings(srv):
+    r = srv.post("/v1/similarity", {"source": SOURCE, "targets": TARGETS})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    emb = [d["embedding"] for d in embed(srv, [SOURCE, *TARGETS])]
+    assert [d["index"] for d in body["data"]] == [0, 1, 2]
+    for d, e in zip(body["data"], emb[1:], strict=True):
+        assert d["score"] == pytest.approx(cos(emb[0], e), abs=1e-6)
+        assert set(d) == {"index", "score"}
+    assert body["data"][0]["score"] > body["data"][1]["score"]
+
+
+def test_explained_contributions_sum_to_the_score(srv):
+    r = srv.post("/v1/similarity", {"source": SOURCE, "targets": TARGETS, "explain": True, "top_k": 4})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    src = body["source"]
+    plain = srv.post("/v1/similarity", {"source": SOURCE, "targets": TARGETS}).json()["data"]
+    hs = np.array(embed(srv, SOURCE, output="tokens")[0]["embedding"], np.float64)
+    for d, p, text in zip(body["data"], plain, TARGETS, strict=True):
+        c = np.array(d["contributions"], np.float64)
+        assert c.shape == (len(src["tokens"]), len(d["tokens"]))
+        assert d["score"] == p["score"]
+        assert c.sum() == pytest.approx(d["score"], abs=1e-5)
+        # C_ij = h_i·g_j / (T_s T_t ‖u‖ ‖v‖), from /v1/embed's own token states
+        ht = np.array(embed(srv, text, output="tokens")[0]["embedding"], np.float64)
+        u, v = hs.mean(0), ht.mean(0)
+        ref = hs @ ht.T / (len(hs) * len(ht) * np.linalg.norm(u) * np.linalg.norm(v))
+        np.testing.assert_allclose(c, ref, atol=1e-5)
+        assert len(d["top_pairs"]) == 4
+        best = sorted(((i, j) for i in range(c.shape[0]) for j in range(c.shape[1])), key=lambda ij: -c[ij])[0]
+        assert (d["top_pairs"][0]["source"], d["top_pairs"][0]["target"]) == best
+        assert d["tokens"][0] == "[CLS]" and len(d["offsets"]) == len(d["tokens"])
+
+
+def test_similarity_limits(srv):
+    assert srv.post("/v1/similarity", {"source": "a", "targets": []}).status_code == 400
+    many = srv.post("/v1/similarity", {"source": "a", "targets": ["b"] * MAX_CLIENT_BATCH})
+    assert many.status_code == 413 and f"at most {MAX_CLIENT_BATCH}" in many.json()["error"]["message"]
+    assert srv.post("/v1/similarity", {"source": "a", "targets": ["b"], "top_k": 0}).status_code == 422
+    long = srv.post("/v1/similarity", {"source": LONG * 3, "targets": ["b"], "truncate": False})
+    assert long.status_code == 422
+
+
+def test_explain_is_refused_for_cls_pooling(start_server, default_package, tmp_path):
+    import json
+    import shutil
+
+    pkg = tmp_path / "cls-model"
+    shutil.copytree(default_package, pkg)
+    m = json.loads((pkg / "manifest.json").read_text())
+    m.update(name="cls-model", pooling="cls")
+    (pkg / "manifest.json").write_text(json.dumps(m))
+    s = start_server(models=pkg, env={"HEADWISE_PRECISION": "fp32"})
+    try:
+        assert s.post("/v1/similarity", {"source": "a", "targets": ["b"]}).status_code == 200
+        r = s.post("/v1/similarity", {"source": "a", "targets": ["b"], "explain": True})
+        assert r.status_code == 422 and "mean pooling" in r.json()["error"]["message"]
+    finally:
+        s.stop()
+
+
+def test_similarity_is_counted(srv):
+    labels = {"model": "all-minilm-l6-v2", "analytic": "similarity_explain"}
+    before = counter(srv.metrics(), "headwise_analytics_requests_total", **labels)
+    srv.post("/v1/similarity", {"source": "a", "targets": ["b"], "explain": True})
+    assert counter(srv.metrics(), "headwise_analytics_requests_total", **labels) == before + 1
+
+
+# -- POST /v1/occlusion ---------------------------------------------------------------------
+
+def onnx_occlusion(package, ids: list[int]) -> np.ndarray:
+    """The reference: the fast graph run directly by onnxruntime, once whole and once per
+    position with that position's attention_mask 0; effect = 1 − cosine."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(package / "fast.onnx"), providers=["CPUExecutionProvider"])
+    t = len(ids)
+    masks = np.ones((t + 1, t), np.int64)
+    masks[np.arange(1, t + 1), np.arange(t)] = 0
+    feeds = {"input_ids": np.tile(np.array(ids, np.int64), (t + 1, 1)), "attention_mask": masks,
+             "token_type_ids": np.zeros((t + 1, t), np.int64)}
+    emb = sess.run(["sentence_embedding"], feeds)[0].astype(np.float64)
+    return np.array([1 - cos(emb[0], e) for e in emb[1:]])
+
+
+def batch_inputs(metrics: str) -> float:
+    return counter(metrics, "headwise_batch_size_sum", model="all-minilm-l6-v2", variant="fast")
+
+
+def test_occlusion_equals_onnxruntime_and_goes_through_the_batcher(srv, default_package):
+    text = "The cat sat on the mat because it was warm."
+    ids = srv.post("/v1/tokenize", {"inputs": text}).json()["data"][0]["ids"]
+    before = batch_inputs(srv.metrics())
+    r = srv.post("/v1/occlusion", {"input": text})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    t = len(ids)
+    assert len(body["tokens"]) == t == len(body["effects"]) and body["forward_passes"] == t + 1
+    np.testing.assert_allclose(body["effects"], onnx_occlusion(default_package, ids), atol=1e-5)
+    # the T + 1 rows were batched by the embed batcher of the served fast variant
+    assert batch_inputs(srv.metrics()) == before + t + 1
+    assert max(body["effects"]) > 0
+
+
+def test_occlusion_over_the_client_batch_is_refused(srv):
+    r = srv.post("/v1/occlusion", {"input": LONG})
+    assert r.status_code == 413 and "forward passes" in r.json()["error"]["message"]
