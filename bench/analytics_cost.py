@@ -26,7 +26,7 @@ import httpx
 
 from bench.facts import load_average, machine_facts
 
-WORDS = "the cat sat on a mat and the dog ran in the park while it was warm".split()
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "the", "dog", "ran", "in", "the", "park", "while", "it", "was", "warm"]
 
 
 def free_port() -> int:

@@ -36,11 +36,12 @@ function matrix(id, rows, cols, values, colour, caption) {
     h("table", { id, class: "an-matrix" }, h("caption", {}, caption), h("thead", {}, head), h("tbody", {}, ...body)));
 }
 
-function shadedTokens(id, tokens, values, colour, label) {
+// Tokens shaded by norm(value) in [0, 1], with white text on the dark end of the scale.
+function shadedTokens(id, tokens, values, norm, label) {
   return h("p", { id, class: "an-tokens", "aria-label": label },
     ...tokens.map((t, i) => h("span", {
-      class: "an-token", dataset: { i: String(i), value: String(values[i]) },
-      title: `${t}: ${fmt(values[i], 5)}`, style: `background:${colour(values[i])}`,
+      class: "an-token", dataset: { i: String(i), value: String(values[i]) }, title: `${t}: ${fmt(values[i], 5)}`,
+      style: `background:${cmapCss(norm(values[i]))}` + (norm(values[i]) > 0.6 ? ";color:#fff" : ""),
     }, t)));
 }
 
@@ -52,7 +53,7 @@ export function renderRollout(out, item, pooling) {
   out.replaceChildren(
     h("h3", {}, "Token importance for the pooled embedding"),
     h("p", { class: "hint" }, `Rollout over layers ${item.attention.layers.join(", ")}, heads averaged; importance is ${what}.`),
-    shadedTokens("an-importance", item.tokens, imp, (v) => cmapCss(maxImp > 0 ? v / maxImp : 0), "token importance"),
+    shadedTokens("an-importance", item.tokens, imp, (v) => (maxImp > 0 ? v / maxImp : 0), "token importance"),
     matrix("an-rollout", item.tokens, item.tokens, R, (v) => cmapCss(v),
       "Rollout R: rows are tokens after the last layer, columns the input tokens they draw from"),
   );
@@ -80,6 +81,6 @@ export function renderOcclusion(out, res) {
   out.replaceChildren(
     h("h3", {}, "Occlusion"),
     h("p", { class: "hint" }, `1 − cosine between the embedding and the embedding with one token masked out; ${res.forward_passes} forward passes.`),
-    shadedTokens("an-occlusion", res.tokens, res.effects, (v) => cmapCss(max > 0 ? v / max : 0), "occlusion effect per token"),
+    shadedTokens("an-occlusion", res.tokens, res.effects, (v) => (max > 0 ? Math.max(0, v) / max : 0), "occlusion effect per token"),
   );
 }

@@ -26,7 +26,7 @@ def page(browser, server):
     pg.on("request", lambda r: pg.requests.append(r.url))
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
     pg.goto(server.url + "/")
-    pg.wait_for_function("document.body.dataset.state === 'ready' && Number(document.body.dataset.run) > 0",
+    pg.wait_for_function("() => document.body.dataset.state === 'ready' && Number(document.body.dataset.run) > 0",
                          timeout=60_000)
     yield pg
     ctx.close()
