@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # subcommand → module with `add_arguments(parser)` and `main(args) -> int`
@@ -24,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         parser.parse_args(argv)  # prints help or the error and exits
         return 2
+    if argv[0] == "serve":
+        # Before numpy loads: the server's numpy work (pooling, attention rollout) is small and
+        # runs on the inference thread; BLAS threads of its own would fight onnxruntime's
+        # intra-op pool for the same cores (a 128-token rollout took about 3× longer with them).
+        for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
     module = importlib.import_module(COMMANDS[argv[0]][0])
     p = argparse.ArgumentParser(prog=f"headwise {argv[0]}", description=COMMANDS[argv[0]][1])
     module.add_arguments(p)

@@ -69,6 +69,11 @@ class Metrics:
                                     registry=r)
         self.attention_bytes = Counter(p + "attention_bytes_total", "attention bytes returned", ["model"],
                                        registry=r)
+        self.attention_aggregates = Counter(p + "attention_aggregate_requests_total",
+                                            "embed requests whose attention was aggregated (mean, rollout)",
+                                            ["model", "aggregate"], registry=r)
+        self.analytics = Counter(p + "analytics_requests_total", "similarity and occlusion requests answered",
+                                 ["model", "analytic"], registry=r)
         self.model_info = Gauge(p + "model_info", "served model (value 1)",
                                 ["model", "version", "provider", "precision"], multiprocess_mode="max",
                                 registry=r)
@@ -116,6 +121,14 @@ class ModelSeries:
         self.input_tokens = metrics.input_tokens.labels(model=model)
         self.attention_bytes = metrics.attention_bytes.labels(model=model)
         self._batches: dict[str, tuple] = {}
+
+    def aggregate(self, how: str):
+        """headwise_attention_aggregate_requests_total{aggregate=how} of this model."""
+        return self._metrics.attention_aggregates.labels(model=self._model, aggregate=how)
+
+    def analytic(self, what: str):
+        """headwise_analytics_requests_total{analytic=what} of this model."""
+        return self._metrics.analytics.labels(model=self._model, analytic=what)
 
     def batch(self, variant: str) -> tuple:
         """(inference_duration, batch_size, batch_tokens) of this variant."""

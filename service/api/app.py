@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from service.api import errors
 from service.api.middleware import Activity, ServiceMiddleware
 from service.api.routers import (
+    analytics,
     classify,
     embed,
     generate,
@@ -138,7 +139,7 @@ def _document_bodies(app: FastAPI) -> None:
             return app.openapi_schema
         schema = base()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (*BODY_MODELS, *generate.BODY_MODELS, *classify.BODY_MODELS):
+        for model in (*BODY_MODELS, *generate.BODY_MODELS, *classify.BODY_MODELS, *analytics.BODY_MODELS):
             s = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(s.pop("$defs", {}))
             components[model.__name__] = s
@@ -173,7 +174,8 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
-    routers = [r.router for r in (embed, tokenize, models, health, metrics, generate, classify, openai, kserve)]
+    routers = [r.router for r in (embed, tokenize, analytics, models, health, metrics, generate, classify, openai,
+                                  kserve)]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by service.fastpath under `headwise serve`

@@ -19,6 +19,9 @@ class AttentionOptions(BaseModel):
     dtype: Literal["float32", "float16"] = "float32"
     encoding: Literal["json", "base64"] = Field(
         "json", description="base64: little-endian raw bytes of the array in `shape` order, C order")
+    aggregate: Literal["none", "mean", "rollout"] = Field(
+        "none", description="none: [L,H,T,T]; mean: the selected heads' mean per selected layer [L,T,T]; "
+        "rollout: attention rollout over the selected layers (head means inside) [T,T]")
 
 
 class EmbedRequest(BaseModel):
@@ -42,6 +45,7 @@ class EmbedRequest(BaseModel):
 class AttentionData(BaseModel):
     layers: list[int]
     heads: list[int]
+    aggregate: str = "none"
     format: str
     shape: list[int]
     dtype: str

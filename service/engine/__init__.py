@@ -1,5 +1,6 @@
 """The engine: loaded models, tokenisation, batching and post-processing, behind whole
-operations (embed, tokenize, classify, rerank, generate). No web framework and no HTTP here (import-linter):
+operations (embed, tokenize, similarity, occlusion, classify, rerank, generate). No web
+framework and no HTTP here (import-linter):
 it raises service.errors' domain errors, which each protocol of service.api maps."""
 
 from service.engine.classifier import ClassifierRuntime

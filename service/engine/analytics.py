@@ -23,7 +23,7 @@ def rollout(att: np.ndarray, residual: float = 0.5) -> np.ndarray:
 
     att: [L, H, T, T] (layer 0 first) → [T, T], row i: how much each input token reaches the
     last layer's token i. Computed in float64; rows sum to 1."""
-    layers = att.astype(np.float64).mean(axis=1)  # (L, T, T)
+    layers = att.mean(axis=1, dtype=np.float64)  # (L, T, T), without a float64 copy of att
     t = layers.shape[-1]
     eye = np.eye(t)
     out = eye

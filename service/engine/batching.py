@@ -73,6 +73,7 @@ class Entry:
     ids: np.ndarray
     type_ids: np.ndarray
     encoding: Any = None  # what the ids came from, handed back with the result
+    hole: int = -1  # a position whose attention_mask is 0 (occlusion); -1: none
 
     @property
     def length(self) -> int:

@@ -101,7 +101,23 @@ class EncoderRuntime:
         data: list[Embedded] = await batcher.submit(job)
         if params.attention is not None:
             self.series.attention_bytes.inc(sum(params.attention.returned_bytes(e.encoding.length) for e in data))
+            if params.attention.aggregate != "none":
+                self.series.aggregate(params.attention.aggregate).inc()
         return EmbedResult(self.name, self.package.version, data)
+
+    async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
+                          is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
+        """Already tokenised inputs through the embed batcher (the served fast graph), one
+        entry each; `holes[i]` ≥ 0 masks that position of input i out (attention_mask 0).
+        The caller has checked max_len and the response bound."""
+        batcher = self.batchers["embed"]
+        job = Job(len(encs), params=params, is_disconnected=is_disconnected)
+        holes = holes or [-1] * len(encs)
+        entries = [Entry(job, i, e.ids, e.type_ids, e, h) for i, (e, h) in enumerate(zip(encs, holes, strict=True))]
+        for e, h in zip(encs, holes, strict=True):
+            if h < 0:
+                self.series.input_tokens.observe(e.length)
+        return await batcher.submit(job, entries)
 
     async def generate(self, ask, budget):
         raise Validation(f"model {self.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
@@ -130,6 +146,8 @@ class EncoderRuntime:
             n = e.length
             ids[i, :n] = e.ids
             mask[i, :n] = 1
+            if e.hole >= 0:
+                mask[i, e.hole] = 0
             types[i, :n] = e.type_ids
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
@@ -149,9 +167,9 @@ class EncoderRuntime:
 
     def f16_attention(self, role: str, spec: AttentionSpec | None) -> bool:
         """Whether a dense float16 answer reads the graph's own float16 weights (half the bytes
-        off the device, no cast here); others read the float32 ones."""
+        off the device, no cast here); others, aggregates among them, read the float32 ones."""
         return (role == "attention" and self._f16_attention and spec is not None
-                and spec.dtype == "float16" and spec.format == "dense")
+                and spec.dtype == "float16" and spec.format == "dense" and spec.aggregate == "none")
 
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
         pkg = self.package
@@ -176,7 +194,10 @@ class EncoderRuntime:
             if pooled[i]:
                 sentence = out["sentence_embedding"][i]
             elif p.sentence:
-                sentence = pool(out["last_hidden_state"][i, :t], pkg.pooling, p.normalize)
+                hidden = out["last_hidden_state"][i, :t]
+                if e.hole >= 0 and pkg.pooling == "mean":  # as the graph's pooling: real positions only
+                    hidden = np.delete(hidden, e.hole, axis=0)
+                sentence = pool(hidden, pkg.pooling, p.normalize)
             att = (attention_payload(out["attentions_f16" if f16[i] else "attentions"][i], t, p.attention)
                    if p.attention else None)
             results.append(Embedded(e.encoding, sentence, tokens, att))

@@ -17,10 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from service.backends import open_backend
 from service.backends.onnxruntime import check_precision
 from service.cpu import lower_thread_priority
+from service.engine import explain as operations
 from service.engine.budget import ResponseBudget
 from service.engine.classifier import ClassifierRuntime
 from service.engine.classify import ClassifyParams, ClassifyResult
 from service.engine.encoder import BackendFactory, EncoderRuntime
+from service.engine.explain import Occlusion, Similarity
 from service.engine.generation import GenerativeRuntime
 from service.engine.generation.runtime import Generation
 from service.engine.generation.sequence import GenerateInput
@@ -180,6 +182,27 @@ class Engine:
             if e.field == "inputs":
                 e.field = "texts"
             raise
+
+    async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
+                         top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
+        """Cosines of the source's embedding with each target's (explained: split over token
+        pairs). The source and targets count as 1 + len(targets) inputs: inputs[0] is the
+        source, inputs[i] targets[i − 1] in messages."""
+        if not targets:
+            raise InvalidRequest("'targets' is empty", field="targets")
+        texts = [source, *targets]
+        self._check(texts)
+        encs = await self._encode(rt, texts, truncate)
+        rt.tokenizer.check(encs)
+        return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, is_disconnected)
+
+    async def occlusion(self, rt: Runtime, text: str, truncate: bool,
+                        is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
+        """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
+        self._check([text])
+        encs = await self._encode(rt, [text], truncate)
+        rt.tokenizer.check(encs)
+        return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, is_disconnected)
 
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
         """A queued generation, its answer's bytes reserved until its response is sent."""

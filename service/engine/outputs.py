@@ -1,6 +1,6 @@
 """Per-input results cut out of a padded batch: pooled or token embeddings, and attention
 un-padded to the input's own T (or a pair's blocks between its two texts), with layer/head
-selection, top-k, dtype and encoding."""
+selection, aggregation (head mean, rollout), top-k, dtype and encoding."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import base64
 
 import numpy as np
 
+from service.engine.analytics import head_mean, rollout
 from service.engine.params import DTYPES, INDEX_DTYPE, AttentionSpec
 from service.engine.tokenizer import Encoded
 
@@ -73,18 +74,30 @@ def _cast(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return weights_to_f16(a) if dtype == np.float16 else a.astype(dtype, copy=False)
 
 
+def aggregate(a: np.ndarray, how: str) -> np.ndarray:
+    """Selected, un-padded [L′, H′, T, T] → as `how` says: itself, the head mean [L′, T, T],
+    or the rollout of the selected layers [T, T] (float32; the spec's layers are in model
+    order for rollout, AttentionSpec.select)."""
+    if how == "mean":
+        return head_mean(a)
+    if how == "rollout":
+        return rollout(a)
+    return a
+
+
 def _header(spec: AttentionSpec) -> dict:
-    return {"layers": list(spec.layers), "heads": list(spec.heads), "format": spec.format,
-            "dtype": spec.dtype, "encoding": spec.encoding}
+    return {"layers": list(spec.layers), "heads": list(spec.heads), "aggregate": spec.aggregate,
+            "format": spec.format, "dtype": spec.dtype, "encoding": spec.encoding}
 
 
 def attention_payload(att: np.ndarray, t: int, spec: AttentionSpec) -> dict:
-    return _header(spec) | array_payload(select_attention(att, t, spec), spec)
+    return _header(spec) | array_payload(aggregate(select_attention(att, t, spec), spec.aggregate), spec)
 
 
 def array_payload(a: np.ndarray, spec: AttentionSpec) -> dict:
-    """An [L', H', R, C] block of weights → {shape, data} (dense) or {shape, index_dtype,
-    data: {indices, values}} (top-k over C), in the spec's dtype and encoding."""
+    """An [L', H', R, C] block of weights (or an aggregate of fewer axes) → {shape, data}
+    (dense) or {shape, index_dtype, data: {indices, values}} (top-k over the last axis), in
+    the spec's dtype and encoding."""
     dtype = DTYPES[spec.dtype]
     if spec.format == "dense":
         return {"shape": list(a.shape), "data": encode_array(_cast(a, dtype), spec.encoding)}

@@ -19,12 +19,18 @@ INDEX_DTYPE = np.dtype("<i4")
 JSON_VALUE_BYTES = {"float32": 16, "float16": 11}
 JSON_INDEX_BYTES = 6  # an int32 key index below 100,000 and its comma
 TOKEN_BYTES = 48  # one token's string and [start, end] offsets in the JSON, generously
+AGGREGATES = ("none", "mean", "rollout")
 
 
 @dataclass(frozen=True)
 class AttentionSpec:
     """Which attention weights a request asks for, and how they are written; the same for
-    embeddings (per input, [L, H, T, T]) and generation (per step, [L, H, 1, T])."""
+    embeddings (per input, [L, H, T, T]) and generation (per step, [L, H, 1, T]).
+
+    `aggregate` (embeddings only) folds the selected weights before they are written: `mean`
+    averages the selected heads of each selected layer ([L, T, T]); `rollout` multiplies the
+    selected layers' head means, in increasing layer order (service.engine.analytics.rollout,
+    [T, T]). Every measure below counts what is written: the aggregate."""
 
     layers: tuple[int, ...]
     heads: tuple[int, ...]
@@ -34,6 +40,7 @@ class AttentionSpec:
     top_k: int = 1
     dtype: str = "float32"  # float32 | float16
     encoding: str = "json"  # json | base64
+    aggregate: str = "none"  # none | mean | rollout (embeddings only)
 
     @classmethod
     def select(cls, n_layers: int, n_heads: int, layers: Sequence[int] | None, heads: Sequence[int] | None,
@@ -42,6 +49,8 @@ class AttentionSpec:
         for what, sel, n in (("layers", layers, n_layers), ("heads", heads, n_heads)):
             if sel is not None and (not sel or any(not 0 <= i < n for i in sel)):
                 raise Validation(f"attention.{what}: each must be in 0..{n - 1} and the list non-empty")
+        if how.get("aggregate", "none") == "rollout" and layers is not None:
+            layers = sorted(layers)  # rollout composes layers in the model's order
         return cls(layers=tuple(layers) if layers is not None else tuple(range(n_layers)),
                    heads=tuple(heads) if heads is not None else tuple(range(n_heads)),
                    all_layers=layers is None, all_heads=heads is None, **how)
@@ -49,28 +58,35 @@ class AttentionSpec:
     def item_size(self) -> int:
         return DTYPES[self.dtype].itemsize
 
+    def planes(self) -> int:
+        """How many [T, T] (or per-step) planes are written: L′·H′, L′ for mean, 1 for rollout."""
+        if self.aggregate == "rollout":
+            return 1
+        return len(self.layers) * (1 if self.aggregate == "mean" else len(self.heads))
+
     def values_bytes(self, cells: int) -> int:
-        """Bytes of `cells` weights per layer and head, dense, in this dtype."""
-        return len(self.layers) * len(self.heads) * cells * self.item_size()
+        """Bytes of `cells` weights per plane, dense, in this dtype."""
+        return self.planes() * cells * self.item_size()
 
     def nbytes(self, t: int) -> int:
-        """Bytes of the dense [L, H, T, T] array this spec asks for (the budget's measure)."""
+        """Bytes of the dense array this spec writes, [L, H, T, T] or its aggregate (the
+        budget's measure)."""
         return self.values_bytes(t * t)
 
     def returned_bytes(self, t: int) -> int:
         if self.format == "dense":
             return self.nbytes(t)
         k = min(self.top_k, t)
-        return len(self.layers) * len(self.heads) * t * k * (self.item_size() + INDEX_DTYPE.itemsize)
+        return self.planes() * t * k * (self.item_size() + INDEX_DTYPE.itemsize)
 
     def serialized_bytes(self, t: int) -> int:
         """Bytes this input's attention takes in the response body."""
-        values = len(self.layers) * len(self.heads) * t * (t if self.format == "dense" else min(self.top_k, t))
+        values = self.planes() * t * (t if self.format == "dense" else min(self.top_k, t))
         return written_bytes(values, self.dtype, self.encoding, indices=values if self.format == "topk" else 0)
 
     def written_cells(self, cells: int) -> int:
-        """Bytes `cells` dense weights per layer and head take in the response body."""
-        return written_bytes(len(self.layers) * len(self.heads) * cells, self.dtype, self.encoding)
+        """Bytes `cells` dense weights per plane take in the response body."""
+        return written_bytes(self.planes() * cells, self.dtype, self.encoding)
 
 
 def written_bytes(values: int, dtype: str, encoding: str, indices: int = 0) -> int:

@@ -9,8 +9,8 @@ from typing import Protocol
 
 from service.engine.budget import ResponseBudget
 from service.engine.classify import ClassifyParams, ClassifyResult
-from service.engine.params import AttentionSpec, EmbedParams, EmbedResult
-from service.engine.tokenizer import TextTokenizer
+from service.engine.params import AttentionSpec, Embedded, EmbedParams, EmbedResult
+from service.engine.tokenizer import Encoded, TextTokenizer
 from service.package import ModelPackage
 
 
@@ -41,6 +41,9 @@ class Runtime(Protocol):
 
     async def embed(self, inputs: list, params: EmbedParams,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult: ...
+
+    async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
+                          is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]: ...
 
     async def generate(self, ask, budget: ResponseBudget): ...
 

@@ -13,7 +13,7 @@ from service.api.schemas import AttentionOptions, Usage, error_responses
 from service.engine import Engine
 from service.engine.classify import ClassifyParams, response_bytes
 from service.engine.runtime import Runtime
-from service.errors import TooLarge
+from service.errors import TooLarge, Validation
 
 router = APIRouter(tags=["classify"], dependencies=[Depends(require_api_key)])
 
@@ -99,6 +99,9 @@ BODY_MODELS = (RerankRequest, PredictRequest)  # parsed by json_body; documented
 def _spec(rt: Runtime, a: AttentionOptions | None):
     if a is None:
         return None
+    if a.aggregate != "none":  # the blocks are between two texts; no rollout or mean of them yet
+        raise Validation("attention.aggregate is for /v1/embed; /v1/rerank returns the query↔document blocks "
+                         "per layer and head (aggregate: none)", field="attention")
     return rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype, encoding=a.encoding)
 
 

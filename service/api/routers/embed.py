@@ -29,7 +29,7 @@ async def embed(request: Request, body: EmbedRequest = Depends(PARSE),
     if body.attention is not None:
         a = body.attention
         spec = rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype,
-                                 encoding=a.encoding)
+                                 encoding=a.encoding, aggregate=a.aggregate)
     tokens = body.output == "tokens"
     params = EmbedParams(sentence=not tokens, tokens=tokens, normalize=body.normalize, truncate=body.truncate,
                          attention=spec)

@@ -41,6 +41,7 @@ AUTH = [Depends(require_api_key)]
 ERRORS = {c: {"model": V2Error} for c in (400, 401, 404, 413, 422, 429, 503)}
 INPUT = "text"
 ATTENTION_DTYPES = {"FP32": "float32", "FP16": "float16"}
+AGGREGATES = ("none", "mean", "rollout")
 BINARY_DOC = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "description":
               "binary tensor data extension: the JSON request (Inference-Header-Content-Length "
               "bytes), then each binary input's bytes in order"}}
@@ -220,11 +221,12 @@ def _pad_tokens(arrays: list[np.ndarray], t: int) -> np.ndarray:
 
 
 def _pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
-    """[L, H, T_i, T_i] per input → [N, L, H, t, t], zeros past each input's end."""
-    out = np.zeros((len(arrays), *arrays[0].shape[:2], t, t), dtype=dtype)
+    """[..., T_i, T_i] per input ([L, H], [L] or nothing before) → [N, ..., t, t], zeros past
+    each input's end."""
+    out = np.zeros((len(arrays), *arrays[0].shape[:-2], t, t), dtype=dtype)
     for i, a in enumerate(arrays):
         n = a.shape[-1]
-        out[i, :, :, :n, :n] = a
+        out[i, ..., :n, :n] = a
     return out
 
 
@@ -254,7 +256,7 @@ def _response_bound(rt: EncoderRuntime, want: dict[str, bool], lengths: list[int
     """The bytes the padded output tensors take in the body: raw when binary, else as JSON."""
     n, t, p = len(lengths), max(lengths), rt.package
     cells = {"attention_mask": n * t, "sentence_embedding": n * p.d_model, "last_hidden_state": n * t * p.d_model,
-             "attentions": n * t * t * (len(spec.layers) * len(spec.heads) if spec is not None else 0)}
+             "attentions": n * t * t * (spec.planes() if spec is not None else 0)}
     return sum(cells[name] * (8 if binary else JSON_VALUE_BYTES["float32"]) for name, binary in want.items())
 
 
@@ -280,8 +282,12 @@ async def infer(model: str, request: Request, version: str | None = None, engine
         att_dtype = ATTENTION_DTYPES.get(str(params.get("attention_dtype", "FP32")).upper())
         if att_dtype is None:
             raise InvalidRequest("parameter attention_dtype must be FP32 or FP16")
+        aggregate = params.get("attention_aggregate", "none")
+        if aggregate not in AGGREGATES:
+            raise InvalidRequest("parameter attention_aggregate must be none, mean or rollout")
         spec = rt.attention_spec(_indices(params, "attention_layers", p.n_layers),
-                                 _indices(params, "attention_heads", p.n_heads), dtype=att_dtype)
+                                 _indices(params, "attention_heads", p.n_heads), dtype=att_dtype,
+                                 aggregate=aggregate)
     result = None
     if spec is not None or "sentence_embedding" in want or "last_hidden_state" in want:
         # One engine call for every output; the attention budget counts the padded

@@ -101,6 +101,9 @@ class GenerativeRuntime:
         raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
                          "POST /v1/generate; /v1/rerank and /v1/predict serve classification packages")
 
+    async def run_encoded(self, encs, params, holes=None, is_disconnected=None):
+        await self.embed(encs, params, is_disconnected)
+
     async def generate(self, ask: GenerateInput, budget: ResponseBudget) -> Generation:
         """Check and tokenise the request, reserve its answer's bytes, queue it."""
         field, other = self.source_field, ("source" if self.source_field == "prompt" else "prompt")

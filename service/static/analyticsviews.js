@@ -1,0 +1,86 @@
+/* headwise viewer: the analytics views (docs/analytics.md), drawn as tables whose cells carry
+ * their exact value in data-value (what the tests compare with the API):
+ *   renderRollout     the rollout matrix R [T, T] and each token's importance for the pooled
+ *                     embedding: mean pooling → the mean of R's rows; CLS pooling → R's CLS row
+ *   renderSimilarity  the score, the [T_source, T_target] contributions, the top pairs
+ *   renderOcclusion   each token shaded by its occlusion effect
+ */
+
+import { h, fmt } from "./dom.js";
+import { cmapCss } from "./colours.js";
+
+/** Token importance for the pooled embedding from rollout R (rows: queries, columns: keys). */
+export function importance(R, pooling) {
+  const T = R.length;
+  if (pooling === "cls") return R[0].slice();
+  const out = new Array(T).fill(0);
+  for (const row of R) row.forEach((v, j) => { out[j] += v / T; });
+  return out;
+}
+
+// Diverging colour for signed values: blue for positive, red for negative, white at 0.
+function signedCss(v, max) {
+  const t = max > 0 ? Math.min(1, Math.abs(v) / max) : 0;
+  const c = Math.round(255 * (1 - 0.75 * t));
+  return v >= 0 ? `rgb(${c},${c},255)` : `rgb(255,${c},${c})`;
+}
+
+function matrix(id, rows, cols, values, colour, caption) {
+  const head = h("tr", {}, h("th", { scope: "col" }, ""), ...cols.map((c) => h("th", { scope: "col", class: "an-col" }, c)));
+  const body = values.map((row, i) => h("tr", {}, h("th", { scope: "row" }, rows[i]),
+    ...row.map((v, j) => h("td", {
+      class: "an-cell", dataset: { i: String(i), j: String(j), value: String(v) },
+      title: `${rows[i]} → ${cols[j]}: ${fmt(v, 5)}`, style: `background:${colour(v)}`,
+    }))));
+  return h("div", { class: "table-scroll" },
+    h("table", { id, class: "an-matrix" }, h("caption", {}, caption), h("thead", {}, head), h("tbody", {}, ...body)));
+}
+
+// Tokens shaded by norm(value) in [0, 1], with white text on the dark end of the scale.
+function shadedTokens(id, tokens, values, norm, label) {
+  return h("p", { id, class: "an-tokens", "aria-label": label },
+    ...tokens.map((t, i) => h("span", {
+      class: "an-token", dataset: { i: String(i), value: String(values[i]) }, title: `${t}: ${fmt(values[i], 5)}`,
+      style: `background:${cmapCss(norm(values[i]))}` + (norm(values[i]) > 0.6 ? ";color:#fff" : ""),
+    }, t)));
+}
+
+export function renderRollout(out, item, pooling) {
+  const R = item.attention.data;
+  const imp = importance(R, pooling);
+  const maxImp = Math.max(...imp);
+  const what = pooling === "cls" ? "the [CLS] row of R" : "the mean of R's rows (mean pooling)";
+  out.replaceChildren(
+    h("h3", {}, "Token importance for the pooled embedding"),
+    h("p", { class: "hint" }, `Rollout over layers ${item.attention.layers.join(", ")}, heads averaged; importance is ${what}.`),
+    shadedTokens("an-importance", item.tokens, imp, (v) => (maxImp > 0 ? v / maxImp : 0), "token importance"),
+    matrix("an-rollout", item.tokens, item.tokens, R, (v) => cmapCss(v),
+      "Rollout R: rows are tokens after the last layer, columns the input tokens they draw from"),
+  );
+}
+
+export function renderSimilarity(out, res) {
+  const d = res.data[0];
+  const C = d.contributions;
+  let max = 0;
+  for (const row of C) for (const v of row) max = Math.max(max, Math.abs(v));
+  const src = res.source.tokens, tgt = d.tokens;
+  out.replaceChildren(
+    h("h3", {}, "Similarity ", h("output", { id: "an-score", dataset: { value: String(d.score) } }, fmt(d.score, 4))),
+    h("p", { class: "hint" }, "Cosine of the two sentence embeddings, split over token pairs: the cells sum to the score."),
+    h("ol", { id: "an-pairs", class: "an-pairs" }, ...d.top_pairs.map((p) => h("li", {
+      dataset: { source: String(p.source), target: String(p.target), value: String(p.value) },
+    }, `${src[p.source]} ↔ ${tgt[p.target]}: ${fmt(p.value, 4)}`))),
+    matrix("an-contrib", src, tgt, C, (v) => signedCss(v, max),
+      "Contributions: rows are the first text's tokens, columns the second's (blue adds, red takes away)"),
+  );
+}
+
+export function renderOcclusion(out, res) {
+  const max = Math.max(...res.effects, 0);
+  out.replaceChildren(
+    h("h3", {}, "Occlusion"),
+    h("p", { class: "hint" }, `1 − cosine between the embedding and the embedding with one token masked out; ${res.forward_passes} forward passes.`),
+    shadedTokens("an-occlusion", res.tokens, res.effects, (v) => (max > 0 ? Math.max(0, v) / max : 0), "occlusion effect per token"),
+  );
+}
