@@ -159,9 +159,9 @@ class Engine:
         """Every input's logits and scores (and attention), in input order. An input is a text
         or an (a, b) pair (a list of two texts is taken as a pair)."""
         items = [x if isinstance(x, str) else tuple(x) for x in inputs]
+        self._check(items)
         if any(len(x) != 2 for x in items if isinstance(x, tuple)):
             raise Validation(f"each of '{FIELD}' is a text or a pair of two texts", field="inputs")
-        self._check(items)
         return await rt.classify(items, params, is_disconnected)
 
     async def rerank(self, rt: Runtime, query: str, texts: list[str], params: ClassifyParams,

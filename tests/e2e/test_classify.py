@@ -25,8 +25,9 @@ def srv(start_server, classifier_packages, tiny_package, tmp_path_factory):
     for name in ("tiny-reranker", "tiny-classifier"):
         (models / name).symlink_to(classifier_packages["models"] / name, target_is_directory=True)
     (models / "tiny").symlink_to(tiny_package, target_is_directory=True)  # an embedding model beside them
-    return start_server(models=models, env={"HEADWISE_MAX_CLIENT_BATCH": "8",
-                                            "HEADWISE_ATTENTION_BUDGET_BYTES": "200000"})
+    return start_server(models=models, env={"HEADWISE_MAX_CLIENT_BATCH": "8", "HEADWISE_MAX_INPUT_CHARS": "5000",
+                                            "HEADWISE_ATTENTION_BUDGET_BYTES": "200000",
+                                            "HEADWISE_MAX_RESPONSE_BYTES": "200000"})
 
 
 def tokenizer(ckpt):
@@ -161,6 +162,18 @@ def test_errors_are_native_and_clear(srv):
     assert error(srv.post("/v1/predict", {"model": "tiny-classifier", "inputs": [["a", "b", "c"]]}), 422,
                  "validation") == "each of 'inputs' is a text or a pair of two texts"
     assert error(srv.post("/v1/rerank", {"model": "nope", "query": "q", "texts": ["a"]}), 404, "not_found")
+    mark = "zebra-unicorn-4711 "  # a client's text never comes back in an error
+    r = srv.post("/v1/rerank", {"model": "tiny-reranker", "query": mark * 300, "texts": ["a"]})
+    assert error(r, 413, "too_large").startswith("query has 5700 characters") and "zebra" not in r.text
+    r = srv.post("/v1/predict", {"model": "tiny-classifier", "inputs": [["a", mark * 300], "b"]})
+    assert error(r, 413, "too_large").startswith("inputs[0] has 5700 characters") and "zebra" not in r.text
+    assert error(srv.post("/v1/predict", content=b'{"inputs": [', headers={"content-type": "application/json"}),
+                 400, "invalid_request") == "malformed JSON body"
+    # echoed texts count in the answer's bound (6 bytes a character at most): 8 × 4,896 × 6 > 200,000
+    body = {"model": "tiny-reranker", "query": "q", "texts": ["the cat " * 612] * 8}
+    assert len(ok(srv.post("/v1/rerank", body))["results"]) == 8
+    assert "HEADWISE_MAX_RESPONSE_BYTES" in error(srv.post("/v1/rerank", {**body, "return_text": True}), 413,
+                                                  "too_large")
 
 
 def test_model_cards_and_metrics(srv):
