@@ -22,11 +22,22 @@ from starlette.staticfiles import StaticFiles
 
 from service.api import errors
 from service.api.middleware import Activity, ServiceMiddleware
-from service.api.routers import embed, generate, health, kserve, metrics, models, openai, tokenize
+from service.api.routers import (
+    embed,
+    generate,
+    health,
+    kserve,
+    metrics,
+    models,
+    openai,
+    tei,
+    tokenize,
+)
 from service.api.schemas import BODY_MODELS
 from service.engine import BackendFactory, Engine
 from service.errors import NotFound
 from service.metrics import Metrics
+from service.package import check_default_model
 from service.settings import Settings, load_settings
 
 log = logging.getLogger("headwise.service")
@@ -103,6 +114,7 @@ async def _prepare(app: FastAPI) -> None:
 async def lifespan(app: FastAPI):
     engine: Engine = app.state.engine
     await anyio.to_thread.run_sync(engine.load_packages)  # bad package → start-up fails
+    check_default_model(app.state.settings.default_model, engine.models)
     _on_sigterm(app)
     task = asyncio.get_running_loop().create_task(_prepare(app))
     try:
@@ -163,7 +175,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
-    routers = [r.router for r in (embed, tokenize, models, health, metrics, generate, openai, kserve)]
+    routers = [r.router for r in (embed, tokenize, models, health, metrics, generate, openai, kserve, tei)]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by service.fastpath under `headwise serve`
