@@ -141,6 +141,8 @@ def test_tokenize_and_decode(server):
         assert not t["special"] and raw[t["start"]:t["stop"]].decode() == t["text"]
     bare = server.post("/tokenize", {"inputs": [text, "hi"], "add_special_tokens": False}).json()
     assert [t["id"] for t in bare[0]] == mine["ids"][1:-1] and len(bare) == 2
+    typed = server.post("/tokenize", {"inputs": "say [CLS]"}).json()[0]  # typed, not added: not special
+    assert typed[2] == {"id": 101, "text": "[CLS]", "special": False, "start": 4, "stop": 9}
     whole = server.post("/tokenize", {"inputs": LONG}).json()[0]  # not cut at max_len, as TEI's
     assert len(whole) == 402
     r = server.post("/decode", {"ids": [mine["ids"], [101, 7592, 102]]})
