@@ -16,6 +16,11 @@ GRAPHS = {"encoder": ("fast",), "decoder": ("prefill", "decode"),
           "encoder-decoder": ("encoder", "decoder_step")}
 
 
+# What a package's `task` may be; "classification": an encoder whose graphs output `logits`
+# (cross-encoders, classifiers), served by /v1/rerank and /v1/predict, never by /v1/embed.
+TASKS = ("embedding", "classification", "generation")
+
+
 class PackageError(ValueError):
     """A model package that cannot be served; the message names the folder and file."""
 
@@ -45,6 +50,8 @@ class ModelPackage:
     pad_id: int
     variants: dict[str, Variant]
     manifest: dict = field(repr=False)
+    task: str = "embedding"  # "embedding" | "classification" | "generation"
+    labels: tuple[str, ...] = ()  # a classification package's labels, in logit order
 
     @property
     def generative(self) -> bool:
@@ -94,12 +101,13 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     if missing:
         raise PackageError(f"{mf}: missing fields {', '.join(missing)}")
     arch = m["architecture"]
-    task = m.get("task", "embedding")
-    if task not in ("embedding", "generation"):
-        # A classifier's graphs output logits, not embeddings: refused until its routes exist
-        # (/rerank, /predict), never served as an embedding model.
-        raise PackageError(f"{mf}: a {task} package (labels {m.get('labels')}); this server does not serve "
-                           f"{task} models yet (embedding and generative packages only)")
+    task = m.get("task", "embedding" if arch == "encoder" else "generation")
+    if task not in TASKS:
+        raise PackageError(f"{mf}: task {str(task)[:40]!r} is not served ({', '.join(TASKS)})")
+    labels = m.get("labels", [])
+    if task == "classification" and (arch != "encoder" or not _labels_ok(labels)):
+        raise PackageError(f"{mf}: a classification package needs architecture 'encoder' and "
+                           "'labels', a non-empty list of distinct strings")
     if arch not in GRAPHS:
         raise PackageError(f"{mf}: architecture {arch!r} is not served (encoder, decoder, encoder-decoder)")
     lacking = [g for g in GRAPHS[arch] if g not in m["variants"]]
@@ -125,8 +133,14 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
         path=folder, name=str(m["name"]), version=str(m["version"]), family=str(m.get("family", "")),
         architecture=m["architecture"], **sizes, pooling=str(m["pooling"] or "none"),
         normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=pad_id,
-        variants=variants, manifest=m,
+        variants=variants, manifest=m, task=task,
+        labels=tuple(labels) if task == "classification" else (),
     )
+
+
+def _labels_ok(labels) -> bool:
+    return (isinstance(labels, list) and bool(labels) and all(isinstance(x, str) for x in labels)
+            and len(set(labels)) == len(labels))
 
 
 def _positive_int(value, name: str) -> int:

@@ -26,6 +26,15 @@ def tiny_package(tiny_checkpoint, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def classifier_packages(tmp_path_factory) -> dict:
+    """tests/fixtures/tiny.make_classifier_packages, once per session: a tiny cross-encoder and
+    a tiny 3-label classifier exported into one models folder (a few seconds)."""
+    from tests.fixtures.tiny import make_classifier_packages
+
+    return make_classifier_packages(tmp_path_factory.mktemp("classifiers"))
+
+
+@pytest.fixture(scope="session")
 def minilm_package(tmp_path_factory) -> Path:
     """The real default package, exported once per test session (about a minute on 2 cores).
     Set HEADWISE_TEST_PACKAGE to reuse an existing one."""

@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from service.api import errors
 from service.api.middleware import Activity, ServiceMiddleware
 from service.api.routers import (
+    classify,
     embed,
     generate,
     health,
@@ -140,7 +141,7 @@ def _document_bodies(app: FastAPI) -> None:
             return app.openapi_schema
         schema = base()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (*BODY_MODELS, *generate.BODY_MODELS):
+        for model in (*BODY_MODELS, *generate.BODY_MODELS, *classify.BODY_MODELS):
             s = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(s.pop("$defs", {}))
             components[model.__name__] = s
@@ -175,7 +176,8 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
-    routers = [r.router for r in (embed, tokenize, models, health, metrics, generate, openai, kserve, tei)]
+    routers = [r.router for r in (embed, tokenize, models, health, metrics, generate, classify, openai, kserve,
+                                  tei)]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by service.fastpath under `headwise serve`

@@ -116,6 +116,8 @@ class ModelCard(BaseModel):
     version: str
     family: str
     architecture: str
+    task: str | None = Field(None, description="embedding | classification | generation")
+    labels: list[str] | None = Field(None, description="a classification model's labels, in logit order")
     n_layers: int
     n_heads: int
     d_model: int

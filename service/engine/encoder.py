@@ -70,6 +70,7 @@ class EncoderRuntime:
         b = self.backend
         return {
             "name": p.name, "version": p.version, "family": p.family, "architecture": p.architecture,
+            "task": p.task, **({"labels": list(p.labels)} if p.task == "classification" else {}),
             "n_layers": p.n_layers, "n_heads": p.n_heads, "d_model": p.d_model, "max_len": p.max_len,
             "pooling": p.pooling, "normalize": p.normalize,
             "provider": b.provider if b else None, "precision": b.precision if b else None,
@@ -106,6 +107,10 @@ class EncoderRuntime:
         raise Validation(f"model {self.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
                          "serves decoder and encoder-decoder models")
 
+    async def classify(self, inputs, params, is_disconnected=None):
+        raise Validation(f"model {self.name!r} is an embedding model: use POST /v1/embed; /v1/rerank and "
+                         "/v1/predict serve classification packages (cross-encoders, classifiers)")
+
     def abort(self, exc: Exception) -> None:
         for b in self.batchers.values():
             b.abort(exc)
@@ -115,10 +120,10 @@ class EncoderRuntime:
             await b.close(timeout)
 
     # -- runs on the batcher's inference thread ---------------------------------------------
-    def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
-        pkg = self.package
+    def feeds(self, entries: list[Entry], padded: int) -> dict[str, np.ndarray]:
+        """The graph's inputs for a batch: ids right-padded with pad_id, mask 1 on real tokens."""
         b = len(entries)
-        ids = np.full((b, padded), pkg.pad_id, dtype=np.int64)
+        ids = np.full((b, padded), self.package.pad_id, dtype=np.int64)
         mask = np.zeros((b, padded), dtype=np.int64)
         types = np.zeros((b, padded), dtype=np.int64)
         for i, e in enumerate(entries):
@@ -126,22 +131,11 @@ class EncoderRuntime:
             ids[i, :n] = e.ids
             mask[i, :n] = 1
             types[i, :n] = e.type_ids
-        pooled = [self._use_pooled(e.job.params) for e in entries]
-        outputs = []
-        if any(pooled):
-            outputs.append("sentence_embedding")
-        if any(e.job.params.tokens or (e.job.params.sentence and not p) for e, p in zip(entries, pooled, strict=True)):
-            outputs.append("last_hidden_state")
-        # A dense float16 answer reads the graph's own float16 weights where the package has
-        # them (half the bytes off the device, no cast here); others read the float32 ones.
-        f16 = [role == "attention" and self._f16_attention and e.job.params.attention is not None
-               and e.job.params.attention.dtype == "float16" and e.job.params.attention.format == "dense"
-               for e in entries]
-        if any(f16):
-            outputs.append("attentions_f16")
-        if role == "attention" and not all(f16):
-            outputs.append("attentions")
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+    def run(self, role: str, entries: list[Entry], padded: int, outputs: list[str], record: bool) -> dict:
+        """One backend run of a batch, timed and counted per variant when `record`."""
+        feeds = self.feeds(entries, padded)
         if self.settings.fault_injection and record:
             inject_fault(entries)
         t0 = time.perf_counter()
@@ -149,8 +143,30 @@ class EncoderRuntime:
         if record:
             inference, size, tokens = self.series.batch(self.backend.variants[role])
             inference.observe(time.perf_counter() - t0)
-            size.observe(b)
-            tokens.observe(b * padded)
+            size.observe(len(entries))
+            tokens.observe(len(entries) * padded)
+        return out
+
+    def f16_attention(self, role: str, spec: AttentionSpec | None) -> bool:
+        """Whether a dense float16 answer reads the graph's own float16 weights (half the bytes
+        off the device, no cast here); others read the float32 ones."""
+        return (role == "attention" and self._f16_attention and spec is not None
+                and spec.dtype == "float16" and spec.format == "dense")
+
+    def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
+        pkg = self.package
+        pooled = [self._use_pooled(e.job.params) for e in entries]
+        outputs = []
+        if any(pooled):
+            outputs.append("sentence_embedding")
+        if any(e.job.params.tokens or (e.job.params.sentence and not p) for e, p in zip(entries, pooled, strict=True)):
+            outputs.append("last_hidden_state")
+        f16 = [self.f16_attention(role, e.job.params.attention) for e in entries]
+        if any(f16):
+            outputs.append("attentions_f16")
+        if role == "attention" and not all(f16):
+            outputs.append("attentions")
+        out = self.run(role, entries, padded, outputs, record)
         results = []
         for i, e in enumerate(entries):
             p: EmbedParams = e.job.params
@@ -171,7 +187,7 @@ class EncoderRuntime:
         client error that ends it: 422 over max_len without truncation, 413 over the budget."""
         out: list = [None] * len(jobs)
         for i, job in enumerate(jobs):
-            if token_ids(job.inputs):
+            if self.pretokenised(job.inputs):
                 try:
                     out[i] = self._entries(job, self.tokenizer.from_ids(job.inputs))
                 except Exception as e:
@@ -182,7 +198,7 @@ class EncoderRuntime:
                 continue
             texts = [t for i in group for t in jobs[i].inputs]
             t0 = time.perf_counter()
-            encs = self.tokenizer.encode_unchecked(texts, truncate)
+            encs = self.encode_inputs(texts, truncate)
             self.series.tokenize.observe(time.perf_counter() - t0)
             at = 0
             for i in group:
@@ -195,20 +211,33 @@ class EncoderRuntime:
                     out[i] = _unlinked(e)
         return out
 
+    def pretokenised(self, inputs) -> bool:
+        return token_ids(inputs)
+
+    def encode_inputs(self, inputs: list, truncate: bool) -> list[Encoded]:
+        """Inference thread: a group of waiting inputs, tokenised together (unchecked)."""
+        return self.tokenizer.encode_unchecked(inputs, truncate)
+
+    def attention_need(self, job: Job, encs: list[Encoded]) -> tuple[int, str]:
+        """(bytes the attention budget counts for this job, what they are, for the message)."""
+        spec = job.params.attention
+        if job.params.padded_attention:
+            return len(encs) * spec.nbytes(max(e.length for e in encs)), "the padded attention tensor"
+        return sum(spec.nbytes(e.length) for e in encs), "asked-for attention"
+
+    def answer_bytes(self, job: Job, encs: list[Encoded]) -> int:
+        """An upper bound of this job's answer as serialised (HEADWISE_MAX_RESPONSE_BYTES)."""
+        return sum(response_bytes(job.params, e.length, self.package.d_model) for e in encs)
+
     def _entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
         self.tokenizer.check(encs)
-        spec = job.params.attention
-        if spec is not None:
-            if job.params.padded_attention:
-                need = len(encs) * spec.nbytes(max(e.length for e in encs))
-            else:
-                need = sum(spec.nbytes(e.length) for e in encs)
+        if job.params.attention is not None:
+            need, what = self.attention_need(job, encs)
             budget = self.settings.attention_budget_bytes
             if need > budget:
-                what = "the padded attention tensor" if job.params.padded_attention else "asked-for attention"
                 raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
-                               "heads or inputs" + (", or inputs of similar length" if job.params.padded_attention else ""))
-        answer = sum(response_bytes(job.params, e.length, self.package.d_model) for e in encs)
+                               "heads or inputs" + (", or inputs of similar length" if getattr(job.params, "padded_attention", False) else ""))
+        answer = self.answer_bytes(job, encs)
         if answer > self.settings.max_response_bytes:
             raise TooLarge(f"the response asked for takes up to {answer} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
                            f"({self.settings.max_response_bytes}); ask for fewer inputs, layers or heads, "
@@ -234,13 +263,17 @@ class EncoderRuntime:
         arena has grown to its working size before the first client arrives."""
         enc = self.tokenizer.encode(["warm up " * self.package.max_len])[0]
         for role in self.backend.variants:
-            params = EmbedParams(sentence=False, tokens=True, attention=(
-                self.attention_spec(None, None) if role == "attention" else None))
+            params = self.warm_params(role)
             for n in self.buckets:
                 rows = self.limits(role).max_rows(n) if self.backend.provider == "cuda" else 1
                 job = Job(rows, params=params)
                 entries = [Entry(job, i, enc.ids[:n], np.zeros(n, np.int64), enc) for i in range(rows)]
                 self.run_batch(role, entries, n, record=False)
+
+    def warm_params(self, role: str):
+        """What warm-up asks of `role`: every output the variant has."""
+        return EmbedParams(sentence=False, tokens=True, attention=(
+            self.attention_spec(None, None) if role == "attention" else None))
 
     def limits(self, role: str) -> Limits:
         """The batch limits of `role`'s batcher (warm-up on CUDA runs their largest batches)."""

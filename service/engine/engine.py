@@ -1,8 +1,9 @@
 """The engine: the served models and the whole operations routers call (docs/architecture.md).
 
-Routers call `Engine.embed`, `Engine.tokenize` and `Engine.generate`, one call per request;
-those raise service.errors' domain errors for client mistakes and never touch HTTP. Each served
-model is a Runtime (service.engine.runtime): an EncoderRuntime or a GenerativeRuntime.
+Routers call `Engine.embed`, `Engine.tokenize`, `Engine.classify`, `Engine.rerank` and
+`Engine.generate`, one call per request; those raise service.errors' domain errors for client
+mistakes and never touch HTTP. Each served model is a Runtime (service.engine.runtime): an
+EncoderRuntime, a ClassifierRuntime (classification packages) or a GenerativeRuntime.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from service.backends import open_backend
 from service.backends.onnxruntime import check_precision
 from service.cpu import lower_thread_priority
 from service.engine.budget import ResponseBudget
+from service.engine.classifier import ClassifierRuntime
+from service.engine.classify import ClassifyParams, ClassifyResult
 from service.engine.encoder import BackendFactory, EncoderRuntime
 from service.engine.generation import GenerativeRuntime
 from service.engine.generation.runtime import Generation
@@ -25,7 +28,15 @@ from service.engine.generation.sequence import GenerateInput
 from service.engine.params import EmbedParams, EmbedResult
 from service.engine.runtime import Runtime
 from service.engine.tokenizer import Encoded
-from service.errors import FIELD, InvalidRequest, NotFound, NotReady, TooLarge, Validation
+from service.errors import (
+    FIELD,
+    InvalidRequest,
+    NotFound,
+    NotReady,
+    ServiceError,
+    TooLarge,
+    Validation,
+)
 from service.metrics import Metrics
 from service.package import find_packages
 from service.settings import Settings
@@ -52,7 +63,8 @@ class Engine:
         packages = find_packages(self.settings.models_dir)
         check_precision(packages, self.settings.precision, self.settings.provider)
         for pkg in packages:
-            cls = GenerativeRuntime if pkg.generative else EncoderRuntime
+            cls = (GenerativeRuntime if pkg.generative else
+                   ClassifierRuntime if pkg.task == "classification" else EncoderRuntime)
             self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
 
     def prepare(self) -> None:
@@ -109,15 +121,17 @@ class Engine:
             raise NotFound(f"no model by that name; served: {', '.join(sorted(self.models))}")
         return rt
 
-    def _check(self, texts: list[str]) -> None:
+    def _check(self, texts: list, field: str = "inputs") -> None:
+        """Empty, too many inputs, a text (or either text of a pair) too long, not ready."""
         if not texts:
-            raise InvalidRequest(f"'{FIELD}' is empty", field="inputs")
+            raise InvalidRequest(f"'{FIELD}' is empty", field=field)
         if len(texts) > self.settings.max_client_batch:
             raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request")
         cap = self.settings.max_input_chars
         for i, t in enumerate(texts):  # before any tokenisation: a huge string costs a len()
-            if isinstance(t, str) and len(t) > cap:
-                raise TooLarge(f"{FIELD}[{i}] has {len(t)} characters; at most {cap} per input", field="inputs")
+            for part in (t,) if isinstance(t, str) else t if isinstance(t, tuple) else ():
+                if isinstance(part, str) and len(part) > cap:
+                    raise TooLarge(f"{FIELD}[{i}] has {len(part)} characters; at most {cap} per input", field=field)
         self._ready()
 
     def _ready(self) -> None:
@@ -159,6 +173,35 @@ class Engine:
         lists instead of texts, used as they are (no special tokens added)."""
         self._check(inputs)
         return await rt.embed(inputs, params, is_disconnected)
+
+    async def classify(self, rt: Runtime, inputs: list[str | tuple[str, str]], params: ClassifyParams,
+                       is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
+        """Every input's logits and scores (and attention), in input order. An input is a text
+        or an (a, b) pair (a list of two texts is taken as a pair)."""
+        items = [x if isinstance(x, str) else tuple(x) for x in inputs]
+        if any(len(x) != 2 for x in items if isinstance(x, tuple)):
+            raise Validation(f"each of '{FIELD}' is a text or a pair of two texts", field="inputs")
+        self._check(items)
+        return await rt.classify(items, params, is_disconnected)
+
+    async def rerank(self, rt: Runtime, query: str, texts: list[str], params: ClassifyParams,
+                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
+        """classify of the (query, text) pairs, in texts' order (routers sort). The query and
+        every text are held to max_input_chars; the pair to max_len tokens."""
+        self._check(texts, field="texts")
+        if len(query) > self.settings.max_input_chars:
+            raise TooLarge(f"{FIELD} has {len(query)} characters; at most {self.settings.max_input_chars}",
+                           field="query")
+        labels = rt.package.labels
+        if rt.package.task == "classification" and len(labels) != 1:
+            raise Validation(f"model {rt.name!r} is a classifier with {len(labels)} labels: reranking needs a "
+                             "cross-encoder (one label, a relevance score); use /v1/predict")
+        try:
+            return await rt.classify([(query, t) for t in texts], params, is_disconnected)
+        except ServiceError as e:  # pair i is texts[i]: say so (too many tokens, ...)
+            if e.field == "inputs":
+                e.field = "texts"
+            raise
 
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
         """A queued generation, its answer's bytes reserved until its response is sent."""

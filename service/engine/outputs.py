@@ -1,5 +1,6 @@
 """Per-input results cut out of a padded batch: pooled or token embeddings, and attention
-un-padded to the input's own T, with layer/head selection, top-k, dtype and encoding."""
+un-padded to the input's own T (or a pair's blocks between its two texts), with layer/head
+selection, top-k, dtype and encoding."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import base64
 import numpy as np
 
 from service.engine.params import DTYPES, INDEX_DTYPE, AttentionSpec
+from service.engine.tokenizer import Encoded
 
 
 def encode_array(a: np.ndarray, encoding: str):
@@ -71,21 +73,44 @@ def _cast(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return weights_to_f16(a) if dtype == np.float16 else a.astype(dtype, copy=False)
 
 
+def _header(spec: AttentionSpec) -> dict:
+    return {"layers": list(spec.layers), "heads": list(spec.heads), "format": spec.format,
+            "dtype": spec.dtype, "encoding": spec.encoding}
+
+
 def attention_payload(att: np.ndarray, t: int, spec: AttentionSpec) -> dict:
-    a = select_attention(att, t, spec)
+    return _header(spec) | array_payload(select_attention(att, t, spec), spec)
+
+
+def array_payload(a: np.ndarray, spec: AttentionSpec) -> dict:
+    """An [L', H', R, C] block of weights → {shape, data} (dense) or {shape, index_dtype,
+    data: {indices, values}} (top-k over C), in the spec's dtype and encoding."""
     dtype = DTYPES[spec.dtype]
-    out = {"layers": list(spec.layers), "heads": list(spec.heads), "format": spec.format,
-           "dtype": spec.dtype, "encoding": spec.encoding}
     if spec.format == "dense":
-        out["shape"] = list(a.shape)
-        out["data"] = encode_array(_cast(a, dtype), spec.encoding)
-    else:
-        idx, vals = topk(a, spec.top_k)
-        out["shape"] = list(idx.shape)
-        out["index_dtype"] = "int32"
-        out["data"] = {"indices": encode_array(idx, spec.encoding),
-                       "values": encode_array(_cast(vals, dtype), spec.encoding)}
-    return out
+        return {"shape": list(a.shape), "data": encode_array(_cast(a, dtype), spec.encoding)}
+    idx, vals = topk(a, spec.top_k)
+    return {"shape": list(idx.shape), "index_dtype": "int32",
+            "data": {"indices": encode_array(idx, spec.encoding),
+                     "values": encode_array(_cast(np.ascontiguousarray(vals), dtype), spec.encoding)}}
+
+
+def pair_attention(att: np.ndarray, enc: Encoded, spec: AttentionSpec) -> dict:
+    """A pair's padded [L, H, Tp, Tp] weights → the blocks between its two texts, special tokens
+    left out: `query_to_document` [L', H', Tq, Td] (query rows, document columns) and
+    `document_to_query` [L', H', Td, Tq], with each text's tokens, offsets and positions in the
+    pair's sequence. The rows are the full softmax's, not renormalised over the block."""
+    seg = enc.segments
+    q, d = np.flatnonzero(seg == 0), np.flatnonzero(seg == 1)
+    a = _layers_heads(att, spec)
+
+    def side(idx: np.ndarray) -> dict:
+        return {"tokens": [enc.tokens[i] for i in idx], "offsets": [enc.offsets[i] for i in idx],
+                "positions": idx.tolist()}
+
+    return _header(spec) | {
+        "query": side(q), "document": side(d),
+        "query_to_document": array_payload(np.ascontiguousarray(a[:, :, q[:, None], d[None, :]]), spec),
+        "document_to_query": array_payload(np.ascontiguousarray(a[:, :, d[:, None], q[None, :]]), spec)}
 
 
 def pool(hidden: np.ndarray, mode: str, normalize: bool) -> np.ndarray:

@@ -1,5 +1,6 @@
 """What the engine needs of a served model, encoder or generative alike: one small protocol,
-so that the engine holds models without knowing which kind each is."""
+so that the engine holds models without knowing which kind each is (encoder, classifier,
+generative)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from service.engine.budget import ResponseBudget
+from service.engine.classify import ClassifyParams, ClassifyResult
 from service.engine.params import AttentionSpec, EmbedParams, EmbedResult
 from service.engine.tokenizer import TextTokenizer
 from service.package import ModelPackage
@@ -41,3 +43,6 @@ class Runtime(Protocol):
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult: ...
 
     async def generate(self, ask, budget: ResponseBudget): ...
+
+    async def classify(self, inputs: list, params: ClassifyParams,
+                       is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult: ...

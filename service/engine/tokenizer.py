@@ -24,6 +24,9 @@ class Encoded:
     type_ids: np.ndarray  # (T,) int64
     tokens: list[str]
     offsets: list[tuple[int, int]]
+    # A pair's: per token 0 (first text), 1 (second text) or -1 (special token); None for a
+    # single text. Offsets of a pair's tokens are into their own text.
+    segments: np.ndarray | None = None
 
     @property
     def length(self) -> int:
@@ -69,6 +72,50 @@ class TextTokenizer:
                     again.append(i)
             todo, chars = again, chars * 4
         return out  # type: ignore[return-value]
+
+    def encode_items(self, items: list, truncate: bool = True) -> list[Encoded]:
+        """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the
+        tokenizer's pair encoding (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to
+        max_len like transformers' default "longest_first": a token at a time off the end of
+        whichever text is then longer."""
+        out: list[Encoded | None] = [None] * len(items)
+        singles = [i for i, x in enumerate(items) if isinstance(x, str)]
+        if singles:
+            for i, e in zip(singles, self.encode_unchecked([items[i] for i in singles], truncate), strict=True):
+                out[i] = e
+        pairs = [i for i, x in enumerate(items) if not isinstance(x, str)]
+        if pairs:
+            for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate), strict=True):
+                out[i] = e
+        return out  # type: ignore[return-value]
+
+    def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool) -> list[Encoded]:
+        """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
+        given as prefixes, measured untruncated, and a side is enough when it is whole or passes
+        max_len by CUT_MARGIN tokens (what longest_first keeps of it, at most max_len tokens,
+        is then its own; whether the pair is too long, too). The settled prefixes are then
+        encoded once more with truncation, when asked."""
+        settled: list[tuple[str, str] | None] = [None] * len(pairs)
+        full: list = [None] * len(pairs)
+        todo, chars = list(range(len(pairs))), PREFIX_TOKENS * self.max_len
+        enough = self.max_len + CUT_MARGIN
+        while todo:
+            cut = [(pairs[i][0][:chars], pairs[i][1][:chars]) for i in todo]
+            encodings = self._full.encode_batch(cut)
+            again = []
+            for i, (a, b), e in zip(todo, cut, encodings, strict=True):
+                seq = e.sequence_ids
+                na, nb = seq.count(0), seq.count(1)
+                if (len(a) == len(pairs[i][0]) or na > enough) and (len(b) == len(pairs[i][1]) or nb > enough):
+                    settled[i], full[i] = (a, b), e
+                else:
+                    again.append(i)
+            todo, chars = again, chars * 4
+        if truncate:
+            full = self._truncating.encode_batch(settled)
+        return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64), e.tokens,
+                        e.offsets, np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8))
+                for e in full]
 
     def check(self, encs: list[Encoded]) -> None:
         """An input over max_len (only possible with truncate=False) raises Validation (422)."""

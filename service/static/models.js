@@ -15,11 +15,12 @@ export async function loadModels() {
     const res = await api("/v1/models");
     const all = (res.data || res.models || []).filter((m) => modelId(m));
     // generative models (decoder, encoder-decoder) have their own panel: generate.js
-    state.models = all.filter((m) => !m.architecture || m.architecture === "encoder");
+    // classification models (cross-encoders, classifiers) answer /v1/rerank, not /v1/embed: rerank.js
+    state.models = all.filter((m) => (!m.architecture || m.architecture === "encoder") && m.task !== "classification");
     if (!state.models.length && all.length) {
       $("#run-form").hidden = true;
       select.replaceChildren(h("option", { value: "" }, "no encoder model"));
-      $("#status").textContent = "This server has no encoder model to embed with; see Generate below.";
+      $("#status").textContent = "This server has no embedding model; see the panels below.";
       return false;
     }
     if (!state.models.length) throw new ApiError("The server has no model loaded.", "not_ready", 503);

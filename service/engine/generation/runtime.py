@@ -71,7 +71,7 @@ class GenerativeRuntime:
         p, b = self.package, self.backend
         return {
             "name": p.name, "version": p.version, "family": p.family, "architecture": p.architecture,
-            "n_layers": p.n_layers, "n_encoder_layers": int(p.manifest.get("n_encoder_layers") or 0),
+            "task": "generation", "n_layers": p.n_layers, "n_encoder_layers": int(p.manifest.get("n_encoder_layers") or 0),
             "n_heads": p.n_heads, "d_model": p.d_model, "max_len": p.max_len,
             "pooling": None, "normalize": False,
             "provider": b.provider if b else None, "precision": b.precision if b else None,
@@ -96,6 +96,10 @@ class GenerativeRuntime:
     async def embed(self, inputs, params, is_disconnected=None):
         raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
                          "POST /v1/generate and has no embeddings")
+
+    async def classify(self, inputs, params, is_disconnected=None):
+        raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
+                         "POST /v1/generate; /v1/rerank and /v1/predict serve classification packages")
 
     async def generate(self, ask: GenerateInput, budget: ResponseBudget) -> Generation:
         """Check and tokenise the request, reserve its answer's bytes, queue it."""

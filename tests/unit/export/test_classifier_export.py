@@ -1,7 +1,7 @@
 """Classification packages (cross-encoders, classifiers) from tiny random
 BertForSequenceClassification checkpoints: every graph's logits equal transformers' within 1e-5
 on texts and pairs, the manifest says task and labels, `headwise verify` re-checks them, and
-the server refuses to load them until it serves classification (never as embeddings)."""
+the server reads them as classification packages (task and labels; never as embeddings)."""
 
 import json
 import subprocess
@@ -16,7 +16,7 @@ import torch
 from export.classifier import PARITY_INPUTS
 from export.package import build_package
 from model.tokenizer import Tokenizer
-from service.package import PackageError, load_package
+from service.package import load_package
 from tests.fixtures.tiny import make_tiny_bert_classifier as make_classifier
 
 REPO = Path(__file__).resolve().parents[3]
@@ -70,7 +70,8 @@ def test_headwise_verify_rechecks_it(exported):
     assert "ok" in r.stdout and "logits" in r.stdout
 
 
-def test_the_server_refuses_it_rather_than_serve_embeddings(exported):
-    _, _, pkg, _ = exported
-    with pytest.raises(PackageError, match=r"classification package .* does not serve classification models yet"):
-        load_package(pkg)
+def test_the_server_reads_it_as_a_classification_package(exported):
+    _, ref, pkg, n = exported
+    p = load_package(pkg)
+    assert p.task == "classification" and len(p.labels) == n
+    assert list(p.labels) == [ref.config.id2label[i] for i in range(n)]

@@ -1,0 +1,97 @@
+"""A served classification package (cross-encoder or classifier): an EncoderRuntime whose
+inputs are texts or (a, b) pairs and whose graphs answer `logits`.
+
+Everything but the inputs and the outputs is the encoder's: the same batchers (one per
+variant: `embed` runs fast or fast.fp16, `attention` the attention graph), limits, queue,
+429/503, metrics, warm-up and fault injection. Pairs are tokenised as the package's tokenizer
+encodes pairs (TextTokenizer.encode_items), so segment ids mark the second text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from service.engine.batching import Entry, Job
+from service.engine.classify import (
+    Classified,
+    ClassifyParams,
+    ClassifyResult,
+    activate,
+    attention_bytes,
+    response_bytes,
+    returned_bytes,
+)
+from service.engine.encoder import EncoderRuntime
+from service.engine.outputs import attention_payload, pair_attention
+from service.engine.tokenizer import Encoded
+from service.errors import Validation
+
+
+class ClassifierRuntime(EncoderRuntime):
+    @property
+    def labels(self) -> list[str]:
+        return list(self.package.labels)
+
+    async def embed(self, inputs, params, is_disconnected=None):
+        raise Validation(f"model {self.name!r} is a classification model ({len(self.labels)} labels): use "
+                         "POST /v1/rerank or /v1/predict; /v1/embed serves embedding models")
+
+    async def classify(self, inputs: list, params: ClassifyParams,
+                       is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
+        """Texts and (a, b) pairs, in their order; tokenised on the batcher's thread together
+        with whatever else is waiting."""
+        items = [x if isinstance(x, str) else tuple(x) for x in inputs]
+        role = "attention" if params.attention is not None else "embed"
+        batcher = self.batchers.get(role)
+        if batcher is None:
+            raise Validation(f"model {self.name!r} has no attention variant")
+        job = Job(len(items), inputs=items, params=params, is_disconnected=is_disconnected)
+        data: list[Classified] = await batcher.submit(job)
+        if params.attention is not None:
+            self.series.attention_bytes.inc(sum(self._returned(params, c.encoding) for c in data))
+        return ClassifyResult(self.name, self.package.version, self.labels, data)
+
+    # -- the inference thread ------------------------------------------------------------
+    def pretokenised(self, inputs) -> bool:
+        return False
+
+    def encode_inputs(self, inputs: list, truncate: bool) -> list[Encoded]:
+        return self.tokenizer.encode_items(inputs, truncate)
+
+    def attention_need(self, job: Job, encs: list[Encoded]) -> tuple[int, str]:
+        spec = job.params.attention
+        return (sum(attention_bytes(spec, e) if e.segments is not None else spec.nbytes(e.length) for e in encs),
+                "asked-for attention")
+
+    def answer_bytes(self, job: Job, encs: list[Encoded]) -> int:
+        return sum(response_bytes(job.params, e, self.package.labels) for e in encs)
+
+    def warm_params(self, role: str) -> ClassifyParams:
+        return ClassifyParams()  # the attention variant still computes (and returns) its weights
+
+    def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
+        f16 = [self.f16_attention(role, e.job.params.attention) for e in entries]
+        outputs = ["logits"]
+        if any(f16):
+            outputs.append("attentions_f16")
+        if role == "attention" and not all(f16):
+            outputs.append("attentions")
+        out = self.run(role, entries, padded, outputs, record)
+        logits = out["logits"]
+        results = []
+        for i, e in enumerate(entries):
+            p: ClassifyParams = e.job.params
+            row = logits[i].astype("float32", copy=True)
+            att = None
+            if p.attention is not None:
+                weights = out["attentions_f16" if f16[i] else "attentions"][i]
+                enc: Encoded = e.encoding
+                att = (pair_attention(weights, enc, p.attention) if enc.segments is not None
+                       else attention_payload(weights, e.length, p.attention))
+            results.append(Classified(e.encoding, row, activate(row, p.raw_scores), att))
+        return results
+
+    @staticmethod
+    def _returned(params: ClassifyParams, enc: Encoded) -> int:
+        spec = params.attention
+        return returned_bytes(spec, enc) if enc.segments is not None else spec.returned_bytes(enc.length)

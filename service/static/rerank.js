@@ -1,0 +1,187 @@
+/* headwise viewer: the Rerank panel, for cross-encoders (classification packages with one label).
+ *
+ * Plain JavaScript, no network beyond this server:
+ *   GET  /v1/models  → the cross-encoders (task "classification", one label)
+ *   POST /v1/rerank  → every document's score against the query, best first, and per document
+ *                      the attention between the query's and the document's own tokens ([CLS]
+ *                      and [SEP] left out): query_to_document [L, H, Tq, Td] and
+ *                      document_to_query [L, H, Td, Tq], every layer and head, float16, base64.
+ *
+ * Heatmap (one document, one layer, one head): rows are the query's tokens and columns the
+ * document's (query → document), or the other way round; the colour scale runs from 0 to the
+ * block's largest weight. Rows do not sum to 1: the rest of each row's weight goes to the
+ * special tokens and to the row's own text.
+ */
+import { api } from "./api.js";
+import { decodeAttention } from "./decode.js";
+import { cmapCss } from "./colours.js";
+import { $, h } from "./dom.js";
+
+const state = { models: [], result: null, pick: 0, layer: 0, head: 0, dir: "qd", run: 0 };
+
+export const isReranker = (m) => m.task === "classification" && Array.isArray(m.labels) && m.labels.length === 1;
+
+// The block on screen: {rows, cols, R, C, values (Float32Array, [R, C]), layer, head, index}.
+function block() {
+  const res = state.result;
+  if (!res || !res.results.length) return null;
+  const r = res.results[state.pick];
+  const a = r.attention;
+  const qd = state.dir === "qd";
+  const m = qd ? a.query_to_document : a.document_to_query;
+  const [, H, R, C] = m.shape;
+  const all = decodeAttention({ ...m, dtype: a.dtype, encoding: a.encoding, format: a.format }).values;
+  const off = (state.layer * H + state.head) * R * C;
+  return {
+    rows: qd ? a.query.tokens : a.document.tokens, cols: qd ? a.document.tokens : a.query.tokens,
+    R, C, values: all.slice(off, off + R * C), layer: a.layers[state.layer], head: a.heads[state.head],
+    index: r.index,
+  };
+}
+
+function draw() {
+  const b = block();
+  const canvas = $("#rr-heat");
+  if (!b) return;
+  const cell = Math.max(8, Math.min(30, Math.floor(480 / Math.max(b.R, b.C, 1))));
+  const left = 100, top = 80;
+  canvas.width = left + b.C * cell + 4;
+  canvas.height = top + b.R * cell + 4;
+  let max = 0;
+  for (const v of b.values) max = Math.max(max, v);
+  Object.assign(canvas.dataset, {
+    left, top, cell, rows: b.R, cols: b.C, layer: b.layer, head: b.head, index: b.index,
+    dir: state.dir, max: String(max),
+  });
+  canvas.setAttribute("aria-label", `${state.dir === "qd" ? "Query → document" : "Document → query"} attention of `
+    + `document ${b.index}, layer ${b.layer}, head ${b.head}: ${b.R} rows × ${b.C} columns`);
+  const ctx = canvas.getContext("2d");
+  ctx.fillStyle = "#fff";
+  ctx.fillRect(0, 0, canvas.width, canvas.height);
+  for (let r = 0; r < b.R; r++) for (let c = 0; c < b.C; c++) {
+    ctx.fillStyle = cmapCss(b.values[r * b.C + c] / (max || 1));
+    ctx.fillRect(left + c * cell, top + r * cell, cell, cell);
+  }
+  ctx.strokeStyle = "#d9dde5";
+  ctx.strokeRect(left - 0.5, top - 0.5, b.C * cell + 1, b.R * cell + 1);
+  ctx.fillStyle = "#1d2330";
+  ctx.font = `${Math.min(12, cell)}px system-ui, sans-serif`;
+  ctx.textBaseline = "middle";
+  ctx.textAlign = "right";
+  b.rows.forEach((t, r) => ctx.fillText(String(t).slice(0, 12), left - 4, top + (r + 0.5) * cell));
+  ctx.textAlign = "left";
+  b.cols.forEach((t, c) => {
+    ctx.save();
+    ctx.translate(left + (c + 0.5) * cell, top - 4);
+    ctx.rotate(-Math.PI / 3);
+    ctx.fillText(String(t).slice(0, 12), 0, 0);
+    ctx.restore();
+  });
+  $("#rr-caption").textContent = b.R && b.C
+    ? `Document ${b.index} · layer ${b.layer} · head ${b.head} · rows: ${state.dir === "qd" ? "query" : "document"} tokens`
+    : `Document ${b.index} has no tokens to show`;
+}
+
+function readout(e) {
+  const b = block();
+  if (!b) return;
+  const d = e.currentTarget.dataset, rect = e.currentTarget.getBoundingClientRect();
+  const c = Math.floor((e.clientX - rect.left - Number(d.left)) / Number(d.cell));
+  const r = Math.floor((e.clientY - rect.top - Number(d.top)) / Number(d.cell));
+  if (r < 0 || c < 0 || r >= b.R || c >= b.C) return;
+  const v = b.values[r * b.C + c];
+  const out = $("#rr-readout");
+  Object.assign(out.dataset, { row: r, col: c, value: String(v) });
+  out.textContent = `${b.rows[r]} → ${b.cols[c]}: ${v.toPrecision(5)}`;
+}
+
+function renderResults() {
+  const list = $("#rr-results");
+  list.replaceChildren(...state.result.results.map((r, i) => h("li", { class: i === state.pick ? "picked" : "" },
+    h("button", { type: "button", class: "rr-doc", dataset: { rank: i, index: r.index },
+      "aria-pressed": i === state.pick ? "true" : "false" },
+      h("span", { class: "rr-score" }, r.score.toFixed(4)), " ",
+      h("span", { class: "rr-text" }, r.text || "(empty)")))));
+}
+
+function pick(i) {
+  state.pick = i;
+  renderResults();
+  draw();
+}
+
+function selected() {
+  return state.models.find((m) => m.name === $("#rr-model").value) || state.models[0];
+}
+
+async function run() {
+  const m = selected();
+  if (!m) return;
+  const seq = ++state.run;
+  const texts = $("#rr-docs").value.split("\n").map((t) => t.trim()).filter((t) => t);
+  const body = {
+    model: m.name, query: $("#rr-query").value, texts, return_text: true,
+    attention: { layers: null, heads: null, dtype: "float16", encoding: "base64" },
+  };
+  document.body.dataset.rrState = "loading";
+  $("#rr-run").disabled = true;
+  $("#rr-error").hidden = true;
+  $("#rr-status").textContent = "Scoring…";
+  try {
+    const res = await api("/v1/rerank", body);
+    if (seq !== state.run) return;
+    state.result = res;
+    const first = res.results[0] && res.results[0].attention;
+    const fill = (sel, items, keep) => {
+      sel.replaceChildren(...items.map((n, i) => h("option", { value: String(i) }, String(n))));
+      sel.value = String(Math.min(keep, Math.max(items.length - 1, 0)));
+      return Number(sel.value);
+    };
+    state.layer = fill($("#rr-layer"), first ? first.layers : [], state.layer);
+    state.head = fill($("#rr-head"), first ? first.heads : [], state.head);
+    state.pick = 0;
+    renderResults();
+    $("#rr-views").hidden = false;
+    draw();
+    $("#rr-status").textContent = `${m.name} · ${texts.length} documents · ${res.usage.total_tokens} tokens`;
+    document.body.dataset.rrState = "ready";
+    document.body.dataset.rrRun = String(seq);
+  } catch (err) {
+    if (seq !== state.run) return;
+    $("#rr-status").textContent = "";
+    $("#rr-error").textContent = err.status ? `HTTP ${err.status} (${err.type}): ${err.message}` : err.message;
+    $("#rr-error").hidden = false;
+    document.body.dataset.rrState = "error";
+  } finally {
+    if (seq === state.run) $("#rr-run").disabled = false;
+  }
+}
+
+async function init() {
+  let res;
+  try {
+    res = await api("/v1/models");
+  } catch {
+    return; // the encoder panel reports server problems
+  }
+  state.models = (res.data || []).filter(isReranker);
+  if (!state.models.length) return;
+  $("#rr-model").replaceChildren(...state.models.map((m) => h("option", { value: m.name }, m.name)));
+  $("#rr-section").hidden = false;
+  $("#rr-form").addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  $("#rr-results").addEventListener("click", (e) => {
+    const b = e.target.closest("button.rr-doc");
+    if (b) pick(Number(b.dataset.rank));
+  });
+  $("#rr-layer").addEventListener("change", (e) => { state.layer = Number(e.target.value); draw(); });
+  $("#rr-head").addEventListener("change", (e) => { state.head = Number(e.target.value); draw(); });
+  $("#rr-dir").addEventListener("change", (e) => { state.dir = e.target.value; draw(); });
+  $("#rr-heat").addEventListener("mousemove", readout);
+  document.body.dataset.rrState = "idle";
+}
+
+// For tests and the console: the answer, and the block on screen.
+window.headwiseRerank = { state, block };
+
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+else init();

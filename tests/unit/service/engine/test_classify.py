@@ -1,0 +1,104 @@
+"""The classification pieces without a model: activation, the package's task and labels, the
+byte measures of the budgets, and which runtime refuses which operation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from service.engine.classify import (
+    ClassifyParams,
+    activate,
+    attention_bytes,
+    pair_sizes,
+    response_bytes,
+    returned_bytes,
+)
+from service.engine.params import AttentionSpec
+from service.engine.tokenizer import Encoded, TextTokenizer
+from service.errors import Validation
+from service.metrics import Metrics
+from service.package import PackageError, load_package
+from service.settings import Settings
+from tests.unit.fakes import FakeBackend, make_package
+
+
+def test_activation_is_sigmoid_for_one_label_softmax_for_several():
+    np.testing.assert_allclose(activate(np.array([0.0, 2.0, -3.0])[:1], False), [0.5])
+    np.testing.assert_allclose(activate(np.array([2.0]), False), [1 / (1 + np.exp(-2.0))], rtol=1e-7)
+    s = activate(np.array([1.0, 2.0, 3.0], np.float32), False)
+    np.testing.assert_allclose(s, np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum(), rtol=1e-6)
+    assert s.dtype == np.float32
+    big = activate(np.array([1000.0, 0.0]), False)  # no overflow
+    np.testing.assert_array_equal(big, [1.0, 0.0])
+    raw = np.array([-4.5, 7.25], np.float32)
+    np.testing.assert_array_equal(activate(raw, True), raw)
+
+
+def _pair(tq: int, td: int) -> Encoded:
+    seg = np.array([-1] + [0] * tq + [-1] + [1] * td + [-1], np.int8)
+    n = len(seg)
+    return Encoded(np.zeros(n, np.int64), (seg == 1).astype(np.int64), ["t"] * n, [(0, 0)] * n, seg)
+
+
+def test_budget_measures_count_both_blocks():
+    enc = _pair(5, 7)
+    assert pair_sizes(enc) == (5, 7)
+    spec = AttentionSpec.select(4, 6, [0, 2], [1], dtype="float16")
+    assert attention_bytes(spec, enc) == 2 * 1 * (2 * 5 * 7) * 2
+    assert returned_bytes(spec, enc) == attention_bytes(spec, enc)
+    top = AttentionSpec.select(4, 6, [0], [1], format="topk", top_k=3)
+    assert returned_bytes(top, enc) == (5 * 3 + 7 * 3) * (4 + 4)
+    labels = ("negative", "positive")
+    without = response_bytes(ClassifyParams(), enc, labels)
+    dense = response_bytes(ClassifyParams(attention=spec), enc, labels)
+    # orjson's bytes of the blocks themselves stay under the bound
+    assert dense - without >= spec.written_cells(2 * 5 * 7) + 12 * 48
+
+
+def test_a_classification_manifest_needs_its_labels(tmp_path):
+    folder = make_package(tmp_path / "models")
+    mf = folder / "manifest.json"
+    m = json.loads(mf.read_text())
+    for labels in (None, [], ["a", "a"], ["a", 3], "ab"):
+        m.update(task="classification", labels=labels)
+        mf.write_text(json.dumps(m))
+        with pytest.raises(PackageError, match="needs architecture 'encoder' and 'labels'"):
+            load_package(folder)
+    m.update(labels=["no", "yes"])
+    mf.write_text(json.dumps(m))
+    p = load_package(folder)
+    assert p.task == "classification" and p.labels == ("no", "yes")
+    m.update(task="translation")
+    mf.write_text(json.dumps(m))
+    with pytest.raises(PackageError, match="task 'translation' is not served"):
+        load_package(folder)
+
+
+def test_an_embedding_model_refuses_classification(tmp_path):
+    from service.engine import Engine
+
+    make_package(tmp_path / "models")
+    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(gpu=None), FakeBackend)
+    engine.load_packages()
+    rt = engine.models["tiny"]
+    assert rt.info()["task"] == "embedding" and "labels" not in rt.info()
+    engine.ready = True
+    with pytest.raises(Validation, match=r"'tiny' is an embedding model: .* /v1/rerank and /v1/predict serve "
+                                         "classification packages"):
+        asyncio.run(engine.rerank(rt, "q", ["a"], ClassifyParams()))
+    with pytest.raises(Validation, match="embedding model"):
+        asyncio.run(engine.classify(rt, ["a"], ClassifyParams()))
+
+
+def test_pairs_keep_their_segments_and_own_offsets(tmp_path):
+    tok = TextTokenizer(make_package(tmp_path / "models") / "tokenizer.json", 32)
+    # the fake package's tokenizer has no pair template: both texts' tokens, no special tokens
+    single, pair = tok.encode_items(["the cat", ("the cat", "a dog sat")])
+    assert single.segments is None and single.tokens == ["[CLS]", "the", "cat", "[SEP]"]
+    assert pair.tokens == ["the", "cat", "a", "dog", "sat"]
+    assert pair.segments.tolist() == [0, 0, 1, 1, 1] and pair.type_ids.tolist() == [0, 0, 1, 1, 1]
+    assert pair.offsets == [(0, 3), (4, 7), (0, 1), (2, 5), (6, 9)]
