@@ -184,3 +184,96 @@ def test_mistakes_in_teis_shape(server):
     tei_error(server.post("/embed", {"inputs": ["a"] * 257}), 413, "Validation")
     m = server.metrics()
     assert 'route="/embed"' in m and 'route="/rerank"' in m
+
+
+# -- classification packages: /rerank, /predict, text_classification ------------------------------
+
+QUERY = "where is the cat"
+DOCS = ["a dog", "the cat sat on the mat", "", "blue fox jumps", "the cat is on the mat, the dog is not"]
+LABELS = ["negative", "neutral", "positive"]
+
+
+@pytest.fixture(scope="module")
+def mixed(start_server, classifier_packages, default_package, tmp_path_factory):
+    """MiniLM beside a tiny cross-encoder and a tiny 3-label classifier, no default named: each
+    route finds the first model, in name order, that can answer it."""
+    models = tmp_path_factory.mktemp("tei-models")
+    for name in ("tiny-reranker", "tiny-classifier"):
+        (models / name).symlink_to(classifier_packages["models"] / name, target_is_directory=True)
+    (models / "all-minilm-l6-v2").symlink_to(default_package, target_is_directory=True)
+    return start_server(models=models, env={"HEADWISE_PRECISION": "fp32"})
+
+
+def logits(classifier_packages, name, firsts, seconds=None) -> np.ndarray:
+    """transformers' BertForSequenceClassification, one input at a time."""
+    import torch
+    from transformers import PreTrainedTokenizerFast
+
+    ckpt, ref = classifier_packages[name]
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"), pad_token="[PAD]")
+    out = []
+    for i, a in enumerate(firsts):
+        args = ([a],) if seconds is None else ([a], [seconds[i]])
+        b = tok(*args, truncation=True, max_length=64, return_token_type_ids=True, return_tensors="pt")
+        with torch.no_grad():
+            out.append(ref(**b).logits[0].numpy())
+    return np.stack(out).astype(np.float64)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_rerank_equals_transformers_best_first(mixed, classifier_packages):
+    want = 1 / (1 + np.exp(-logits(classifier_packages, "tiny-reranker", [QUERY] * len(DOCS), DOCS)[:, 0]))
+    r = mixed.post("/rerank", {"query": QUERY, "texts": DOCS, "return_text": True})  # no model: the re-ranker
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [g["index"] for g in got] == list(np.argsort(want, kind="stable")[::-1])  # TEI's order
+    for g in got:
+        assert set(g) == {"index", "text", "score"} and g["text"] == DOCS[g["index"]]
+        assert abs(g["score"] - want[g["index"]]) < 1e-5
+    raw = mixed.post("/rerank", {"query": QUERY, "texts": DOCS, "raw_scores": True}).json()
+    want_raw = logits(classifier_packages, "tiny-reranker", [QUERY] * len(DOCS), DOCS)[:, 0]
+    assert all(set(g) == {"index", "score"} and abs(g["score"] - want_raw[g["index"]]) < 1e-5 for g in raw)
+    root = mixed.post("/", {"query": QUERY, "texts": DOCS, "return_text": True}).json()
+    assert root == got
+    tei_error(mixed.post("/rerank", {"query": QUERY, "texts": DOCS, "model": "tiny-classifier"}), 424, "Backend")
+    tei_error(mixed.post("/rerank", {"query": QUERY, "texts": []}), 400, "Empty")
+
+
+def test_predict_equals_transformers(mixed, classifier_packages):
+    texts = logits(classifier_packages, "tiny-classifier", ["the cat sat", "one text"])
+    pair = logits(classifier_packages, "tiny-classifier", ["a dog"], ["the lazy dog"])
+    r = mixed.post("/predict", {"inputs": [["the cat sat"], ["a dog", "the lazy dog"], ["one text"]]})
+    assert r.status_code == 200, r.text
+    for item, want in zip(r.json(), softmax(np.stack([texts[0], pair[0], texts[1]])), strict=True):
+        assert [p["label"] for p in item] == [LABELS[j] for j in np.argsort(want, kind="stable")[::-1]]
+        assert all(abs(p["score"] - want[LABELS.index(p["label"])]) < 1e-5 for p in item)
+    one = mixed.post("/predict", {"inputs": ["a dog", "the lazy dog"]}).json()  # a pair: one answer, unnested
+    assert one == r.json()[1]
+    raw = mixed.post("/predict", {"inputs": "the cat sat", "raw_scores": True}).json()
+    assert {p["label"]: p["score"] for p in raw} == pytest.approx(dict(zip(LABELS, texts[0], strict=True)), abs=1e-5)
+    cross = mixed.post("/predict", {"inputs": [QUERY, DOCS[1]], "model": "tiny-reranker"}).json()
+    assert len(cross) == 1 and cross[0]["label"] == "LABEL_0"  # a re-ranker predicts too, as in TEI
+    tei_error(mixed.post("/predict", {"inputs": ["a", "b", "c"]}), 422, "Validation")
+
+
+def test_text_classification_through_huggingface_hub(mixed, classifier_packages):
+    hub = InferenceClient(model=mixed.url, timeout=120)
+    want = softmax(logits(classifier_packages, "tiny-classifier", ["the cat sat"]))[0]
+    got = hub.text_classification("the cat sat")
+    # TEI answers one text with a flat list; huggingface_hub reads its first element, the best label
+    best = int(np.argmax(want))
+    assert got.label == LABELS[best] and abs(got.score - want[best]) < 1e-5
+    raw = hub.text_classification("the cat sat", function_to_apply="none")
+    assert abs(raw.score - logits(classifier_packages, "tiny-classifier", ["the cat sat"])[0].max()) < 1e-5
+    # the embedding model still answers feature_extraction on the same server (POST / too)
+    emb = hub.feature_extraction("the cat sat")
+    assert emb.shape == (1, 384)
+    assert mixed.get("/info").json()["model_id"] == "all-minilm-l6-v2"  # the first in name order
+    info = mixed.get("/info", params={"model": "tiny-classifier"}).json()
+    assert info["model_type"] == {"classifier": {"id2label": {"0": "negative", "1": "neutral", "2": "positive"},
+                                                 "label2id": {"negative": 0, "neutral": 1, "positive": 2}}}
+    assert list(mixed.get("/info", params={"model": "tiny-reranker"}).json()["model_type"]) == ["reranker"]

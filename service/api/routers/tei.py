@@ -23,6 +23,8 @@ from service.api.dependencies import disconnect_probe, get_engine, require_api_k
 from service.api.errors import TEI, Empty, WrongModelKind, route_class
 from service.api.responses import budgeted_json, json_response
 from service.engine import Engine
+from service.engine.classify import ClassifyParams
+from service.engine.classify import response_bytes as classify_bytes
 from service.engine.engine import TOKENIZER_THREADS
 from service.engine.params import EmbedParams, response_bytes
 from service.engine.runtime import Runtime
@@ -35,19 +37,12 @@ EMBEDDING, CLASSIFIER, RERANKER, GENERATOR = "embedding", "classifier", "reranke
 ARTICLE = {EMBEDDING: "an embedding", CLASSIFIER: "a classifier", RERANKER: "a re-ranker", GENERATOR: "a generative"}
 
 
-def labels(rt: Runtime) -> list[str]:
-    pkg = rt.package
-    return list(getattr(pkg, "labels", ()) or pkg.manifest.get("labels") or ())
-
-
 def kind(rt: Runtime) -> str:
     """TEI's model type: a classification package with one label is a re-ranker (TEI's rule)."""
     pkg = rt.package
-    if pkg.generative:
-        return GENERATOR
-    if getattr(pkg, "task", pkg.manifest.get("task", "embedding")) == "classification":
-        return RERANKER if len(labels(rt)) == 1 else CLASSIFIER
-    return EMBEDDING
+    if pkg.task == "classification":
+        return RERANKER if len(pkg.labels) == 1 else CLASSIFIER
+    return GENERATOR if pkg.generative else EMBEDDING
 
 
 def pick(request: Request, engine: Engine, name: str | None, kinds: tuple[str, ...], route: str) -> Runtime:
@@ -129,16 +124,21 @@ async def rerank(request: Request, body: tei.RerankRequest = Depends(json_body(t
     """Each text's relevance to the query (a cross-encoder's sigmoid, or its logit with
     raw_scores), best first; `index` is the text's place in `texts`."""
     rt = pick(request, engine, body.model, (RERANKER,), "/rerank")
-    from service.engine.classify import ClassifyParams
-
     truncate = tei.truncation(body)
     if not body.texts:
         raise Empty("'texts' is empty", field="texts")
-    result = await engine.rerank(rt, body.query, body.texts, ClassifyParams(truncate=truncate,
-                                                                            raw_scores=body.raw_scores), probe)
-    ranks = [{"index": i, **({"text": body.texts[i]} if body.return_text else {}), "score": float(c.scores[0])}
-             for i, c in enumerate(result.data)]
-    return json_response(tei.best_first(ranks, lambda r: r["score"]))
+    params = ClassifyParams(truncate=truncate, raw_scores=body.raw_scores)
+    result = await engine.rerank(rt, body.query, body.texts, params, probe)
+    size = sum(classify_bytes(params, c.encoding, result.labels) for c in result.data)
+    if body.return_text:
+        size += sum(6 * len(t) + 16 for t in body.texts)  # echoed, escaped at worst
+
+    def build() -> list:
+        ranks = [{"index": i, **({"text": body.texts[i]} if body.return_text else {}), "score": float(c.scores[0])}
+                 for i, c in enumerate(result.data)]
+        return tei.best_first(ranks, lambda r: r["score"])
+
+    return await budgeted_json(engine.responses, size, build)
 
 
 @router.post("/predict", response_model=list[tei.Prediction] | list[list[tei.Prediction]],
@@ -147,8 +147,6 @@ async def predict(request: Request, body: tei.PredictRequest = Depends(json_body
                   engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Every label's score, best first: one list for a text or a pair, a list of lists for a batch."""
     rt = pick(request, engine, body.model, (CLASSIFIER, RERANKER), "/predict")
-    from service.engine.classify import ClassifyParams
-
     truncate = tei.truncation(body)
     items, single = tei.predict_inputs(body.inputs)
     extra = body.parameters or tei.PredictParameters()
@@ -157,15 +155,20 @@ async def predict(request: Request, body: tei.PredictRequest = Depends(json_body
         raise Validation(f"raw_scores: true and parameters.function_to_apply {how!r} disagree",
                              field="raw_scores")
     raw = body.raw_scores or how is not None
-    result = await engine.classify(rt, items, ClassifyParams(truncate=truncate, raw_scores=raw), probe)
-    out = []
-    for c in result.data:
-        scores = tei.activate(c.logits, how) if how is not None else c.scores
-        ranked = tei.best_first([{"score": float(s), "label": label} for s, label in zip(scores, result.labels,
-                                                                                        strict=True)],
-                                lambda p: p["score"])
-        out.append(ranked[:extra.top_k] if extra.top_k else ranked)
-    return json_response(out[0] if single else out)
+    params = ClassifyParams(truncate=truncate, raw_scores=raw)
+    result = await engine.classify(rt, items, params, probe)
+    size = sum(classify_bytes(params, c.encoding, result.labels) for c in result.data)
+
+    def build() -> list:
+        out = []
+        for c in result.data:
+            scores = tei.activate(c.logits, how) if how is not None else c.scores
+            ranked = tei.best_first([{"score": float(s), "label": label}
+                                     for s, label in zip(scores, result.labels, strict=True)], lambda p: p["score"])
+            out.append(ranked[:extra.top_k] if extra.top_k else ranked)
+        return out[0] if single else out
+
+    return await budgeted_json(engine.responses, size, build)
 
 
 @router.post("/tokenize", response_model=list[list[tei.SimpleToken]], openapi_extra=request_body(tei.TokenizeRequest),
@@ -206,7 +209,7 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
     rt = pick(request, engine, model, (), "/info")
     s, k = engine.settings, kind(rt)
     if k in (CLASSIFIER, RERANKER):
-        names = labels(rt)
+        names = list(rt.package.labels)
         model_type = {k: {"id2label": {str(i): n for i, n in enumerate(names)},
                           "label2id": {n: i for i, n in enumerate(names)}}}
     else:
@@ -234,14 +237,19 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
 async def root(request: Request, engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """TEI's `POST /`: {query, texts} is /rerank and inputs {source_sentence, sentences} is
     /similarity; otherwise the model's kind decides: /embed for an embedding model, /predict
-    for a classifier or re-ranker."""
+    for a classifier or re-ranker. The model is the named one, else the default; but text
+    inputs with `parameters` (huggingface_hub's text_classification; /embed has no such field)
+    go to /predict when a classification model is served."""
     body = await _json_object(request)
     name = body.get("model") if isinstance(body.get("model"), str) else None
     if "query" in body or "texts" in body:
         return await rerank(request, _parse(tei.RerankRequest, body), engine, probe)
     if isinstance(body.get("inputs"), dict):
         return await similarity(request, _parse(tei.SimilarityRequest, body), engine, probe)
-    k = kind(pick(request, engine, name, (), "/"))
+    if name is None and "parameters" in body and any(kind(r) in (CLASSIFIER, RERANKER) for r in engine.models.values()):
+        k = CLASSIFIER
+    else:
+        k = kind(pick(request, engine, name, (), "/"))
     if k == EMBEDDING:
         return await embed(request, _parse(tei.EmbedRequest, body), engine, probe)
     if k in (CLASSIFIER, RERANKER):
