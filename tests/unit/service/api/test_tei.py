@@ -253,3 +253,68 @@ def test_activations_and_offsets():
     v = np.float32([3, 4, 12])
     np.testing.assert_allclose(tei.matryoshka(v, 2, True), [0.6, 0.8])
     assert np.array_equal(tei.matryoshka(v, 2, False), [3, 4]) and tei.matryoshka(v, None, True) is v
+
+
+# -- /predict and /rerank shaping, on a fake classification engine ----------------------------------
+
+def _classifier(c, monkeypatch, labels, logits):
+    """Serve a fake classification model "zcls" beside tiny (after it in name order):
+    Engine.classify/rerank answer `logits`."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from service.engine.classify import Classified, ClassifyResult, activate
+
+    engine = c.app.state.engine
+    tiny = engine.models["tiny"]
+    pkg = replace(tiny.package, name="zcls", task="classification", labels=tuple(labels))
+    monkeypatch.setitem(engine.models, "zcls", SimpleNamespace(name="zcls", package=pkg, ready=True))
+    asked = []
+
+    async def classify(rt, items, params, probe=None):
+        asked.append((items, params))
+        enc = tiny.tokenizer.encode(["x"])[0]
+        data = [Classified(enc, np.float32(row), activate(np.float32(row), params.raw_scores), None)
+                for row in logits[:len(items)]]
+        return ClassifyResult("zcls", "1", list(labels), data)
+
+    async def rerank(rt, query, texts, params, probe=None):
+        return await classify(rt, [(query, t) for t in texts], params, probe)
+
+    monkeypatch.setattr(engine, "classify", classify)
+    monkeypatch.setattr(engine, "rerank", rerank)
+    return asked
+
+
+def test_predict_parameters_and_order(client, monkeypatch):
+    asked = _classifier(client, monkeypatch, ["a", "b", "c"], [[0.0, 2.0, 1.0], [1.0, 1.0, -1.0]])
+    got = client.post("/predict", json={"inputs": "x"}).json()  # the classifier, found by kind
+    want = tei.activate(np.float32([0, 2, 1]), "softmax")
+    assert [p["label"] for p in got] == ["b", "c", "a"] and got[0]["score"] == pytest.approx(want[1])
+    assert [p["label"] for p in client.post("/predict", json={"inputs": [["x"], ["y"]]}).json()[1]] == ["b", "a", "c"]
+    top = client.post("/predict", json={"inputs": "x", "parameters": {"top_k": 1, "function_to_apply": "none"}})
+    assert top.json() == [{"score": 2.0, "label": "b"}] and asked[-1][1].raw_scores
+    sig = client.post("/predict", json={"inputs": "x", "parameters": {"function_to_apply": "sigmoid"}}).json()
+    assert sig[0]["score"] == pytest.approx(1 / (1 + np.exp(-2.0)))
+    tei_error(client.post("/predict", json={"inputs": "x", "raw_scores": True,
+                                            "parameters": {"function_to_apply": "softmax"}}), 422, "Validation")
+    tei_error(client.post("/predict", json={"inputs": "x", "parameters": {"top_k": 0}}), 422, "Validation")
+    assert asked[0][0] == ["x"] and asked[1][0] == ["x", "y"]
+    # POST /: huggingface_hub's text_classification body goes to the classifier, plain inputs embed
+    assert client.post("/", json={"inputs": "x", "parameters": {}}).json()[0]["label"] == "b"
+    assert len(client.post("/", json={"inputs": "the cat"}).json()[0]) == D_MODEL
+    assert client.post("/", json={"inputs": "x", "model": "zcls"}).json()[0]["label"] == "b"
+    tei_error(client.post("/embed", json={"inputs": "x", "model": "zcls"}), 424, "Backend")
+    assert client.get("/info", params={"model": "zcls"}).json()["model_type"] == {
+        "classifier": {"id2label": {"0": "a", "1": "b", "2": "c"}, "label2id": {"a": 0, "b": 1, "c": 2}}}
+
+
+def test_rerank_order_and_text(client, monkeypatch):
+    _classifier(client, monkeypatch, ["score"], [[0.5], [2.0], [0.5]])
+    got = client.post("/rerank", json={"query": "q", "texts": ["a", "b", "c"], "return_text": True}).json()
+    assert [(g["index"], g["text"]) for g in got] == [(1, "b"), (2, "c"), (0, "a")]  # ties: TEI's reversed order
+    assert list(got[0]) == ["index", "text", "score"] and got[0]["score"] == pytest.approx(1 / (1 + np.exp(-2.0)))
+    raw = client.post("/", json={"query": "q", "texts": ["a", "b", "c"], "raw_scores": True}).json()
+    assert raw[0] == {"index": 1, "score": 2.0}
+    assert client.get("/info", params={"model": "zcls"}).json()["model_type"] == {
+        "reranker": {"id2label": {"0": "score"}, "label2id": {"score": 0}}}
