@@ -18,7 +18,7 @@ import time
 
 from service.backends import cuda
 from service.backends.onnxruntime import check_precision
-from service.package import PackageError, find_packages
+from service.package import PackageError, check_default_model, find_packages
 from service.settings import SettingsError, load_settings
 
 FLAGS = {"models": "HEADWISE_MODELS_DIR", "host": "HEADWISE_HOST", "port": "HEADWISE_PORT",
@@ -67,7 +67,9 @@ def main(args: argparse.Namespace) -> int:
         settings = load_settings()
         # Checked here too (hashes included) so a bad package stops us with a clear message
         # before any worker starts; the app's start-up repeats it from a cache.
-        check_precision(find_packages(settings.models_dir), settings.precision, settings.provider)
+        packages = find_packages(settings.models_dir)
+        check_precision(packages, settings.precision, settings.provider)
+        check_default_model(settings.default_model, [p.name for p in packages])
         if settings.provider == "cuda":  # fail in seconds, naming what is missing
             found = cuda.probe(settings.device_id)
             if not found.ok:

@@ -208,3 +208,10 @@ def variant_facts(manifest: dict, name: str) -> dict:
         cpu = speed.get("cpu") if isinstance(speed.get("cpu"), dict) else {}
         out["speed"] = {"cpu": cpu.get("model"), "cpu_flags": cpu.get("flags", []), "workloads": rows}
     return out
+
+
+def check_default_model(name: str | None, served) -> None:
+    """HEADWISE_DEFAULT_MODEL must name a served package (PackageError otherwise)."""
+    served = sorted(served)
+    if name is not None and name not in served:
+        raise PackageError(f"HEADWISE_DEFAULT_MODEL is {name!r}, which is not served (served: {', '.join(served)})")

@@ -62,10 +62,18 @@ class Settings(BaseSettings):
     max_new_tokens: int = Field(256, ge=1, description="most tokens one /v1/generate request may ask for")
     max_prompt_tokens: int | None = Field(None, ge=1, description="longest prompt/source in tokens; "
                                           "default: each model's max_len")
+    default_model: str | None = Field(None, description="the model TEI's routes (/embed, /rerank, ...) use "
+                                      "when the request names none; default: the first served, in name "
+                                      "order, that can answer the route")
 
     @field_validator("api_key", mode="before")
     @classmethod
     def _empty_key_is_none(cls, v):
+        return None if v in ("", None) else v
+
+    @field_validator("default_model", mode="before")
+    @classmethod
+    def _empty_name_is_none(cls, v):
         return None if v in ("", None) else v
 
     @model_validator(mode="after")

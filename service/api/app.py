@@ -32,12 +32,14 @@ from service.api.routers import (
     metrics,
     models,
     openai,
+    tei,
     tokenize,
 )
 from service.api.schemas import BODY_MODELS
 from service.engine import BackendFactory, Engine
 from service.errors import NotFound
 from service.metrics import Metrics
+from service.package import check_default_model
 from service.settings import Settings, load_settings
 
 log = logging.getLogger("headwise.service")
@@ -114,6 +116,7 @@ async def _prepare(app: FastAPI) -> None:
 async def lifespan(app: FastAPI):
     engine: Engine = app.state.engine
     await anyio.to_thread.run_sync(engine.load_packages)  # bad package → start-up fails
+    check_default_model(app.state.settings.default_model, engine.models)
     _on_sigterm(app)
     task = asyncio.get_running_loop().create_task(_prepare(app))
     try:
@@ -175,7 +178,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
     routers = [r.router for r in (embed, tokenize, analytics, models, health, metrics, generate, classify, openai,
-                                  kserve)]
+                                  kserve, tei)]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by service.fastpath under `headwise serve`

@@ -2,7 +2,8 @@
 engine's domain errors (service.errors) to status, headers and body shape.
 
 Native: {"error": {"message", "type", "code"}}; OpenAI (/v1/embeddings) adds "param";
-KServe v2 (/v2 routes) {"error": "..."}. A route's protocol is its router's (`route_class`),
+KServe v2 (/v2 routes) {"error": "..."}; TEI (text-embeddings-inference's routes)
+{"error": "...", "error_type": "Validation"}. A route's protocol is its router's (`route_class`),
 so the shape never depends on sniffing the URL. Messages never carry a stack trace or the
 client's input.
 """
@@ -43,11 +44,21 @@ class UnsupportedMediaType(ServiceError):
     """A content type the route does not take."""
 
 
+class Empty(InvalidRequest):
+    """An empty list where inputs are needed (TEI tells it apart: error_type "Empty")."""
+
+
+class WrongModelKind(Validation):
+    """A route asked of a model of another kind (an embedding model asked to rerank): 424 on
+    TEI's routes, as TEI answers it; 422 elsewhere."""
+
+
 @dataclass(frozen=True)
 class Status:
     code: int
-    type: str
+    type: str  # also the failure's metrics reason
     headers: tuple[tuple[str, str], ...] = ()
+    shown: str | None = None  # the type the body names, where the protocol names it otherwise
 
 
 RETRY = (("Retry-After", "1"),)
@@ -75,11 +86,11 @@ class Protocol:
     def payload(self, exc: ServiceError) -> dict:
         """The error body, for an error met after the response started (a stream's event)."""
         s = self.status_of(exc)
-        return self.body(s.code, s.type, exc.render(self.fields), self.fields.get(exc.field, exc.field))
+        return self.body(s.code, s.shown or s.type, exc.render(self.fields), self.fields.get(exc.field, exc.field))
 
     def error(self, exc: ServiceError) -> Response:
         s = self.status_of(exc)
-        return self.response(s.code, s.type, exc.render(self.fields), s.headers, exc.field)
+        return self.response(s.code, s.shown or s.type, exc.render(self.fields), s.headers, exc.field)
 
 
 # Domain error → HTTP status and type: the same for every protocol served today; each protocol
@@ -104,6 +115,18 @@ OPENAI = Protocol("openai", STATUSES, lambda code, type_, message, param: {
 
 KSERVE = Protocol("kserve v2", STATUSES, lambda code, type_, message, param: {"error": message},
                   fields={"inputs": "text"})
+
+# text-embeddings-inference: the body names one of TEI's ErrorType values, as TEI writes them,
+# with TEI's statuses (Empty 400, Validation 422, Backend 424, Overloaded 429, Unhealthy 503).
+# The statuses TEI has no case for (401, 404, 405, 413, 415, 500) stay headwise's, typed
+# Validation (client mistakes) or Backend (500). Metrics reasons stay headwise's types.
+TEI_TYPES = {"Empty": "Empty", "Backend": "Backend", "overloaded": "Overloaded", "not_ready": "Unhealthy",
+             "internal": "Backend"}
+
+TEI = Protocol("tei", {**STATUSES, Empty: Status(400, "invalid_request", shown="Empty"),
+                       WrongModelKind: Status(424, "validation", shown="Backend")},
+               lambda code, type_, message, param: {"error": message,
+                                                    "error_type": TEI_TYPES.get(type_, "Validation")})
 
 
 def route_class(protocol: Protocol) -> type[APIRoute]:

@@ -110,6 +110,12 @@ class TokenizeResponse(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """OpenAI's model object (id, object, created, owned_by) with headwise's facts beside it."""
+
+    id: str = Field(..., description="the model's name (OpenAI's `id`)")
+    object: Literal["model"] = "model"
+    created: int = Field(..., description="the package's export time (manifest created_at), Unix seconds; 0 if unknown")
+    owned_by: str = Field("headwise", description="always headwise")
     name: str
     version: str
     family: str
@@ -130,6 +136,7 @@ class ModelCard(BaseModel):
 
 
 class ModelList(BaseModel):
+    object: Literal["list"] = "list"
     data: list[ModelCard]
 
 

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from service.backends import open_backend
 from service.backends.onnxruntime import check_precision
@@ -44,6 +45,9 @@ from service.settings import Settings
 
 log = logging.getLogger("headwise.service")
 
+TOKENIZER_THREADS = 2  # the pool that tokenises for /v1/tokenize (batches tokenise on their own thread)
+
+
 class Engine:
     def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None):
         self.settings = settings
@@ -54,7 +58,7 @@ class Engine:
         self.ready = False
         self.draining = False
         self.failed: str | None = None
-        self._tok_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="headwise-tok")
+        self._tok_pool = ThreadPoolExecutor(max_workers=TOKENIZER_THREADS, thread_name_prefix="headwise-tok")
 
     def load_packages(self) -> None:
         """Read and verify every package (hashes included); raises PackageError."""
@@ -136,16 +140,34 @@ class Engine:
         if not self.ready or self.draining:
             raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
 
-    async def _encode(self, rt: Runtime, texts: list[str], truncate: bool) -> list[Encoded]:
+    async def _encode(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
+                      whole: bool = False) -> list[Encoded]:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
-        encs = await loop.run_in_executor(self._tok_pool, rt.tokenizer.encode, texts, truncate)
+        if whole:
+            work = partial(rt.tokenizer.encode_unchecked, texts, False, special_tokens)
+        else:
+            work = partial(rt.tokenizer.encode, texts, truncate, special_tokens)
+        encs = await loop.run_in_executor(self._tok_pool, work)
         self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
         return encs
 
-    async def tokenize(self, rt: Runtime, texts: list[str], truncate: bool) -> list[Encoded]:
+    async def tokenize(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
+                       whole: bool = False) -> list[Encoded]:
+        """Each text's tokens; `special_tokens=False` without [CLS]/[SEP]; `whole`: every token,
+        neither cut nor checked against max_len (TEI's /tokenize)."""
         self._check(texts)
-        return await self._encode(rt, texts, truncate)
+        return await self._encode(rt, texts, truncate, special_tokens, whole)
+
+    async def decode(self, rt: Runtime, seqs: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """Token ids back to text (TEI's /decode); ids outside the vocabulary raise Validation."""
+        if not seqs:
+            raise InvalidRequest("'ids' is empty", field="ids")
+        if len(seqs) > self.settings.max_client_batch:
+            raise TooLarge(f"{len(seqs)} inputs; at most {self.settings.max_client_batch} per request")
+        self._ready()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._tok_pool, rt.tokenizer.decode, seqs, skip_special_tokens)
 
     async def embed(self, rt: Runtime, inputs: list, params: EmbedParams,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,21 +45,22 @@ class TextTokenizer:
         self._full.no_padding()
         self._full.no_truncation()
 
-    def encode_unchecked(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
+    def encode_unchecked(self, texts: list[str], truncate: bool = True, special_tokens: bool = True) -> list[Encoded]:
         """Encode, reading each text only as far as its answer needs: the tokenizer keeps
         every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
         with its string and offsets) and truncates only afterwards. So each text is first given
         as a prefix of PREFIX_TOKENS × max_len characters; a prefix whose tokens pass max_len by
         CUT_MARGIN is enough (its first max_len tokens are the text's: what truncation keeps,
         or what shows the text is too long), and the others are given again, four times
-        longer, until they are whole. Memory then follows the tokens kept, not the input."""
+        longer, until they are whole. Memory then follows the tokens kept, not the input.
+        `special_tokens=False` leaves out what the post-processor adds ([CLS], [SEP])."""
         tok = self._truncating if truncate else self._full
         out: list[Encoded | None] = [None] * len(texts)
         todo, chars = list(range(len(texts))), PREFIX_TOKENS * self.max_len
         while todo:
             cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
             # measured on the untruncated prefix: does it pass max_len by the margin?
-            encodings = tok.encode_batch(cut)
+            encodings = tok.encode_batch(cut, add_special_tokens=special_tokens)
             counts = ([len(e.ids) for e in encodings] if not truncate else
                       [len(e.ids) + sum(len(o.ids) for o in e.overflowing) for e in encodings])
             again = []
@@ -142,8 +144,42 @@ class TextTokenizer:
         return [Encoded(np.asarray(s, dtype=np.int64), np.zeros(len(s), dtype=np.int64),
                         [tok.id_to_token(i) or "" for i in s], [(0, 0)] * len(s)) for s in seqs]
 
-    def encode(self, texts: list[str], truncate: bool = True) -> list[Encoded]:
+    def encode(self, texts: list[str], truncate: bool = True, special_tokens: bool = True) -> list[Encoded]:
         """Batch-encode; with truncate=False an input over max_len raises Validation (422)."""
-        encs = self.encode_unchecked(texts, truncate)
+        encs = self.encode_unchecked(texts, truncate, special_tokens)
         self.check(encs)
         return encs
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the special tokens: the added ones marked special ([PAD], [MASK], ...) and
+        those the post-processor adds ([CLS], [SEP])."""
+        added = {i for i, t in self._full.get_added_tokens_decoder().items() if t.special}
+        return frozenset(added | _processor_ids(json.loads(self._full.to_str()).get("post_processor")))
+
+    def decode(self, seqs: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """Token ids back to text, as the tokenizer's decoder joins them (WordPiece's "##"
+        pieces glued); ids outside the vocabulary raise Validation."""
+        n = self.vocab_size
+        for i, s in enumerate(seqs):
+            if s and (min(s) < 0 or max(s) >= n):
+                raise Validation(f"ids[{i}]: token ids must be in 0..{n - 1}", field="ids")
+        return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
+
+
+def _processor_ids(node) -> set[int]:
+    """The token ids a post-processor's JSON names: TemplateProcessing's special_tokens' "ids",
+    BertProcessing's and RobertaProcessing's "cls"/"sep" [token, id], within Sequence too."""
+    out: set[int] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "ids" and isinstance(value, list) and all(isinstance(i, int) for i in value):
+                out.update(value)
+            elif key in ("cls", "sep") and isinstance(value, list) and len(value) == 2 and isinstance(value[1], int):
+                out.add(value[1])
+            else:
+                out |= _processor_ids(value)
+    elif isinstance(node, list):
+        for value in node:
+            out |= _processor_ids(value)
+    return out

@@ -1,10 +1,13 @@
-"""OpenAI-compatible POST /v1/embeddings against a real `headwise serve` (fp32, CPU), driven by
-the real `openai` client: float, base64, dimensions and token-id inputs equal /v1/embed's;
-mistakes raise the client's errors with our message (issue 5)."""
+"""OpenAI-compatible POST /v1/embeddings and GET /v1/models against a real `headwise serve`
+(fp32, CPU), driven by the real `openai` client: float, base64, dimensions and token-id inputs
+equal /v1/embed's; models.list() and models.retrieve() read OpenAI's model objects; mistakes
+raise the client's errors with our message (issues 5, 21)."""
 
 from __future__ import annotations
 
 import base64
+import json
+from datetime import datetime
 
 import httpx
 import numpy as np
@@ -85,6 +88,23 @@ def test_model_is_optional_and_mixed_with_native_batches(server):
     assert r.status_code == 200 and len(r.json()["data"]) == 2
 
 
+def test_models_list_and_retrieve(client, server, model, default_package):
+    listed = client.models.list()
+    assert [m.id for m in listed.data] == [model]
+    m = listed.data[0]
+    assert m.object == "model" and m.owned_by == "headwise"
+    exported = json.loads((default_package / "manifest.json").read_text())["created_at"]
+    assert m.created == int(datetime.fromisoformat(exported).timestamp())  # the package's export time
+    assert m.model_extra["d_model"] == 384 and m.model_extra["name"] == model  # headwise's fields beside
+    one = client.models.retrieve(model)
+    assert (one.id, one.object, one.created, one.owned_by) == (model, "model", m.created, "headwise")
+    assert client.models.retrieve(model).created == m.created  # stable
+    raw = httpx.get(server.url + "/v1/models", timeout=30).json()
+    assert raw["object"] == "list"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("text-embedding-3-small")
+
+
 def check(r: httpx.Response, status: int, param=None) -> str:
     assert r.status_code == status, r.text
     err = r.json()["error"]
@@ -138,6 +158,15 @@ def test_api_key_covers_the_compatible_routes(start_server, model):
         r = httpx.post(f"{s.url}/v2/models/{model}/infer", json=body, timeout=60,
                        headers={"Authorization": f"Bearer {KEY}"})
         assert r.status_code == 200
+        # TEI's routes: huggingface_hub sends its token as the bearer token
+        from huggingface_hub import InferenceClient
+        from huggingface_hub.errors import HfHubHTTPError
+
+        with pytest.raises(HfHubHTTPError) as e:
+            InferenceClient(model=s.url, token="wrong").feature_extraction("hi")
+        assert e.value.response.status_code == 401 and set(e.value.response.json()) == {"error", "error_type"}
+        assert InferenceClient(model=s.url, token=KEY).feature_extraction("hi").shape == (1, 384)
+        assert httpx.get(s.url + "/info", timeout=30).status_code == 401
         for path in ("/v2/health/live", "/v2/health/ready", f"/v2/models/{model}/ready"):
             assert httpx.get(s.url + path, timeout=30).status_code == 200  # probes stay open
         m = s.metrics()

@@ -99,6 +99,15 @@ OTHER_ROWS = [  # (method, path, body, headers): the other routes, through FastA
     ("POST", "/v2/models/tiny/infer", {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1],
                                                    "data": ["the cat"]}]}, AUTH),
     ("POST", "/v2/models/tiny/infer", {"inputs": []}, AUTH),
+    # TEI's routes
+    ("POST", "/embed", {"inputs": ["the cat", "a dog"]}, AUTH), ("POST", "/embed", {"inputs": []}, AUTH),
+    ("POST", "/embed", {"inputs": "a"}, {}), ("POST", "/embed", {"inputs": BOOM}, AUTH),
+    ("POST", "/embed_all", {"inputs": "the cat"}, AUTH),
+    ("POST", "/similarity", {"inputs": {"source_sentence": "the cat", "sentences": ["a dog"]}}, AUTH),
+    ("POST", "/", {"inputs": "the cat"}, AUTH), ("POST", "/", {"query": "a", "texts": ["b"]}, AUTH),
+    ("POST", "/rerank", {"query": "a", "texts": ["b"]}, AUTH), ("POST", "/predict", {"inputs": "a"}, AUTH),
+    ("POST", "/tokenize", {"inputs": "the cat"}, AUTH), ("POST", "/decode", {"ids": [4, 6]}, AUTH),
+    ("GET", "/info", None, AUTH), ("GET", "/embed", None, AUTH),
 ]
 
 
@@ -141,7 +150,7 @@ def test_every_route_and_error_row_answers_alike_on_both_paths(package):
         assert a == b, f"answer {i} differs:\nplain {a}\nfast  {b}"
     assert plain[-3][2] == b'{"error":"request body over 4096 bytes"}'  # KServe's shape, before routing
     codes = {a[0] for a in plain}
-    assert {200, 400, 401, 404, 405, 413, 422, 500, 503} <= codes, codes
+    assert {200, 400, 401, 404, 405, 413, 422, 424, 500, 503} <= codes, codes
 
 
 def test_overloaded_answers_alike_on_both_paths(package):
