@@ -158,6 +158,45 @@ def read_input(tensor, binary: memoryview, offset: int) -> tuple[str, str, list[
     return name, datatype, shape, elems, offset
 
 
+def text_inputs(header: dict, binary: memoryview, names: tuple[str, ...], takes: str) -> dict[str, list[str]]:
+    """The request's BYTES text inputs, each `[N]` (or `[N, 1]`), by name: only `names`, each at
+    most once, the first of them required; `takes` says what the model takes, for messages."""
+    inputs = header.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise InvalidRequest("'inputs' must be a non-empty list")
+    out: dict[str, list[str]] = {}
+    offset = 0
+    for tensor in inputs:
+        name = tensor.get("name") if isinstance(tensor, dict) else None
+        if name not in names:
+            raise InvalidRequest(f"unexpected input {name!r}; this model takes {takes}")
+        if name in out:
+            raise InvalidRequest(f"input '{name}' is given more than once")
+        if tensor.get("datatype") != "BYTES":
+            raise InvalidRequest(f"input '{name}' must have datatype BYTES")
+        _, _, shape, elems, offset = read_input(tensor, binary, offset)
+        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
+            raise InvalidRequest(f"input '{name}' must have shape [N] (or [N, 1]), not {shape}")
+        try:
+            out[name] = [b.decode() for b in elems]
+        except UnicodeDecodeError:
+            raise InvalidRequest(f"input '{name}' holds bytes that are not UTF-8") from None
+    if offset != len(binary):
+        raise InvalidRequest(f"{len(binary) - offset} bytes after the inputs' binary data")
+    first = names[0]
+    if not out.get(first):
+        raise InvalidRequest(f"input '{first}' is empty" if first in out else f"input '{first}' is missing")
+    return out
+
+
+def flag(params: dict, key: str, default: bool) -> bool:
+    """A boolean request or output parameter; anything but a JSON boolean is a mistake."""
+    v = params.get(key, default)
+    if type(v) is not bool:
+        raise InvalidRequest(f"parameter {key} must be a boolean")
+    return v
+
+
 def datatype_of(array: np.ndarray) -> str:
     return _NAMES[array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype]
 
@@ -170,6 +209,18 @@ def output(name: str, datatype: str, array: np.ndarray, binary: bool) -> tuple[d
         out["parameters"] = {"binary_data_size": len(raw)}
         return out, raw
     out["data"] = np.ascontiguousarray(array, dtype=DTYPES[datatype]).reshape(-1)
+    return out, None
+
+
+def bytes_output(name: str, shape: list[int], items: list[str], binary: bool) -> tuple[dict, bytes | None]:
+    """A BYTES response output of strings (row-major in `shape`) → (its JSON object, its raw
+    length-prefixed bytes when binary)."""
+    out = {"name": name, "datatype": "BYTES", "shape": list(shape)}
+    if binary:
+        raw = encode_bytes(items)
+        out["parameters"] = {"binary_data_size": len(raw)}
+        return out, raw
+    out["data"] = items
     return out, None
 
 

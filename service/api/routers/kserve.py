@@ -4,7 +4,9 @@ binary tensor data extension for inputs and outputs.
 Inference goes through Engine.embed as POST /v1/embed does, so every output equals what
 /v1/embed returns for the same texts and attention request. `attentions` [N, L, H, T, T] and
 `last_hidden_state` [N, T, d] are zero-padded to the batch's longest input; `attention_mask`
-[N, T] says which positions are real. Errors: {"error": "..."} (service.errors).
+[N, T] says which positions are real. Classification packages (cross-encoders, classifiers)
+take `text` and `text_pair` and answer `logits` and `scores` (service.api.routers.kserve_classify).
+Errors: {"error": "..."} (service.errors).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from service.api.compat.schemas import (
 from service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from service.api.responses import BudgetedResponse, json_response, probe
+from service.api.routers import kserve_classify
 from service.engine import EncoderRuntime, Engine
 from service.engine.params import JSON_VALUE_BYTES, EmbedParams, EmbedResult
 from service.errors import (
@@ -69,7 +72,7 @@ def outputs_of(rt: EncoderRuntime) -> list[dict]:
 @router.get("/v2", response_model=V2ServerMetadata, dependencies=AUTH, responses=ERRORS)
 async def server_metadata(request: Request):
     return json_response({"name": "headwise", "version": request.app.version,
-                          "extensions": ["binary_tensor_data"]})
+                          "extensions": ["binary_tensor_data", "classification"]})
 
 
 @router.get("/v2/health/live", responses=ERRORS)
@@ -98,9 +101,12 @@ async def model_metadata(model: str, request: Request, version: str | None = Non
                          engine: Engine = Depends(get_engine)):
     rt = _runtime(engine, model, version)
     request.state.model = rt.name
+    if rt.package.task == "classification":
+        inputs, outputs = kserve_classify.inputs_of(rt), kserve_classify.outputs_of(rt)
+    else:
+        inputs, outputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}], outputs_of(rt)
     return json_response({"name": rt.name, "versions": [rt.package.version], "platform": "onnxruntime_onnx",
-                          "inputs": [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}],
-                          "outputs": outputs_of(rt)})
+                          "inputs": inputs, "outputs": outputs})
 
 
 # -- inference ----------------------------------------------------------------------------
@@ -154,38 +160,8 @@ def _indices(params: dict, key: str, n: int) -> list[int] | None:
     return v
 
 
-def _flag(params: dict, key: str, default: bool) -> bool:
-    v = params.get(key, default)
-    if type(v) is not bool:
-        raise InvalidRequest(f"parameter {key} must be a boolean")
-    return v
-
-
 def _texts(header: dict, binary: memoryview) -> list[str]:
-    inputs = header.get("inputs")
-    if not isinstance(inputs, list) or not inputs:
-        raise InvalidRequest("'inputs' must be a non-empty list")
-    texts, offset = None, 0
-    for tensor in inputs:
-        name = tensor.get("name") if isinstance(tensor, dict) else None
-        if name != INPUT:
-            raise InvalidRequest(f"unexpected input {name!r}; this model takes one input, 'text' (BYTES)")
-        if texts is not None:
-            raise InvalidRequest("input 'text' is given more than once")
-        if tensor.get("datatype") != "BYTES":
-            raise InvalidRequest("input 'text' must have datatype BYTES")
-        _, _, shape, elems, offset = v2.read_input(tensor, binary, offset)
-        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] != 1):
-            raise InvalidRequest(f"input 'text' must have shape [N] (or [N, 1]), not {shape}")
-        try:
-            texts = [b.decode() for b in elems]
-        except UnicodeDecodeError:
-            raise InvalidRequest("input 'text' holds bytes that are not UTF-8") from None
-    if offset != len(binary):
-        raise InvalidRequest(f"{len(binary) - offset} bytes after the inputs' binary data")
-    if not texts:
-        raise InvalidRequest("input 'text' is empty")
-    return texts
+    return v2.text_inputs(header, binary, (INPUT,), "one input, 'text' (BYTES)")[INPUT]
 
 
 def _outputs(header: dict, rt: EncoderRuntime, binary_default: bool) -> dict[str, bool]:
@@ -206,9 +182,12 @@ def _outputs(header: dict, rt: EncoderRuntime, binary_default: bool) -> dict[str
         params = o.get("parameters") or {}
         if not isinstance(params, dict):
             raise InvalidRequest(f"output {name!r}: 'parameters' must be an object")
-        if params.get("classification") or "shared_memory_region" in params:
-            raise InvalidRequest("the classification and shared-memory extensions are not supported")
-        out[name] = _flag(params, "binary_data", binary_default)
+        if "shared_memory_region" in params:
+            raise InvalidRequest("the shared-memory extension is not supported")
+        if params.get("classification"):
+            raise InvalidRequest(f"output {name!r}: the classification extension is for classification models' "
+                                 "outputs (logits, scores)")
+        out[name] = v2.flag(params, "binary_data", binary_default)
     return out
 
 
@@ -273,9 +252,11 @@ async def infer(model: str, request: Request, version: str | None = None, engine
     params = header.get("parameters") or {}
     if not isinstance(params, dict):
         raise InvalidRequest("'parameters' must be an object")
+    if rt.package.task == "classification":
+        return await kserve_classify.infer(engine, rt, request, header, binary, params)
     texts = _texts(header, binary)
-    want = _outputs(header, rt, _flag(params, "binary_data_output", False))
-    normalize, truncate = _flag(params, "normalize", True), _flag(params, "truncate", True)
+    want = _outputs(header, rt, v2.flag(params, "binary_data_output", False))
+    normalize, truncate = v2.flag(params, "normalize", True), v2.flag(params, "truncate", True)
     spec, att_dtype = None, "float32"
     if "attentions" in want:
         p = rt.package
