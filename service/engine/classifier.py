@@ -32,9 +32,19 @@ class ClassifierRuntime(EncoderRuntime):
     def labels(self) -> list[str]:
         return list(self.package.labels)
 
-    async def embed(self, inputs, params, is_disconnected=None):
+    def check_embeddings(self) -> None:
+        """Its graphs answer logits, not sentence embeddings: every embedding operation is refused
+        here, before anything is queued (a batch of its batcher runs run_batch, which answers
+        Classified for ClassifyParams only)."""
         raise Validation(f"model {self.name!r} is a classification model ({len(self.labels)} labels): use "
-                         "POST /v1/rerank or /v1/predict; /v1/embed serves embedding models")
+                         "POST /v1/rerank or /v1/predict; /v1/embed, /v1/similarity and /v1/occlusion serve "
+                         "embedding models")
+
+    async def embed(self, inputs, params, is_disconnected=None):
+        self.check_embeddings()
+
+    async def run_encoded(self, encs, params, holes=None, is_disconnected=None):
+        self.check_embeddings()
 
     async def classify(self, inputs: list, params: ClassifyParams,
                        is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:

@@ -87,6 +87,10 @@ class EncoderRuntime:
         return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
 
     # -- the operations (event loop) ------------------------------------------------------------
+    def check_embeddings(self) -> None:
+        """Raises Validation, naming the routes that serve this model, unless it answers sentence
+        embeddings (embed, run_encoded: /v1/embed, /v1/similarity, /v1/occlusion); an encoder does."""
+
     async def embed(self, inputs: list, params: EmbedParams,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
         """Tokenised on the batcher's thread together with whatever else is waiting. `inputs`

@@ -214,6 +214,7 @@ class Engine:
             raise InvalidRequest("'targets' is empty", field="targets")
         texts = [source, *targets]
         self._check(texts)
+        rt.check_embeddings()
         encs = await self._encode(rt, texts, truncate)
         rt.tokenizer.check(encs)
         return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, is_disconnected)
@@ -222,6 +223,7 @@ class Engine:
                         is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
         """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
         self._check([text])
+        rt.check_embeddings()
         encs = await self._encode(rt, [text], truncate)
         rt.tokenizer.check(encs)
         return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, is_disconnected)

@@ -39,6 +39,8 @@ class Runtime(Protocol):
     # the operations; a model that cannot do one raises Validation saying which can
     def attention_spec(self, layers, heads, **how) -> AttentionSpec: ...
 
+    def check_embeddings(self) -> None: ...  # before anything embedding-shaped is tokenised or queued
+
     async def embed(self, inputs: list, params: EmbedParams,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult: ...
 

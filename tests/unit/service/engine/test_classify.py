@@ -17,13 +17,13 @@ from service.engine.classify import (
     response_bytes,
     returned_bytes,
 )
-from service.engine.params import AttentionSpec
+from service.engine.params import AttentionSpec, EmbedParams
 from service.engine.tokenizer import Encoded, TextTokenizer
 from service.errors import Validation
 from service.metrics import Metrics
 from service.package import PackageError, load_package
 from service.settings import Settings
-from tests.unit.fakes import FakeBackend, make_package
+from tests.unit.fakes import FakeBackend, fake_hidden, make_package
 
 
 def test_activation_is_sigmoid_for_one_label_softmax_for_several():
@@ -102,3 +102,61 @@ def test_pairs_keep_their_segments_and_own_offsets(tmp_path):
     assert pair.tokens == ["the", "cat", "a", "dog", "sat"]
     assert pair.segments.tolist() == [0, 0, 1, 1, 1] and pair.type_ids.tolist() == [0, 0, 1, 1, 1]
     assert pair.offsets == [(0, 3), (4, 7), (0, 1), (2, 5), (6, 9)]
+
+
+class FakeClassifierBackend(FakeBackend):
+    """FakeBackend with a `logits` output: two labels, from the masked mean of fake_hidden."""
+
+    def run(self, role, feeds, outputs):
+        out = super().run(role, feeds, [o for o in outputs if o != "logits"])
+        if "logits" in outputs:
+            m = feeds["attention_mask"][..., None].astype(np.float32)
+            out["logits"] = ((fake_hidden(feeds["input_ids"]) * m).sum(1) / m.sum(1))[:, :2]
+        return out
+
+
+def _classifier_engine(tmp_path):
+    from service.engine import Engine
+
+    mf = make_package(tmp_path / "models") / "manifest.json"
+    m = json.loads(mf.read_text())
+    m.update(task="classification", labels=["no", "yes"])
+    mf.write_text(json.dumps(m))
+    engine = Engine(Settings(models_dir=tmp_path / "models", max_wait_ms=50), Metrics(gpu=None),
+                    FakeClassifierBackend)
+    engine.load_packages()
+    return engine
+
+
+def test_a_classification_model_refuses_similarity_and_occlusion_before_queueing(tmp_path):
+    """Its batchers answer ClassifyParams only: an embedding job among them (the run_encoded of
+    similarity and occlusion) failed its whole batch with a 500, classify requests included."""
+    engine = _classifier_engine(tmp_path)
+    rt = engine.models["tiny"]
+    refused = r"'tiny' is a classification model \(2 labels\): use POST /v1/rerank or /v1/predict; .*/v1/similarity"
+
+    async def go():
+        engine._prepare()
+        engine.start()
+        rt.backend.calls.clear()
+        try:
+            got = await asyncio.gather(
+                engine.similarity(rt, "the cat", ["a dog"], False, False, 5),
+                engine.similarity(rt, "the cat", ["a dog"], True, False, 5),
+                engine.occlusion(rt, "the cat", False),
+                engine.classify(rt, ["the cat", ("a dog", "sat")], ClassifyParams()),
+                return_exceptions=True)
+            with pytest.raises(Validation, match=refused):
+                await rt.run_encoded(rt.tokenizer.encode(["the cat"]), EmbedParams())
+            with pytest.raises(Validation, match=refused):
+                await engine.embed(rt, ["the cat"], EmbedParams())
+            return got
+        finally:
+            await engine.close()
+
+    *refusals, classified = asyncio.run(go())
+    for e in refusals:
+        assert isinstance(e, Validation) and "/v1/occlusion" in str(e), e
+    assert not isinstance(classified, Exception), classified
+    assert len(classified.data) == 2
+    assert sum(shape[0] for _, shape in rt.backend.calls) == 2  # the classify inputs only; nothing else ran
