@@ -45,10 +45,14 @@ class AttentionSpec:
     @classmethod
     def select(cls, n_layers: int, n_heads: int, layers: Sequence[int] | None, heads: Sequence[int] | None,
                **how) -> AttentionSpec:
-        """The spec for a model of n_layers × n_heads; None: all. Raises Validation."""
+        """The spec for a model of n_layers × n_heads; None: all. Raises Validation for an
+        index out of range, an empty list, or an index given twice (which would weigh its
+        layer twice in an aggregate: rollout would apply it twice)."""
         for what, sel, n in (("layers", layers, n_layers), ("heads", heads, n_heads)):
             if sel is not None and (not sel or any(not 0 <= i < n for i in sel)):
                 raise Validation(f"attention.{what}: each must be in 0..{n - 1} and the list non-empty")
+            if sel is not None and len(set(sel)) != len(sel):
+                raise Validation(f"attention.{what}: each index at most once")
         if how.get("aggregate", "none") == "rollout" and layers is not None:
             layers = sorted(layers)  # rollout composes layers in the model's order
         return cls(layers=tuple(layers) if layers is not None else tuple(range(n_layers)),
