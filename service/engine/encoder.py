@@ -97,17 +97,27 @@ class EncoderRuntime:
         may be token-id lists instead of texts, used as they are (no special tokens added)."""
         if token_ids(inputs):
             self.tokenizer.check_ids(inputs)
+        data: list[Embedded] = await self._submit(inputs, params, is_disconnected)
+        return EmbedResult(self.name, self.package.version, data)
+
+    async def _submit(self, inputs: list, params, is_disconnected: Callable[[], Awaitable[bool]] | None) -> list:
+        """One job of `inputs` through the batcher `params` ask for (the attention variant's
+        when they ask for attention), tokenised on its thread; counts the attention returned."""
         role = "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
             raise Validation(f"model {self.name!r} has no attention variant")
-        job = Job(len(inputs), inputs=inputs, params=params, is_disconnected=is_disconnected)
-        data: list[Embedded] = await batcher.submit(job)
-        if params.attention is not None:
-            self.series.attention_bytes.inc(sum(params.attention.returned_bytes(e.encoding.length) for e in data))
-            if params.attention.aggregate != "none":
-                self.series.aggregate(params.attention.aggregate).inc()
-        return EmbedResult(self.name, self.package.version, data)
+        data = await batcher.submit(Job(len(inputs), inputs=inputs, params=params, is_disconnected=is_disconnected))
+        spec = params.attention
+        if spec is not None:
+            self.series.attention_bytes.inc(sum(self.returned_bytes(spec, d.encoding) for d in data))
+            if spec.aggregate != "none":
+                self.series.aggregate(spec.aggregate).inc()
+        return data
+
+    def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
+        """Attention bytes one input's answer returns (headwise_attention_bytes_total)."""
+        return spec.returned_bytes(enc.length)
 
     async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
                           is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
@@ -175,6 +185,22 @@ class EncoderRuntime:
         return (role == "attention" and self._f16_attention and spec is not None
                 and spec.dtype == "float16" and spec.format == "dense" and spec.aggregate == "none")
 
+    def _attention_outputs(self, role: str, entries: list[Entry]) -> tuple[list[bool], list[str]]:
+        """Per entry whether it reads the float16 weights (`_weights`), and the attention
+        outputs the batch needs."""
+        f16 = [self.f16_attention(role, e.job.params.attention) for e in entries]
+        outputs = []
+        if any(f16):
+            outputs.append("attentions_f16")
+        if role == "attention" and not all(f16):
+            outputs.append("attentions")
+        return f16, outputs
+
+    @staticmethod
+    def _weights(out: dict, f16: list[bool], i: int) -> np.ndarray:
+        """Entry i's padded [L, H, T, T] weights among a batch's outputs (_attention_outputs)."""
+        return out["attentions_f16" if f16[i] else "attentions"][i]
+
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
         pkg = self.package
         pooled = [self._use_pooled(e.job.params) for e in entries]
@@ -183,12 +209,8 @@ class EncoderRuntime:
             outputs.append("sentence_embedding")
         if any(e.job.params.tokens or (e.job.params.sentence and not p) for e, p in zip(entries, pooled, strict=True)):
             outputs.append("last_hidden_state")
-        f16 = [self.f16_attention(role, e.job.params.attention) for e in entries]
-        if any(f16):
-            outputs.append("attentions_f16")
-        if role == "attention" and not all(f16):
-            outputs.append("attentions")
-        out = self.run(role, entries, padded, outputs, record)
+        f16, attention = self._attention_outputs(role, entries)
+        out = self.run(role, entries, padded, outputs + attention, record)
         results = []
         for i, e in enumerate(entries):
             p: EmbedParams = e.job.params
@@ -202,8 +224,7 @@ class EncoderRuntime:
                 if e.hole >= 0 and pkg.pooling == "mean":  # as the graph's pooling: real positions only
                     hidden = np.delete(hidden, e.hole, axis=0)
                 sentence = pool(hidden, pkg.pooling, p.normalize)
-            att = (attention_payload(out["attentions_f16" if f16[i] else "attentions"][i], t, p.attention)
-                   if p.attention else None)
+            att = attention_payload(self._weights(out, f16, i), t, p.attention) if p.attention else None
             results.append(Embedded(e.encoding, sentence, tokens, att))
         return results
 

@@ -160,3 +160,19 @@ def test_a_classification_model_refuses_similarity_and_occlusion_before_queueing
     assert not isinstance(classified, Exception), classified
     assert len(classified.data) == 2
     assert sum(shape[0] for _, shape in rt.backend.calls) == 2  # the classify inputs only; nothing else ran
+
+
+@pytest.mark.parametrize("aggregate", ["none", "mean", "rollout"])
+def test_pair_measures_count_the_planes_written(aggregate):
+    """The pair measures count AttentionSpec.planes(), as every other measure does: L′·H′
+    planes, L′ for mean, 1 for rollout."""
+    enc = _pair(5, 7)
+    top = AttentionSpec.select(4, 6, [0, 2], [1, 3, 5], format="topk", top_k=3, aggregate=aggregate)
+    planes = {"none": 6, "mean": 2, "rollout": 1}[aggregate]
+    assert top.planes() == planes
+    assert returned_bytes(top, enc) == planes * (5 * 3 + 7 * 3) * (4 + 4)
+    n = planes * (5 * 3 + 7 * 3)
+    assert (response_bytes(ClassifyParams(attention=top), enc, ["x"]) - response_bytes(ClassifyParams(), enc, ["x"])
+            == n * 16 + n * 6 + 12 * (48 + 8) + 256)
+    dense = AttentionSpec.select(4, 6, [0, 2], [1, 3, 5], aggregate=aggregate)
+    assert returned_bytes(dense, enc) == attention_bytes(dense, enc) == planes * 2 * 5 * 7 * 4
