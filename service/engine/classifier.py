@@ -48,11 +48,12 @@ class ClassifierRuntime(EncoderRuntime):
         self.check_embeddings()
 
     async def classify(self, inputs: list, params: ClassifyParams,
-                       is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
+                       is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+                       field: str = "inputs") -> ClassifyResult:
         """Texts and (a, b) pairs, in their order; tokenised on the batcher's thread together
-        with whatever else is waiting."""
+        with whatever else is waiting. `field`: the request field errors about input i name."""
         items = [x if isinstance(x, str) else tuple(x) for x in inputs]
-        data: list[Classified] = await self._submit(items, params, is_disconnected)
+        data: list[Classified] = await self._submit(items, params, is_disconnected, field)
         return ClassifyResult(self.name, self.package.version, self.labels, data)
 
     def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:

@@ -5,6 +5,7 @@ attention and response budgets count for /v1/rerank and /v1/predict."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -25,6 +26,7 @@ class ClassifyParams:
     truncate: bool = True
     raw_scores: bool = False  # logits as they are; otherwise sigmoid (1 label) or softmax (n labels)
     attention: AttentionSpec | None = None  # with pairs: the query↔document blocks (pair_attention)
+    padded_attention: ClassVar[bool] = False  # the attention budget counts each input at its own length
 
 
 @dataclass(frozen=True, slots=True)

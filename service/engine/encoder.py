@@ -13,7 +13,14 @@ import numpy as np
 from service.backends.onnxruntime import Backend
 from service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
 from service.engine.outputs import attention_payload, pool
-from service.engine.params import AttentionSpec, Embedded, EmbedParams, EmbedResult, response_bytes
+from service.engine.params import (
+    AttentionSpec,
+    Embedded,
+    EmbedParams,
+    EmbedResult,
+    RequestParams,
+    response_bytes,
+)
 from service.engine.tokenizer import Encoded, TextTokenizer
 from service.errors import ServiceError, TooLarge, Validation
 from service.metrics import Metrics, ModelSeries, QueueHooks
@@ -97,17 +104,20 @@ class EncoderRuntime:
         may be token-id lists instead of texts, used as they are (no special tokens added)."""
         if token_ids(inputs):
             self.tokenizer.check_ids(inputs)
-        data: list[Embedded] = await self._submit(inputs, params, is_disconnected)
+        data: list[Embedded] = await self._submit(inputs, params, is_disconnected, "inputs")
         return EmbedResult(self.name, self.package.version, data)
 
-    async def _submit(self, inputs: list, params, is_disconnected: Callable[[], Awaitable[bool]] | None) -> list:
-        """One job of `inputs` through the batcher `params` ask for (the attention variant's
-        when they ask for attention), tokenised on its thread; counts the attention returned."""
+    async def _submit(self, inputs: list, params: RequestParams, is_disconnected: Callable[[], Awaitable[bool]] | None,
+                      field: str) -> list:
+        """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
+        attention variant's when they ask for attention), tokenised on its thread; counts the
+        attention returned."""
         role = "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
             raise Validation(f"model {self.name!r} has no attention variant")
-        data = await batcher.submit(Job(len(inputs), inputs=inputs, params=params, is_disconnected=is_disconnected))
+        data = await batcher.submit(Job(len(inputs), inputs=inputs, params=params, inputs_field=field,
+                                        is_disconnected=is_disconnected))
         spec = params.attention
         if spec is not None:
             self.series.attention_bytes.inc(sum(self.returned_bytes(spec, d.encoding) for d in data))
@@ -137,7 +147,7 @@ class EncoderRuntime:
         raise Validation(f"model {self.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
                          "serves decoder and encoder-decoder models")
 
-    async def classify(self, inputs, params, is_disconnected=None):
+    async def classify(self, inputs, params, is_disconnected=None, field="inputs"):
         raise Validation(f"model {self.name!r} is an embedding model: use POST /v1/embed; /v1/rerank and "
                          "/v1/predict serve classification packages (cross-encoders, classifiers)")
 
@@ -266,8 +276,9 @@ class EncoderRuntime:
 
     def attention_need(self, job: Job, encs: list[Encoded]) -> tuple[int, str]:
         """(bytes the attention budget counts for this job, what they are, for the message)."""
-        spec = job.params.attention
-        if job.params.padded_attention:
+        params: RequestParams = job.params
+        spec = params.attention
+        if params.padded_attention:
             return len(encs) * spec.nbytes(max(e.length for e in encs)), "the padded attention tensor"
         return sum(spec.nbytes(e.length) for e in encs), "asked-for attention"
 
@@ -276,13 +287,14 @@ class EncoderRuntime:
         return sum(response_bytes(job.params, e.length, self.package.d_model) for e in encs)
 
     def _entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
-        self.tokenizer.check(encs)
-        if job.params.attention is not None:
+        self.tokenizer.check(encs, job.inputs_field)
+        params: RequestParams = job.params
+        if params.attention is not None:
             need, what = self.attention_need(job, encs)
             budget = self.settings.attention_budget_bytes
             if need > budget:
                 raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
-                               "heads or inputs" + (", or inputs of similar length" if getattr(job.params, "padded_attention", False) else ""))
+                               "heads or inputs" + (", or inputs of similar length" if params.padded_attention else ""))
         answer = self.answer_bytes(job, encs)
         if answer > self.settings.max_response_bytes:
             raise TooLarge(f"the response asked for takes up to {answer} bytes, over HEADWISE_MAX_RESPONSE_BYTES "

@@ -35,7 +35,6 @@ from service.errors import (
     InvalidRequest,
     NotFound,
     NotReady,
-    ServiceError,
     TooLarge,
     Validation,
 )
@@ -198,12 +197,8 @@ class Engine:
         if rt.package.task == "classification" and len(labels) != 1:
             raise Validation(f"model {rt.name!r} is a classifier with {len(labels)} labels: reranking needs a "
                              "cross-encoder (one label, a relevance score); use /v1/predict")
-        try:
-            return await rt.classify([(query, t) for t in texts], params, is_disconnected)
-        except ServiceError as e:  # pair i is texts[i]: say so (too many tokens, ...)
-            if e.field == "inputs":
-                e.field = "texts"
-            raise
+        # pair i is texts[i]: its errors (too many tokens) name texts[i]
+        return await rt.classify([(query, t) for t in texts], params, is_disconnected, field="texts")
 
     async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -99,6 +100,20 @@ def written_bytes(values: int, dtype: str, encoding: str, indices: int = 0) -> i
     if encoding == "base64":
         return -(-(values * DTYPES[dtype].itemsize + indices * INDEX_DTYPE.itemsize) * 4 // 3)
     return values * JSON_VALUE_BYTES[dtype] + indices * JSON_INDEX_BYTES
+
+
+class RequestParams(Protocol):
+    """What an encoder runtime's batching reads of a request's params, whichever operation's
+    (EmbedParams, service.engine.classify.ClassifyParams)."""
+
+    @property
+    def truncate(self) -> bool: ...
+
+    @property
+    def attention(self) -> AttentionSpec | None: ...
+
+    @property
+    def padded_attention(self) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -140,13 +140,14 @@ class TextTokenizer:
             return na > max(enough, nb + CUT_MARGIN)
         return False
 
-    def check(self, encs: list[Encoded]) -> None:
-        """An input over max_len (only possible with truncate=False) raises Validation (422)."""
+    def check(self, encs: list[Encoded], field: str = "inputs") -> None:
+        """An input over max_len (only possible with truncate=False) raises Validation (422)
+        naming `field`[i]."""
         for i, e in enumerate(encs):
             if e.length > self.max_len:
                 raise Validation(
                     f"{FIELD}[{i}] has {e.length} tokens or more, over this model's limit of "
-                    f"{self.max_len} (send truncate: true to cut it)", field="inputs")
+                    f"{self.max_len} (send truncate: true to cut it)", field=field)
 
     @property
     def vocab_size(self) -> int:

@@ -4,6 +4,7 @@ byte measures of the budgets, and which runtime refuses which operation."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import numpy as np
@@ -176,3 +177,33 @@ def test_pair_measures_count_the_planes_written(aggregate):
             == n * 16 + n * 6 + 12 * (48 + 8) + 256)
     dense = AttentionSpec.select(4, 6, [0, 2], [1, 3, 5], aggregate=aggregate)
     assert returned_bytes(dense, enc) == attention_bytes(dense, enc) == planes * 2 * 5 * 7 * 4
+
+
+def test_rerank_names_texts_by_passing_the_field_down(tmp_path):
+    """The engine names the field (classify(..., field="texts")) rather than editing a caught
+    error; a classifier's params declare the budget's per-input measure (RequestParams)."""
+    from service.engine.params import RequestParams
+
+    params: RequestParams = ClassifyParams(truncate=False)
+    assert params.padded_attention is False  # not a field: nothing a client could set
+    assert "padded_attention" not in {f.name for f in dataclasses.fields(ClassifyParams)}
+    engine = _classifier_engine(tmp_path)
+    rt = engine.models["tiny"]
+
+    async def go():
+        engine._prepare()
+        engine.start()
+        try:
+            errors = []
+            for call in (rt.classify([("a", "the " * 40)], params, None, field="texts"), rt.classify(["the " * 40], params),
+                         engine.classify(rt, [("a", "the " * 40)], params)):
+                with pytest.raises(Validation) as exc:
+                    await call
+                errors.append(exc.value)
+            return errors
+        finally:
+            await engine.close()
+
+    texts, inputs, via_engine = asyncio.run(go())
+    assert texts.field == "texts" and texts.render().startswith("texts[0] has ")
+    assert inputs.field == via_engine.field == "inputs" and inputs.render().startswith("inputs[0] has 42 tokens")
