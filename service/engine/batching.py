@@ -50,6 +50,7 @@ class Job:
     size: int  # inputs
     inputs: Any = None  # raw texts, for `prepare`
     params: Any = None
+    inputs_field: str = "inputs"  # the request field `inputs` are, as errors about one of them name it
     is_disconnected: Callable[[], Awaitable[bool]] | None = None
     future: asyncio.Future | None = None
     results: list = field(default_factory=list)

@@ -23,6 +23,7 @@ from service.engine.classify import (
 )
 from service.engine.encoder import EncoderRuntime
 from service.engine.outputs import attention_payload, pair_attention
+from service.engine.params import AttentionSpec
 from service.engine.tokenizer import Encoded
 from service.errors import Validation
 
@@ -32,24 +33,31 @@ class ClassifierRuntime(EncoderRuntime):
     def labels(self) -> list[str]:
         return list(self.package.labels)
 
-    async def embed(self, inputs, params, is_disconnected=None):
+    def check_embeddings(self) -> None:
+        """Its graphs answer logits, not sentence embeddings: every embedding operation is refused
+        here, before anything is queued (a batch of its batcher runs run_batch, which answers
+        Classified for ClassifyParams only)."""
         raise Validation(f"model {self.name!r} is a classification model ({len(self.labels)} labels): use "
-                         "POST /v1/rerank or /v1/predict; /v1/embed serves embedding models")
+                         "POST /v1/rerank or /v1/predict; /v1/embed, /v1/similarity and /v1/occlusion serve "
+                         "embedding models")
+
+    async def embed(self, inputs, params, is_disconnected=None):
+        self.check_embeddings()
+
+    async def run_encoded(self, encs, params, holes=None, is_disconnected=None):
+        self.check_embeddings()
 
     async def classify(self, inputs: list, params: ClassifyParams,
-                       is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
+                       is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+                       field: str = "inputs") -> ClassifyResult:
         """Texts and (a, b) pairs, in their order; tokenised on the batcher's thread together
-        with whatever else is waiting."""
+        with whatever else is waiting. `field`: the request field errors about input i name."""
         items = [x if isinstance(x, str) else tuple(x) for x in inputs]
-        role = "attention" if params.attention is not None else "embed"
-        batcher = self.batchers.get(role)
-        if batcher is None:
-            raise Validation(f"model {self.name!r} has no attention variant")
-        job = Job(len(items), inputs=items, params=params, is_disconnected=is_disconnected)
-        data: list[Classified] = await batcher.submit(job)
-        if params.attention is not None:
-            self.series.attention_bytes.inc(sum(self._returned(params, c.encoding) for c in data))
+        data: list[Classified] = await self._submit(items, params, is_disconnected, field)
         return ClassifyResult(self.name, self.package.version, self.labels, data)
+
+    def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
+        return returned_bytes(spec, enc) if enc.segments is not None else spec.returned_bytes(enc.length)
 
     # -- the inference thread ------------------------------------------------------------
     def pretokenised(self, inputs) -> bool:
@@ -70,13 +78,8 @@ class ClassifierRuntime(EncoderRuntime):
         return ClassifyParams()  # the attention variant still computes (and returns) its weights
 
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
-        f16 = [self.f16_attention(role, e.job.params.attention) for e in entries]
-        outputs = ["logits"]
-        if any(f16):
-            outputs.append("attentions_f16")
-        if role == "attention" and not all(f16):
-            outputs.append("attentions")
-        out = self.run(role, entries, padded, outputs, record)
+        f16, attention = self._attention_outputs(role, entries)
+        out = self.run(role, entries, padded, ["logits", *attention], record)
         logits = out["logits"]
         results = []
         for i, e in enumerate(entries):
@@ -84,14 +87,8 @@ class ClassifierRuntime(EncoderRuntime):
             row = logits[i].astype("float32", copy=True)
             att = None
             if p.attention is not None:
-                weights = out["attentions_f16" if f16[i] else "attentions"][i]
                 enc: Encoded = e.encoding
-                att = (pair_attention(weights, enc, p.attention) if enc.segments is not None
-                       else attention_payload(weights, e.length, p.attention))
+                att = (pair_attention(self._weights(out, f16, i), enc, p.attention) if enc.segments is not None
+                       else attention_payload(self._weights(out, f16, i), e.length, p.attention))
             results.append(Classified(e.encoding, row, activate(row, p.raw_scores), att))
         return results
-
-    @staticmethod
-    def _returned(params: ClassifyParams, enc: Encoded) -> int:
-        spec = params.attention
-        return returned_bytes(spec, enc) if enc.segments is not None else spec.returned_bytes(enc.length)

@@ -5,10 +5,17 @@ attention and response budgets count for /v1/rerank and /v1/predict."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES, AttentionSpec, written_bytes
+from service.engine.params import (
+    INDEX_DTYPE,
+    JSON_VALUE_BYTES,
+    TOKEN_BYTES,
+    AttentionSpec,
+    written_bytes,
+)
 from service.engine.tokenizer import Encoded
 
 LABEL_BYTES = 32  # one {"label": ..., "score": ...} beyond its label's own characters
@@ -19,6 +26,7 @@ class ClassifyParams:
     truncate: bool = True
     raw_scores: bool = False  # logits as they are; otherwise sigmoid (1 label) or softmax (n labels)
     attention: AttentionSpec | None = None  # with pairs: the query↔document blocks (pair_attention)
+    padded_attention: ClassVar[bool] = False  # the attention budget counts each input at its own length
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +85,18 @@ def attention_bytes(spec: AttentionSpec, enc: Encoded) -> int:
     return spec.values_bytes(attention_cells(enc))
 
 
+def topk_values(spec: AttentionSpec, enc: Encoded) -> int:
+    """Weights a top-k answer keeps of a pair's two blocks, over every plane: k (or fewer) per
+    row of each block."""
+    tq, td = pair_sizes(enc)
+    return spec.planes() * (tq * min(spec.top_k, td) + td * min(spec.top_k, tq))
+
+
 def returned_bytes(spec: AttentionSpec, enc: Encoded) -> int:
     """Attention bytes returned for one input (headwise_attention_bytes_total)."""
-    tq, td = pair_sizes(enc)
     if spec.format == "dense":
-        return spec.values_bytes(2 * tq * td)
-    per = spec.item_size() + 4  # value + int32 index
-    return len(spec.layers) * len(spec.heads) * (tq * min(spec.top_k, td) + td * min(spec.top_k, tq)) * per
+        return attention_bytes(spec, enc)
+    return topk_values(spec, enc) * (spec.item_size() + INDEX_DTYPE.itemsize)  # value + int32 index
 
 
 def response_bytes(params: ClassifyParams, enc: Encoded, labels: list[str] | tuple[str, ...]) -> int:
@@ -98,8 +111,8 @@ def response_bytes(params: ClassifyParams, enc: Encoded, labels: list[str] | tup
         return scores + spec.serialized_bytes(enc.length) + enc.length * TOKEN_BYTES + 256
     tq, td = pair_sizes(enc)
     if spec.format == "dense":
-        values = spec.written_cells(2 * tq * td)
+        values = spec.written_cells(attention_cells(enc))
     else:
-        n = len(spec.layers) * len(spec.heads) * (tq * min(spec.top_k, td) + td * min(spec.top_k, tq))
+        n = topk_values(spec, enc)
         values = written_bytes(n, spec.dtype, spec.encoding, indices=n)
     return scores + values + (tq + td) * (TOKEN_BYTES + 8) + 256

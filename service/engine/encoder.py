@@ -13,7 +13,14 @@ import numpy as np
 from service.backends.onnxruntime import Backend
 from service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
 from service.engine.outputs import attention_payload, pool
-from service.engine.params import AttentionSpec, Embedded, EmbedParams, EmbedResult, response_bytes
+from service.engine.params import (
+    AttentionSpec,
+    Embedded,
+    EmbedParams,
+    EmbedResult,
+    RequestParams,
+    response_bytes,
+)
 from service.engine.tokenizer import Encoded, TextTokenizer
 from service.errors import ServiceError, TooLarge, Validation
 from service.metrics import Metrics, ModelSeries, QueueHooks
@@ -87,23 +94,40 @@ class EncoderRuntime:
         return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
 
     # -- the operations (event loop) ------------------------------------------------------------
+    def check_embeddings(self) -> None:
+        """Raises Validation, naming the routes that serve this model, unless it answers sentence
+        embeddings (embed, run_encoded: /v1/embed, /v1/similarity, /v1/occlusion); an encoder does."""
+
     async def embed(self, inputs: list, params: EmbedParams,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
         """Tokenised on the batcher's thread together with whatever else is waiting. `inputs`
         may be token-id lists instead of texts, used as they are (no special tokens added)."""
         if token_ids(inputs):
             self.tokenizer.check_ids(inputs)
+        data: list[Embedded] = await self._submit(inputs, params, is_disconnected, "inputs")
+        return EmbedResult(self.name, self.package.version, data)
+
+    async def _submit(self, inputs: list, params: RequestParams, is_disconnected: Callable[[], Awaitable[bool]] | None,
+                      field: str) -> list:
+        """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
+        attention variant's when they ask for attention), tokenised on its thread; counts the
+        attention returned."""
         role = "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
             raise Validation(f"model {self.name!r} has no attention variant")
-        job = Job(len(inputs), inputs=inputs, params=params, is_disconnected=is_disconnected)
-        data: list[Embedded] = await batcher.submit(job)
-        if params.attention is not None:
-            self.series.attention_bytes.inc(sum(params.attention.returned_bytes(e.encoding.length) for e in data))
-            if params.attention.aggregate != "none":
-                self.series.aggregate(params.attention.aggregate).inc()
-        return EmbedResult(self.name, self.package.version, data)
+        data = await batcher.submit(Job(len(inputs), inputs=inputs, params=params, inputs_field=field,
+                                        is_disconnected=is_disconnected))
+        spec = params.attention
+        if spec is not None:
+            self.series.attention_bytes.inc(sum(self.returned_bytes(spec, d.encoding) for d in data))
+            if spec.aggregate != "none":
+                self.series.aggregate(spec.aggregate).inc()
+        return data
+
+    def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
+        """Attention bytes one input's answer returns (headwise_attention_bytes_total)."""
+        return spec.returned_bytes(enc.length)
 
     async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
                           is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
@@ -123,7 +147,7 @@ class EncoderRuntime:
         raise Validation(f"model {self.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
                          "serves decoder and encoder-decoder models")
 
-    async def classify(self, inputs, params, is_disconnected=None):
+    async def classify(self, inputs, params, is_disconnected=None, field="inputs"):
         raise Validation(f"model {self.name!r} is an embedding model: use POST /v1/embed; /v1/rerank and "
                          "/v1/predict serve classification packages (cross-encoders, classifiers)")
 
@@ -171,6 +195,22 @@ class EncoderRuntime:
         return (role == "attention" and self._f16_attention and spec is not None
                 and spec.dtype == "float16" and spec.format == "dense" and spec.aggregate == "none")
 
+    def _attention_outputs(self, role: str, entries: list[Entry]) -> tuple[list[bool], list[str]]:
+        """Per entry whether it reads the float16 weights (`_weights`), and the attention
+        outputs the batch needs."""
+        f16 = [self.f16_attention(role, e.job.params.attention) for e in entries]
+        outputs = []
+        if any(f16):
+            outputs.append("attentions_f16")
+        if role == "attention" and not all(f16):
+            outputs.append("attentions")
+        return f16, outputs
+
+    @staticmethod
+    def _weights(out: dict, f16: list[bool], i: int) -> np.ndarray:
+        """Entry i's padded [L, H, T, T] weights among a batch's outputs (_attention_outputs)."""
+        return out["attentions_f16" if f16[i] else "attentions"][i]
+
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
         pkg = self.package
         pooled = [self._use_pooled(e.job.params) for e in entries]
@@ -179,12 +219,8 @@ class EncoderRuntime:
             outputs.append("sentence_embedding")
         if any(e.job.params.tokens or (e.job.params.sentence and not p) for e, p in zip(entries, pooled, strict=True)):
             outputs.append("last_hidden_state")
-        f16 = [self.f16_attention(role, e.job.params.attention) for e in entries]
-        if any(f16):
-            outputs.append("attentions_f16")
-        if role == "attention" and not all(f16):
-            outputs.append("attentions")
-        out = self.run(role, entries, padded, outputs, record)
+        f16, attention = self._attention_outputs(role, entries)
+        out = self.run(role, entries, padded, outputs + attention, record)
         results = []
         for i, e in enumerate(entries):
             p: EmbedParams = e.job.params
@@ -198,8 +234,7 @@ class EncoderRuntime:
                 if e.hole >= 0 and pkg.pooling == "mean":  # as the graph's pooling: real positions only
                     hidden = np.delete(hidden, e.hole, axis=0)
                 sentence = pool(hidden, pkg.pooling, p.normalize)
-            att = (attention_payload(out["attentions_f16" if f16[i] else "attentions"][i], t, p.attention)
-                   if p.attention else None)
+            att = attention_payload(self._weights(out, f16, i), t, p.attention) if p.attention else None
             results.append(Embedded(e.encoding, sentence, tokens, att))
         return results
 
@@ -241,8 +276,9 @@ class EncoderRuntime:
 
     def attention_need(self, job: Job, encs: list[Encoded]) -> tuple[int, str]:
         """(bytes the attention budget counts for this job, what they are, for the message)."""
-        spec = job.params.attention
-        if job.params.padded_attention:
+        params: RequestParams = job.params
+        spec = params.attention
+        if params.padded_attention:
             return len(encs) * spec.nbytes(max(e.length for e in encs)), "the padded attention tensor"
         return sum(spec.nbytes(e.length) for e in encs), "asked-for attention"
 
@@ -251,13 +287,14 @@ class EncoderRuntime:
         return sum(response_bytes(job.params, e.length, self.package.d_model) for e in encs)
 
     def _entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
-        self.tokenizer.check(encs)
-        if job.params.attention is not None:
+        self.tokenizer.check(encs, job.inputs_field)
+        params: RequestParams = job.params
+        if params.attention is not None:
             need, what = self.attention_need(job, encs)
             budget = self.settings.attention_budget_bytes
             if need > budget:
                 raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
-                               "heads or inputs" + (", or inputs of similar length" if getattr(job.params, "padded_attention", False) else ""))
+                               "heads or inputs" + (", or inputs of similar length" if params.padded_attention else ""))
         answer = self.answer_bytes(job, encs)
         if answer > self.settings.max_response_bytes:
             raise TooLarge(f"the response asked for takes up to {answer} bytes, over HEADWISE_MAX_RESPONSE_BYTES "

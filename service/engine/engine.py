@@ -35,7 +35,6 @@ from service.errors import (
     InvalidRequest,
     NotFound,
     NotReady,
-    ServiceError,
     TooLarge,
     Validation,
 )
@@ -198,12 +197,8 @@ class Engine:
         if rt.package.task == "classification" and len(labels) != 1:
             raise Validation(f"model {rt.name!r} is a classifier with {len(labels)} labels: reranking needs a "
                              "cross-encoder (one label, a relevance score); use /v1/predict")
-        try:
-            return await rt.classify([(query, t) for t in texts], params, is_disconnected)
-        except ServiceError as e:  # pair i is texts[i]: say so (too many tokens, ...)
-            if e.field == "inputs":
-                e.field = "texts"
-            raise
+        # pair i is texts[i]: its errors (too many tokens) name texts[i]
+        return await rt.classify([(query, t) for t in texts], params, is_disconnected, field="texts")
 
     async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
@@ -214,6 +209,7 @@ class Engine:
             raise InvalidRequest("'targets' is empty", field="targets")
         texts = [source, *targets]
         self._check(texts)
+        rt.check_embeddings()
         encs = await self._encode(rt, texts, truncate)
         rt.tokenizer.check(encs)
         return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, is_disconnected)
@@ -222,6 +218,7 @@ class Engine:
                         is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
         """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
         self._check([text])
+        rt.check_embeddings()
         encs = await self._encode(rt, [text], truncate)
         rt.tokenizer.check(encs)
         return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, is_disconnected)

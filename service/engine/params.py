@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -45,10 +46,14 @@ class AttentionSpec:
     @classmethod
     def select(cls, n_layers: int, n_heads: int, layers: Sequence[int] | None, heads: Sequence[int] | None,
                **how) -> AttentionSpec:
-        """The spec for a model of n_layers × n_heads; None: all. Raises Validation."""
+        """The spec for a model of n_layers × n_heads; None: all. Raises Validation for an
+        index out of range, an empty list, or an index given twice (which would weigh its
+        layer twice in an aggregate: rollout would apply it twice)."""
         for what, sel, n in (("layers", layers, n_layers), ("heads", heads, n_heads)):
             if sel is not None and (not sel or any(not 0 <= i < n for i in sel)):
                 raise Validation(f"attention.{what}: each must be in 0..{n - 1} and the list non-empty")
+            if sel is not None and len(set(sel)) != len(sel):
+                raise Validation(f"attention.{what}: each index at most once")
         if how.get("aggregate", "none") == "rollout" and layers is not None:
             layers = sorted(layers)  # rollout composes layers in the model's order
         return cls(layers=tuple(layers) if layers is not None else tuple(range(n_layers)),
@@ -95,6 +100,20 @@ def written_bytes(values: int, dtype: str, encoding: str, indices: int = 0) -> i
     if encoding == "base64":
         return -(-(values * DTYPES[dtype].itemsize + indices * INDEX_DTYPE.itemsize) * 4 // 3)
     return values * JSON_VALUE_BYTES[dtype] + indices * JSON_INDEX_BYTES
+
+
+class RequestParams(Protocol):
+    """What an encoder runtime's batching reads of a request's params, whichever operation's
+    (EmbedParams, service.engine.classify.ClassifyParams)."""
+
+    @property
+    def truncate(self) -> bool: ...
+
+    @property
+    def attention(self) -> AttentionSpec | None: ...
+
+    @property
+    def padded_attention(self) -> bool: ...
 
 
 @dataclass(frozen=True)

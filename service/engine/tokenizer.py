@@ -16,6 +16,7 @@ from service.errors import FIELD, Validation
 # word's pieces can add tokens the whole text does not have: CUT_MARGIN of them are allowed.
 PREFIX_TOKENS = 8
 CUT_MARGIN = 128
+PAIR_CHARS = 1 << 21  # characters of pairs one encode_batch reads (beyond a single pair's own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,39 +92,62 @@ class TextTokenizer:
 
     def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool) -> list[Encoded]:
         """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
-        given as prefixes, measured untruncated, and a side is enough when it is whole or passes
-        max_len by CUT_MARGIN tokens (what longest_first keeps of it, at most max_len tokens,
-        is then its own; whether the pair is too long, too). The settled prefixes are then
-        encoded once more with truncation, when asked."""
+        given as prefixes, measured untruncated, four times longer while `_enough` says the whole
+        pair could answer otherwise. The settled prefixes are then encoded once more with
+        truncation, when asked, so that the answer is the tokenizer's own `encode(a, b)` cut by
+        longest_first. Pairs go to the tokenizer in groups of at most PAIR_CHARS characters:
+        sides read whole (two long texts of about equal length) keep every token until cut."""
         settled: list[tuple[str, str] | None] = [None] * len(pairs)
         full: list = [None] * len(pairs)
         todo, chars = list(range(len(pairs))), PREFIX_TOKENS * self.max_len
-        enough = self.max_len + CUT_MARGIN
         while todo:
-            cut = [(pairs[i][0][:chars], pairs[i][1][:chars]) for i in todo]
-            encodings = self._full.encode_batch(cut)
             again = []
-            for i, (a, b), e in zip(todo, cut, encodings, strict=True):
-                seq = e.sequence_ids
-                na, nb = seq.count(0), seq.count(1)
-                if (len(a) == len(pairs[i][0]) or na > enough) and (len(b) == len(pairs[i][1]) or nb > enough):
-                    settled[i], full[i] = (a, b), e
-                else:
-                    again.append(i)
+            for group in _groups(todo, [min(len(pairs[i][0]), chars) + min(len(pairs[i][1]), chars) for i in todo]):
+                cut = [(pairs[i][0][:chars], pairs[i][1][:chars]) for i in group]
+                for i, (a, b), e in zip(group, cut, self._full.encode_batch(cut), strict=True):
+                    seq = e.sequence_ids
+                    whole = (len(a) == len(pairs[i][0]), len(b) == len(pairs[i][1]))
+                    if self._enough(whole, (seq.count(0), seq.count(1)), truncate):
+                        settled[i] = (a, b)
+                        full[i] = None if truncate else e
+                    else:
+                        again.append(i)
             todo, chars = again, chars * 4
         if truncate:
-            full = self._truncating.encode_batch(settled)
+            full = [e for group in _groups(range(len(pairs)), [len(a) + len(b) for a, b in settled])
+                    for e in self._truncating.encode_batch([settled[i] for i in group])]
         return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64), e.tokens,
                         e.offsets, np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8))
                 for e in full]
 
-    def check(self, encs: list[Encoded]) -> None:
-        """An input over max_len (only possible with truncate=False) raises Validation (422)."""
+    def _enough(self, whole: tuple[bool, bool], counts: tuple[int, int], truncate: bool) -> bool:
+        """Whether a pair's prefixes (`whole`: each side's is its whole text; `counts`: their
+        tokens, untruncated) answer as the whole texts. A cut side past max_len by CUT_MARGIN
+        begins with the whole text's tokens, and is too long either way. Cut by longest_first
+        (tokenizers' truncate_encodings), what each side keeps depends on which side is longer
+        (the shorter one, or the first of equals, keeps up to its whole length, and when both
+        are cut the longer keeps max_len's odd token): so a cut side must also be longer than
+        the other side for sure, that side whole and this one past its length by CUT_MARGIN."""
+        enough = self.max_len + CUT_MARGIN
+        (whole_a, whole_b), (na, nb) = whole, counts
+        if not truncate:
+            return (whole_a or na > enough) and (whole_b or nb > enough)
+        if whole_a and whole_b:
+            return True
+        if whole_a:
+            return nb > max(enough, na + CUT_MARGIN)
+        if whole_b:
+            return na > max(enough, nb + CUT_MARGIN)
+        return False
+
+    def check(self, encs: list[Encoded], field: str = "inputs") -> None:
+        """An input over max_len (only possible with truncate=False) raises Validation (422)
+        naming `field`[i]."""
         for i, e in enumerate(encs):
             if e.length > self.max_len:
                 raise Validation(
                     f"{FIELD}[{i}] has {e.length} tokens or more, over this model's limit of "
-                    f"{self.max_len} (send truncate: true to cut it)", field="inputs")
+                    f"{self.max_len} (send truncate: true to cut it)", field=field)
 
     @property
     def vocab_size(self) -> int:
@@ -165,6 +189,19 @@ class TextTokenizer:
             if s and (min(s) < 0 or max(s) >= n):
                 raise Validation(f"ids[{i}]: token ids must be in 0..{n - 1}", field="ids")
         return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
+
+
+def _groups(items, sizes: list[int], budget: int = PAIR_CHARS):
+    """`items` in order, in groups whose `sizes` sum to at most `budget` (or of one item)."""
+    group, n = [], 0
+    for i, size in zip(items, sizes, strict=True):
+        if group and n + size > budget:
+            yield group
+            group, n = [], 0
+        group.append(i)
+        n += size
+    if group:
+        yield group
 
 
 def _processor_ids(node) -> set[int]:

@@ -146,6 +146,11 @@ def test_errors_are_native_and_clear(srv):
     assert "embedding model" in msg and "/v1/rerank" in msg
     msg = error(srv.post("/v1/embed", {"model": "tiny-reranker", "inputs": "a"}), 422, "validation")
     assert "classification model" in msg
+    for route, body in (("/v1/similarity", {"source": "a", "targets": ["b"]}),
+                        ("/v1/similarity", {"source": "a", "targets": ["b"], "explain": True}),
+                        ("/v1/occlusion", {"input": "a"})):
+        msg = error(srv.post(route, {"model": "tiny-reranker", **body}), 422, "validation")
+        assert "classification model" in msg and route in msg and "/v1/rerank" in msg
     assert error(srv.post("/v1/rerank", {"model": "tiny-reranker", "query": "q", "texts": []}), 400,
                  "invalid_request") == "'texts' is empty"
     assert "at most 8" in error(srv.post("/v1/rerank", {"model": "tiny-reranker", "query": "q", "texts": ["a"] * 9}),

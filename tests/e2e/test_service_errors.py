@@ -81,6 +81,8 @@ def test_422_wrong_types_and_too_long_without_truncation(srv):
     check(post(srv, {"inputs": MARK, "normalize": "yes"}), 422, "validation")
     check(post(srv, {"inputs": MARK, "attention": {"format": "sparse"}}), 422, "validation")
     check(post(srv, {"inputs": MARK, "attention": {"heads": [12]}}), 422, "validation")
+    err = check(post(srv, {"inputs": MARK, "attention": {"layers": [1, 1], "aggregate": "rollout"}}), 422, "validation")
+    assert err["message"] == "attention.layers: each index at most once"
     check(post(srv, {"inputs": MARK, "attention": {"top_k": 0}}), 422, "validation")
     err = check(post(srv, {"inputs": (MARK + " ") * 100, "truncate": False}), 422, "validation")
     assert "256" in err["message"]

@@ -94,10 +94,13 @@ class GenerativeRuntime:
         return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
 
     async def embed(self, inputs, params, is_disconnected=None):
+        self.check_embeddings()
+
+    def check_embeddings(self) -> None:
         raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
                          "POST /v1/generate and has no embeddings")
 
-    async def classify(self, inputs, params, is_disconnected=None):
+    async def classify(self, inputs, params, is_disconnected=None, field="inputs"):
         raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
                          "POST /v1/generate; /v1/rerank and /v1/predict serve classification packages")
 

@@ -72,3 +72,13 @@ def test_budget_measures_count_the_aggregate():
 def test_selection_is_still_checked():
     with pytest.raises(Validation):
         spec([L], None, aggregate="rollout")
+
+
+@pytest.mark.parametrize("aggregate", ["none", "mean", "rollout"])
+@pytest.mark.parametrize(("layers", "heads", "what"), [([1, 1], None, "layers"), ([2, 0, 2], [0], "layers"),
+                                                       (None, [0, 0], "heads"), ([0], [1, 2, 1], "heads")])
+def test_an_index_given_twice_is_refused(layers, heads, what, aggregate):
+    """[1, 1] would weigh layer 1 twice in a mean and apply it twice in a rollout."""
+    with pytest.raises(Validation, match=rf"^attention\.{what}: each index at most once$"):
+        AttentionSpec.select(L, H, layers, heads, aggregate=aggregate)
+    assert AttentionSpec.select(L, H, [2, 0], [1, 0], aggregate=aggregate).heads == (1, 0)

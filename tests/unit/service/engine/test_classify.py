@@ -4,6 +4,7 @@ byte measures of the budgets, and which runtime refuses which operation."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import numpy as np
@@ -17,13 +18,13 @@ from service.engine.classify import (
     response_bytes,
     returned_bytes,
 )
-from service.engine.params import AttentionSpec
+from service.engine.params import AttentionSpec, EmbedParams
 from service.engine.tokenizer import Encoded, TextTokenizer
 from service.errors import Validation
 from service.metrics import Metrics
 from service.package import PackageError, load_package
 from service.settings import Settings
-from tests.unit.fakes import FakeBackend, make_package
+from tests.unit.fakes import FakeBackend, fake_hidden, make_package
 
 
 def test_activation_is_sigmoid_for_one_label_softmax_for_several():
@@ -102,3 +103,107 @@ def test_pairs_keep_their_segments_and_own_offsets(tmp_path):
     assert pair.tokens == ["the", "cat", "a", "dog", "sat"]
     assert pair.segments.tolist() == [0, 0, 1, 1, 1] and pair.type_ids.tolist() == [0, 0, 1, 1, 1]
     assert pair.offsets == [(0, 3), (4, 7), (0, 1), (2, 5), (6, 9)]
+
+
+class FakeClassifierBackend(FakeBackend):
+    """FakeBackend with a `logits` output: two labels, from the masked mean of fake_hidden."""
+
+    def run(self, role, feeds, outputs):
+        out = super().run(role, feeds, [o for o in outputs if o != "logits"])
+        if "logits" in outputs:
+            m = feeds["attention_mask"][..., None].astype(np.float32)
+            out["logits"] = ((fake_hidden(feeds["input_ids"]) * m).sum(1) / m.sum(1))[:, :2]
+        return out
+
+
+def _classifier_engine(tmp_path):
+    from service.engine import Engine
+
+    mf = make_package(tmp_path / "models") / "manifest.json"
+    m = json.loads(mf.read_text())
+    m.update(task="classification", labels=["no", "yes"])
+    mf.write_text(json.dumps(m))
+    engine = Engine(Settings(models_dir=tmp_path / "models", max_wait_ms=50), Metrics(gpu=None),
+                    FakeClassifierBackend)
+    engine.load_packages()
+    return engine
+
+
+def test_a_classification_model_refuses_similarity_and_occlusion_before_queueing(tmp_path):
+    """Its batchers answer ClassifyParams only: an embedding job among them (the run_encoded of
+    similarity and occlusion) failed its whole batch with a 500, classify requests included."""
+    engine = _classifier_engine(tmp_path)
+    rt = engine.models["tiny"]
+    refused = r"'tiny' is a classification model \(2 labels\): use POST /v1/rerank or /v1/predict; .*/v1/similarity"
+
+    async def go():
+        engine._prepare()
+        engine.start()
+        rt.backend.calls.clear()
+        try:
+            got = await asyncio.gather(
+                engine.similarity(rt, "the cat", ["a dog"], False, False, 5),
+                engine.similarity(rt, "the cat", ["a dog"], True, False, 5),
+                engine.occlusion(rt, "the cat", False),
+                engine.classify(rt, ["the cat", ("a dog", "sat")], ClassifyParams()),
+                return_exceptions=True)
+            with pytest.raises(Validation, match=refused):
+                await rt.run_encoded(rt.tokenizer.encode(["the cat"]), EmbedParams())
+            with pytest.raises(Validation, match=refused):
+                await engine.embed(rt, ["the cat"], EmbedParams())
+            return got
+        finally:
+            await engine.close()
+
+    *refusals, classified = asyncio.run(go())
+    for e in refusals:
+        assert isinstance(e, Validation) and "/v1/occlusion" in str(e), e
+    assert not isinstance(classified, Exception), classified
+    assert len(classified.data) == 2
+    assert sum(shape[0] for _, shape in rt.backend.calls) == 2  # the classify inputs only; nothing else ran
+
+
+@pytest.mark.parametrize("aggregate", ["none", "mean", "rollout"])
+def test_pair_measures_count_the_planes_written(aggregate):
+    """The pair measures count AttentionSpec.planes(), as every other measure does: L′·H′
+    planes, L′ for mean, 1 for rollout."""
+    enc = _pair(5, 7)
+    top = AttentionSpec.select(4, 6, [0, 2], [1, 3, 5], format="topk", top_k=3, aggregate=aggregate)
+    planes = {"none": 6, "mean": 2, "rollout": 1}[aggregate]
+    assert top.planes() == planes
+    assert returned_bytes(top, enc) == planes * (5 * 3 + 7 * 3) * (4 + 4)
+    n = planes * (5 * 3 + 7 * 3)
+    assert (response_bytes(ClassifyParams(attention=top), enc, ["x"]) - response_bytes(ClassifyParams(), enc, ["x"])
+            == n * 16 + n * 6 + 12 * (48 + 8) + 256)
+    dense = AttentionSpec.select(4, 6, [0, 2], [1, 3, 5], aggregate=aggregate)
+    assert returned_bytes(dense, enc) == attention_bytes(dense, enc) == planes * 2 * 5 * 7 * 4
+
+
+def test_rerank_names_texts_by_passing_the_field_down(tmp_path):
+    """The engine names the field (classify(..., field="texts")) rather than editing a caught
+    error; a classifier's params declare the budget's per-input measure (RequestParams)."""
+    from service.engine.params import RequestParams
+
+    params: RequestParams = ClassifyParams(truncate=False)
+    assert params.padded_attention is False  # not a field: nothing a client could set
+    assert "padded_attention" not in {f.name for f in dataclasses.fields(ClassifyParams)}
+    engine = _classifier_engine(tmp_path)
+    rt = engine.models["tiny"]
+
+    async def go():
+        engine._prepare()
+        engine.start()
+        try:
+            errors = []
+            for call in (rt.classify([("a", "the " * 40)], params, None, field="texts"), rt.classify(["the " * 40], params),
+                         engine.classify(rt, [("a", "the " * 40)], params)):
+                with pytest.raises(Validation) as exc:
+                    await call
+                errors.append(exc.value)
+            return errors
+        finally:
+            await engine.close()
+
+    texts, inputs, via_engine = asyncio.run(go())
+    assert texts.field == "texts" and texts.render().startswith("texts[0] has ")
+    assert inputs.field == via_engine.field == "inputs" and inputs.render().startswith("inputs[0] has 42 tokens")

@@ -1,0 +1,100 @@
+"""Pairs are cut as the tokenizer itself cuts them: TextTokenizer.encode_items reads each side
+only as far as it needs, and its ids, type ids and segments equal the tokenizers library's
+`encode(a, b)` with longest_first truncation at max_len, and transformers' tokenizer's, for
+long and short sides, either order, equal lengths and unicode (the tiny BERT tokenizer of
+tests/fixtures/tiny.py; all-MiniLM-L6-v2's too when HEADWISE_TEST_PACKAGE names it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from service.engine import tokenizer as tokenizer_module
+from service.engine.tokenizer import TextTokenizer
+from tests.fixtures.tiny import tiny_tokenizer
+
+MINILM = os.environ.get("HEADWISE_TEST_PACKAGE")
+
+
+def cases(k: int) -> dict[str, tuple[str, str]]:
+    """Pairs for a model of max_len 32·k. "hello" is one token in 6 characters, "hi" two in 3,
+    "a" one in 2: a side's prefix can hold fewer tokens than the other's while the side is longer."""
+    return {
+        "both-long-first-longer-by-tokens": ("hello " * 400 * k, "a " * 300 * k),
+        "both-long-second-longer-by-tokens": ("a " * 300 * k, "hello " * 400 * k),
+        "both-long-hi": ("hi " * 125 * k, "a " * int(112.5 * k)),  # k=8: "hi " * 1000, "a " * 900
+        "both-long-equal": ("hello " * 300 * k, "a " * 300 * k),
+        "both-long-equal-swapped": ("a " * 300 * k, "hello " * 300 * k),
+        "both-long-by-one": ("hello " * (300 * k + 1), "a " * 300 * k),
+        "both-long-by-one-swapped": ("a " * 300 * k, "hello " * (300 * k + 1)),
+        "both-over-half": ("cat " * 20 * k, "dog " * 23 * k),
+        "one-long": ("the cat sat", "hello " * 500 * k),
+        "one-long-swapped": ("hello " * 500 * k, "the cat sat"),
+        "short-over-half": ("the quick brown fox " * 4 * k, "hello " * 500 * k),
+        "unicode": ("猫が好き " * 150 * k, "naïve café 🙂 " * 100 * k),
+        "unicode-swapped": ("naïve café 🙂 " * 100 * k, "猫が好き " * 150 * k),
+        "empty-second": ("hello " * 500 * k, ""),
+        "empty-first": ("", "hello " * 500 * k),
+        "empty-second-short": ("the cat", ""),
+        "short": ("where is the cat", "the cat sat on the mat"),
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_file(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tok")
+    tiny_tokenizer(folder)
+    return folder / "tokenizer.json"
+
+
+def references(file: Path, pair: tuple[str, str], max_len: int):
+    """(tokenizers' Encoding, transformers' BatchEncoding) of the pair cut to max_len."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_file(str(file))
+    tok.no_padding()
+    tok.enable_truncation(max_length=max_len)  # strategy longest_first
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(file), pad_token="[PAD]")
+    # as a batch of one, as CrossEncoder sends pairs: an empty second text is still a pair
+    return tok.encode(*pair), hf([pair[0]], [pair[1]], truncation=True, max_length=max_len,
+                                 return_token_type_ids=True)
+
+
+def check(got, pair, file: Path, max_len: int) -> None:
+    e, hf = references(file, pair, max_len)
+    assert got.ids.tolist() == e.ids == hf["input_ids"][0]
+    assert got.type_ids.tolist() == e.type_ids == hf["token_type_ids"][0]
+    assert got.segments.tolist() == [-1 if s is None else s for s in e.sequence_ids]
+    assert got.tokens == e.tokens and got.offsets == e.offsets
+
+
+@pytest.mark.parametrize("name", list(cases(1)))
+@pytest.mark.parametrize("max_len", [32, 64])
+def test_pairs_equal_the_tokenizers_longest_first(tiny_file, name, max_len):
+    pair = cases(max_len // 32)[name]
+    got = TextTokenizer(tiny_file, max_len).encode_items([pair])[0]
+    check(got, pair, tiny_file, max_len)
+
+
+def test_pairs_read_in_groups_answer_the_same(tiny_file, monkeypatch):
+    monkeypatch.setattr(tokenizer_module, "PAIR_CHARS", 600)  # most groups hold one pair
+    pairs = list(cases(1).values())
+    got = TextTokenizer(tiny_file, 32).encode_items(["the cat", *pairs, "a dog"])
+    assert got[0].segments is None and got[-1].segments is None
+    for enc, pair in zip(got[1:-1], pairs, strict=True):
+        check(enc, pair, tiny_file, 32)
+
+
+@pytest.mark.skipif(not MINILM, reason="HEADWISE_TEST_PACKAGE names no all-MiniLM-L6-v2 package")
+@pytest.mark.parametrize("name", ["both-long-hi", "both-long-first-longer-by-tokens", "both-long-equal",
+                                  "both-long-by-one-swapped", "one-long", "unicode", "empty-second"])
+def test_minilm_pairs_equal_the_tokenizers_longest_first(name):
+    file = Path(MINILM) / "tokenizer.json"
+    pair = cases(8)[name]
+    got = TextTokenizer(file, 256).encode_items([pair])[0]
+    check(got, pair, file, 256)
+    assert got.length == 256 and np.all(got.segments[[0, -1]] == -1)
