@@ -157,6 +157,8 @@ def _indices(params: dict, key: str, n: int) -> list[int] | None:
         raise InvalidRequest(f"parameter {key}: an integer, a list of integers or a comma-separated string") from None
     if not v or any(not 0 <= i < n for i in v):
         raise InvalidRequest(f"parameter {key}: each must be in 0..{n - 1} and at least one given")
+    if len(set(v)) != len(v):
+        raise InvalidRequest(f"parameter {key}: each index at most once")
     return v
 
 

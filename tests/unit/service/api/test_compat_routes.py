@@ -120,12 +120,12 @@ def test_one_kserve_request_is_one_engine_call(package):
         assert np.array_equal(np.array(got["sentence_embedding"]["data"], np.float32).reshape(want.shape), want)
 
 
-def test_an_attention_index_given_twice_is_422_on_embed_and_kserve(package):
+def test_an_attention_index_given_twice_is_refused_on_embed_and_kserve(package):
     with client_for(package) as c:
         wait_ready(c)
         for attention, what in (({"layers": [1, 1]}, "layers"), ({"heads": [0, 2, 0]}, "heads")):
             r = c.post("/v1/embed", json={"inputs": "the cat", "attention": attention})
             assert r.status_code == 422 and r.json()["error"]["message"] == f"attention.{what}: each index at most once"
-        for params, what in (({"attention_layers": "1,1"}, "layers"), ({"attention_heads": [0, 0]}, "heads")):
+        for params, key in (({"attention_layers": "1,1"}, "attention_layers"), ({"attention_heads": [0, 0]}, "attention_heads")):
             r = infer(c, {"inputs": [text("the cat")], "outputs": [{"name": "attentions"}], "parameters": params})
-            assert kserve_error(r, 422) == f"attention.{what}: each index at most once"
+            assert kserve_error(r, 400) == f"parameter {key}: each index at most once"  # as KServe's other parameter mistakes
