@@ -25,6 +25,7 @@ from service.api.responses import budgeted_json, json_response
 from service.engine import Engine
 from service.engine.classify import ClassifyParams
 from service.engine.classify import response_bytes as classify_bytes
+from service.engine.encoder import EncoderRuntime
 from service.engine.engine import TOKENIZER_THREADS
 from service.engine.params import EmbedParams, response_bytes
 from service.engine.runtime import Runtime
@@ -216,9 +217,9 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
         model_type = {k: {"pooling": rt.package.pooling} if k == EMBEDDING else {}}
     backend = getattr(rt, "backend", None)
     precision = backend.precision if backend is not None else next(iter(rt.package.variants.values())).precision
-    # the batcher's own limit (on CPU the smaller of two settings) where the model is an encoder
-    batch_tokens = rt.limits("embed").max_batch_tokens if k == EMBEDDING and backend is not None else \
-        s.max_batch_tokens
+    # an encoder's (embedding or classification) batcher's own limit: on CPU the smaller of two settings
+    batch_tokens = rt.limits("embed").max_batch_tokens if isinstance(rt, EncoderRuntime) and backend is not None \
+        else s.max_batch_tokens
     return json_response({
         "model_id": rt.name, "model_sha": None,
         "model_dtype": {"fp32": "float32", "fp16": "float16"}.get(precision, precision),

@@ -12,6 +12,7 @@ from service.errors import InvalidRequest, NotReady, Validation
 from tests.unit.fakes import (
     D_MODEL,
     SECRET_TEXT,
+    FakeBackend,
     GatedBackend,
     client_for,
     make_package,
@@ -318,3 +319,35 @@ def test_rerank_order_and_text(client, monkeypatch):
     assert raw[0] == {"index": 1, "score": 2.0}
     assert client.get("/info", params={"model": "zcls"}).json()["model_type"] == {
         "reranker": {"id2label": {"0": "score"}, "label2id": {"score": 0}}}
+
+
+# -- /info's batch limit ---------------------------------------------------------------------------
+
+class FakeClassifierBackend(FakeBackend):
+    """FakeBackend answering `logits` too: the first n_labels values of the [CLS] hidden state."""
+
+    def run(self, role, feeds, outputs):
+        out = super().run(role, feeds, [o for o in outputs if o != "logits"] + ["last_hidden_state"])
+        out["logits"] = out["last_hidden_state"][:, 0, :len(self.package.labels)]
+        return {k: out[k] for k in outputs}
+
+
+def test_info_reports_each_encoders_own_batch_limit(tmp_path):
+    import json
+
+    root = tmp_path / "models"
+    make_package(root, "tiny")
+    cls = make_package(root, "zcls")
+    manifest = json.loads((cls / "manifest.json").read_text())
+    manifest.update(task="classification", labels=["no", "yes"])
+    (cls / "manifest.json").write_text(json.dumps(manifest))
+    with client_for(cls, backend=FakeClassifierBackend, max_batch_tokens=4096, cpu_max_batch_tokens=512) as c:
+        wait_ready(c)
+        engine = c.app.state.engine
+        assert type(engine.models["zcls"]).__name__ == "ClassifierRuntime"
+        for name in ("tiny", "zcls"):  # on CPU the batchers cut at the smaller of the two settings
+            info = c.get("/info", params={"model": name}).json()
+            assert info["max_batch_tokens"] == engine.models[name].limits("embed").max_batch_tokens == 512
+        assert c.get("/info", params={"model": "zcls"}).json()["model_type"] == {
+            "classifier": {"id2label": {"0": "no", "1": "yes"}, "label2id": {"no": 0, "yes": 1}}}
+        assert c.post("/predict", json={"inputs": "the cat"}).status_code == 200
