@@ -83,6 +83,8 @@ def test_tokenize_tokens_and_byte_offsets(client):
     bare = client.post("/tokenize", json={"inputs": ["the cat", "a"], "add_special_tokens": False}).json()
     assert [[t["text"] for t in toks] for toks in bare] == [["the", "cat"], ["a"]]
     assert len(client.post("/tokenize", json={"inputs": "the " * 100}).json()[0]) == 102  # not cut at max_len 32
+    tok = client.app.state.engine.models["tiny"].tokenizer
+    assert tok.special_ids is tok.special_ids  # read from tokenizer.json once, not per request
 
 
 def test_decode(client):
