@@ -167,6 +167,9 @@ def test_auth_overload_not_ready_and_internal(package):
         r = c.post("/embed_all", json={"inputs": "the cat"}, headers=auth)
         tei_error(r, 429, "Overloaded")
         assert r.headers["retry-after"] == "1"
+        for path, body in [("/embed", {"inputs": "the cat"}), ("/decode", {"ids": [4, 6] * 20}),
+                           ("/similarity", {"inputs": {"source_sentence": "the cat", "sentences": ["a dog"]}})]:
+            tei_error(c.post(path, json=body, headers=auth), 429, "Overloaded")  # every answer counts in flight
         held.release()
         assert c.post("/embed_all", json={"inputs": "the cat"}, headers=auth).status_code == 200
     GatedBackend.gate.clear()
@@ -353,3 +356,30 @@ def test_info_reports_each_encoders_own_batch_limit(tmp_path):
         assert c.get("/info", params={"model": "zcls"}).json()["model_type"] == {
             "classifier": {"id2label": {"0": "no", "1": "yes"}, "label2id": {"no": 0, "yes": 1}}}
         assert c.post("/predict", json={"inputs": "the cat"}).status_code == 200
+
+
+# -- the echoed texts' bound, before inference (TEI /rerank and /v1/rerank alike) -------------------
+
+def test_echoed_texts_over_the_response_cap_are_refused_before_inference(package):
+    with client_for(package, max_response_bytes=2000) as c, pytest.MonkeyPatch.context() as monkeypatch:
+        wait_ready(c)
+        _classifier(c, monkeypatch, ["score"], [[0.5]] * 4)
+        engine, ran = c.app.state.engine, []
+        answer = engine.rerank
+
+        async def rerank(*a, **k):
+            ran.append(a)
+            return await answer(*a, **k)
+
+        monkeypatch.setattr(engine, "rerank", rerank)
+        texts = ["x" * 200] * 2  # 2 × (200 × 6 + 16) > 2000
+        msg = tei_error(c.post("/rerank", json={"query": "q", "texts": texts, "return_text": True}), 413, "Validation")
+        assert "HEADWISE_MAX_RESPONSE_BYTES" in msg
+        r = c.post("/v1/rerank", json={"model": "zcls", "query": "q", "texts": texts, "return_text": True})
+        assert r.status_code == 413 and "HEADWISE_MAX_RESPONSE_BYTES" in r.json()["error"]["message"], r.text
+        assert ran == []  # refused before any inference
+        # top_n: only the n longest texts can come back
+        body = {"model": "zcls", "query": "q", "texts": [*texts, "y"], "return_text": True, "top_n": 1}
+        assert c.post("/v1/rerank", json=body).status_code == 200
+        assert c.post("/rerank", json={"query": "q", "texts": texts}).status_code == 200  # no echo, no bound
+        assert len(ran) == 2
