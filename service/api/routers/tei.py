@@ -109,20 +109,18 @@ async def embed_all(request: Request, body: tei.EmbedAllRequest = Depends(json_b
              responses=ERRORS)
 async def similarity(request: Request, body: tei.SimilarityRequest = Depends(json_body(tei.SimilarityRequest)),
                      engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
-    """The cosine of source_sentence's embedding with each sentence's (/v1/embed's embeddings)."""
+    """The cosine of source_sentence's embedding with each sentence's: Engine.similarity, as
+    /v1/similarity (/v1/embed's embeddings). In messages inputs[0] is source_sentence and
+    inputs[i] sentences[i - 1]."""
     rt = pick(request, engine, body.model, (EMBEDDING,), "/similarity")
     params = body.parameters or tei.SimilarityParameters()
     truncate = tei.truncation(params)
     tei.no_prompt(params.prompt_name)
     if not body.inputs.sentences:
         raise Empty("'inputs.sentences' is empty", field="inputs.sentences")
-    texts = [body.inputs.source_sentence, *body.inputs.sentences]
-    result = await engine.embed(rt, texts, EmbedParams(truncate=truncate), probe)
-    source = result.data[0].sentence
-    size = similarity_bytes(rt.name, result.data[0].encoding.length, [e.encoding.length for e in result.data[1:]],
-                            False, 1)
-    return await budgeted_json(engine.responses, size, lambda: [tei.cosine(source, e.sentence)
-                                                                for e in result.data[1:]])
+    res = await engine.similarity(rt, body.inputs.source_sentence, body.inputs.sentences, False, truncate, 1, probe)
+    size = similarity_bytes(rt.name, res.source.length, [e.length for e in res.targets], False, 1)
+    return await budgeted_json(engine.responses, size, lambda: res.scores)
 
 
 @router.post("/rerank", response_model=list[tei.Rank], response_model_exclude_none=True,

@@ -73,6 +73,12 @@ def test_embed_all_and_similarity(client):
     vecs = v1(client, texts).astype(np.float64)
     want = [float(vecs[0] @ v / np.linalg.norm(vecs[0]) / np.linalg.norm(v)) for v in vecs[1:]]
     np.testing.assert_allclose(sims, want, atol=1e-7)
+    native = client.post("/v1/similarity", json={"source": texts[0], "targets": texts[1:]}).json()
+    assert sims == [d["score"] for d in native["data"]]  # one implementation: Engine.similarity
+    fams = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    counted = {s.labels["analytic"]: s.value for s in fams["headwise_analytics_requests"].samples
+               if s.name.endswith("_total")}
+    assert counted["similarity"] == 2
 
 
 def test_tokenize_tokens_and_byte_offsets(client):
