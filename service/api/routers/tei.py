@@ -155,6 +155,8 @@ async def predict(request: Request, body: tei.PredictRequest = Depends(json_body
     """Every label's score, best first: one list for a text or a pair, a list of lists for a batch."""
     rt = pick(request, engine, body.model, (CLASSIFIER, RERANKER), "/predict")
     truncate = tei.truncation(body)
+    if body.inputs == []:
+        raise Empty("'inputs' is empty", field="inputs")
     items, single = tei.predict_inputs(body.inputs)
     extra = body.parameters or tei.PredictParameters()
     how = extra.function_to_apply

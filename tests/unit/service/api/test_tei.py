@@ -311,6 +311,8 @@ def test_predict_parameters_and_order(client, monkeypatch):
     tei_error(client.post("/predict", json={"inputs": "x", "raw_scores": True,
                                             "parameters": {"function_to_apply": "softmax"}}), 422, "Validation")
     tei_error(client.post("/predict", json={"inputs": "x", "parameters": {"top_k": 0}}), 422, "Validation")
+    tei_error(client.post("/predict", json={"inputs": []}), 400, "Empty")
+    tei_error(client.post("/", json={"inputs": [], "model": "zcls"}), 400, "Empty")
     assert asked[0][0] == ["x"] and asked[1][0] == ["x", "y"]
     # POST /: huggingface_hub's text_classification body goes to the classifier, plain inputs embed
     assert client.post("/", json={"inputs": "x", "parameters": {}}).json()[0]["label"] == "b"
