@@ -4,6 +4,7 @@ attention, head mean, rollout, similarity (one target) with and without explain,
 at a few exact token counts.
 
     python -m bench.analytics_cost PACKAGE [--tokens 20 128] [--reps 15] [--precision fp32]
+    python -m bench.analytics_cost PACKAGE --tokens 128 512 --rows plain rollout  # those rows only
 
 Prints a markdown table of medians (ms) and each row's ratio to the plain request of the same
 length, with the machine's facts (bench/facts.py). Rows of occlusion run fewer repetitions
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", type=int, nargs="+", default=[20, 128])
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--precision", default="fp32", choices=["fp32", "int8", "fp16"])
+    p.add_argument("--rows", nargs="+", help="only the rows whose name contains one of these words "
+                   "(the plain row is always run: the ratios need it)")
     args = p.parse_args(argv)
     proc, url, log = serve(args.package, args.precision)
     rows: dict[str, dict[int, float]] = {}
@@ -109,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
                 text = text_of(client, t)
                 other = " ".join(reversed(text.split()))
                 for name, path, body, slow in cells(text, other):
+                    if args.rows and name != "plain /v1/embed" and not any(w in name for w in args.rows):
+                        continue
                     rows.setdefault(name, {})[t] = median_ms(client, path, body, max(3, args.reps // slow))
     finally:
         proc.terminate()

@@ -3,6 +3,7 @@ options `headwise serve` uses), its backend replaced by one that answers at once
 wrk; reports requests/s and the server's CPU per request (user + system, from /proc).
 
     python -m bench.overhead --models models                 # /v1/embed, 16 clients, 5 s
+    python -m bench.overhead --models models --route /embed  # TEI's embed route (or /v1/embeddings)
     python -m bench.overhead --models models --floor         # a bare ASGI app: uvicorn's floor
 
 What is left is HTTP, routing, parsing, tokenising, batching and the JSON answer: the part of a
@@ -23,6 +24,7 @@ from bench.http import Server, free_port, load
 from bench.noise import TICK, proc_ticks
 
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank today."
+BODIES = {"/v1/embed": {"inputs": TEXT}, "/embed": {"inputs": TEXT}, "/v1/embeddings": {"input": TEXT}}
 
 
 def _serve(models: str, port: int, floor: bool) -> None:  # the child process
@@ -72,17 +74,17 @@ def _serve(models: str, port: int, floor: bool) -> None:  # the child process
                 log_level="warning", lifespan="off" if floor else "on")
 
 
-def measure(models: str, clients: int, seconds: float, floor: bool) -> dict:
+def measure(models: str, clients: int, seconds: float, floor: bool, route: str = "/v1/embed") -> dict:
     port = free_port()
     argv = [sys.executable, "-m", "bench.overhead", "--serve", str(port), "--models", models]
     server = Server("overhead", argv + (["--floor"] if floor else []), dict(os.environ), port,
                     "/" if floor else "/health/ready", Path(tempfile.gettempdir()))
     try:
         server.wait_ready(120)
-        body = json.dumps({"inputs": TEXT}).encode()
-        load(server.url + "/v1/embed", body, clients, 1)  # warm
+        body = json.dumps(BODIES[route]).encode()
+        load(server.url + route, body, clients, 1)  # warm
         t0 = proc_ticks(server.proc.pid)
-        res = load(server.url + "/v1/embed", body, clients, seconds)
+        res = load(server.url + route, body, clients, seconds)
         ticks = proc_ticks(server.proc.pid) - t0
     finally:
         server.stop()
@@ -90,7 +92,7 @@ def measure(models: str, clients: int, seconds: float, floor: bool) -> dict:
     return {"requests_per_s": round(n / (res["duration_us"] / 1e6)),
             "server_cpu_us_per_request": round(ticks / TICK / n * 1e6, 1),
             "p50_ms": res["p50"] / 1000, "errors": res["status"], "clients": clients,
-            "app": "bare ASGI" if floor else "headwise, instant backend"}
+            "app": "bare ASGI" if floor else "headwise, instant backend", "route": route}
 
 
 def main() -> None:
@@ -100,6 +102,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--floor", action="store_true", help="a bare ASGI app instead of headwise")
+    ap.add_argument("--route", default="/v1/embed", choices=sorted(BODIES), help="the route loaded")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
@@ -108,12 +111,13 @@ def main() -> None:
     from export import cpu as cpu_info
 
     print(f"bench.overhead on {cpu_info.label()}")
-    runs = [measure(a.models, a.clients, a.seconds, a.floor) for _ in range(a.reps)]
+    runs = [measure(a.models, a.clients, a.seconds, a.floor, a.route) for _ in range(a.reps)]
     for r in runs:
         print(json.dumps(r))
     cpu = sorted(r["server_cpu_us_per_request"] for r in runs)[len(runs) // 2]
     rps = sorted(r["requests_per_s"] for r in runs)[len(runs) // 2]
-    print(f"median of {len(runs)}: {rps} requests/s, {cpu} µs of server CPU per request ({runs[0]['app']})")
+    print(f"median of {len(runs)}: {rps} requests/s, {cpu} µs of server CPU per request ({runs[0]['app']}, "
+          f"POST {a.route})")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from service.api.app import create_app as create_plain_app
 from service.http_protocol import body_pending, uvicorn_disconnect_probe
 
 FACTORY = "service.fastpath:create_app"  # uvicorn's factory string (workers > 1)
-HOT = frozenset({("POST", "/v1/embed"), ("POST", "/v1/embeddings")})  # the routes under load
+HOT = frozenset({("POST", "/v1/embed"), ("POST", "/v1/embeddings"), ("POST", "/embed")})  # the routes under load
 
 
 def _simple_calls(route: APIRoute):

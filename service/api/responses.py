@@ -13,14 +13,30 @@ from starlette.responses import Response, StreamingResponse
 from service.api.errors import Protocol
 from service.api.serialize import dumps_in_pieces
 from service.engine.budget import Reservation, ResponseBudget
-from service.errors import NotReady
+from service.errors import NotReady, TooLarge
 
 DUMPS = orjson.OPT_SERIALIZE_NUMPY
 BIG = 1 << 16  # response bytes above which the JSON is written off the event loop
+TEXT_BYTES = 6  # the most one character of a text takes in JSON (a \u00XX escape)
+TEXT_ITEM_BYTES = 16  # an echoed text's key, quotes and separators
 
 
 def json_response(payload: dict) -> Response:
     return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
+
+
+def echoed_bytes(texts: list[str], n: int | None = None) -> int:
+    """A bound of the JSON bytes of echoing back `n` of `texts` (all when None), whichever n they
+    turn out to be (the n longest), every character escaped at worst. Known before inference."""
+    sizes = sorted((len(t) for t in texts), reverse=True)[:n]
+    return sum(TEXT_BYTES * k + TEXT_ITEM_BYTES for k in sizes)
+
+
+def check_response_bytes(cap: int, size: int, advice: str) -> None:
+    """TooLarge when an answer bound of `size` bytes is over HEADWISE_MAX_RESPONSE_BYTES (`cap`)."""
+    if size > cap:
+        raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
+                       f"({cap}); {advice}")
 
 
 def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response:

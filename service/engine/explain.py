@@ -25,6 +25,7 @@ from service.errors import TooLarge, Validation
 
 PAIR_BYTES = 64  # one top pair written as {"source": i, "target": j, "value": v}, generously
 SCORE_BYTES = 64  # one target's index and score, and its item's keys
+ENVELOPE_BYTES = 192  # the answer's own keys and usage counts, and explain's source object
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / n) if n > 0 else 0.0
 
 
-def similarity_bytes(source: int, targets: list[int], explain: bool, top_k: int) -> int:
-    """An upper bound of the JSON answer: scores, and with explain each target's tokens,
-    offsets, [T_s, T_t] contributions and top pairs, and the source's tokens."""
-    n = len(targets) * SCORE_BYTES
+def similarity_bytes(model: str, source: int, targets: list[int], explain: bool, top_k: int) -> int:
+    """An upper bound of the JSON answer: its envelope (the model's name, usage), scores, and
+    with explain each target's tokens, offsets, [T_s, T_t] contributions and top pairs, and the
+    source's tokens."""
+    n = ENVELOPE_BYTES + 6 * len(model) + len(targets) * SCORE_BYTES
     if explain:
         n += source * TOKEN_BYTES
         n += sum(t * TOKEN_BYTES + source * t * JSON_VALUE_BYTES["float32"] + min(top_k, source * t) * PAIR_BYTES
@@ -87,7 +89,7 @@ async def similarity(rt: Runtime, encs: list[Encoded], explain: bool, top_k: int
                          "cosine of single-token (CLS) embeddings has no exact split over token pairs; "
                          "ask without explain")
     source, targets = encs[0], encs[1:]
-    size = similarity_bytes(source.length, [e.length for e in targets], explain, top_k)
+    size = similarity_bytes(rt.name, source.length, [e.length for e in targets], explain, top_k)
     if size > max_response_bytes:
         raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
                        f"({max_response_bytes}); send fewer or shorter targets, or ask without explain")

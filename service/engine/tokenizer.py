@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -174,7 +175,7 @@ class TextTokenizer:
         self.check(encs)
         return encs
 
-    @property
+    @cached_property
     def special_ids(self) -> frozenset[int]:
         """Ids of the special tokens: the added ones marked special ([PAD], [MASK], ...) and
         those the post-processor adds ([CLS], [SEP])."""

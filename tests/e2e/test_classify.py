@@ -177,8 +177,17 @@ def test_errors_are_native_and_clear(srv):
     # echoed texts count in the answer's bound (6 bytes a character at most): 8 × 4,896 × 6 > 200,000
     body = {"model": "tiny-reranker", "query": "q", "texts": ["the cat " * 612] * 8}
     assert len(ok(srv.post("/v1/rerank", body))["results"]) == 8
+    runs = batches(srv, "tiny-reranker")
     assert "HEADWISE_MAX_RESPONSE_BYTES" in error(srv.post("/v1/rerank", {**body, "return_text": True}), 413,
                                                   "too_large")
+    assert batches(srv, "tiny-reranker") == runs  # refused before inference
+    assert len(ok(srv.post("/v1/rerank", {**body, "return_text": True, "top_n": 2}))["results"]) == 2
+
+
+def batches(srv, model: str) -> float:
+    """The batches the model's fast graph has run (headwise_batch_size_count)."""
+    line = f'headwise_batch_size_count{{model="{model}",variant="fast"}}'
+    return sum(float(x.split()[-1]) for x in srv.metrics().splitlines() if x.startswith(line))
 
 
 def test_model_cards_and_metrics(srv):

@@ -222,12 +222,6 @@ def check_dimensions(n: int | None, d_model: int) -> None:
         raise Validation(f"dimensions must be in 1..{d_model} for this model", field="dimensions")
 
 
-def cosine(u: np.ndarray, v: np.ndarray) -> float:
-    """Cosine similarity in float64, as headwise's analytics compute it."""
-    u, v = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
-    return float(u @ v / max(np.linalg.norm(u) * np.linalg.norm(v), 1e-300))
-
-
 def activate(logits: np.ndarray, how: str) -> np.ndarray:
     """huggingface_hub's function_to_apply over one input's logits."""
     x = np.asarray(logits, dtype=np.float64)

@@ -68,7 +68,7 @@ async def similarity(request: Request, body: SimilarityRequest = Depends(SIMILAR
             out["source"] = {"tokens": res.source.tokens, "offsets": res.source.offsets}
         return out
 
-    size = similarity_bytes(res.source.length, [e.length for e in res.targets], body.explain, body.top_k)
+    size = similarity_bytes(res.model, res.source.length, [e.length for e in res.targets], body.explain, body.top_k)
     return await budgeted_json(engine.responses, size, build)
 
 

@@ -8,17 +8,16 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from service.api.body import json_body, openapi_body
 from service.api.dependencies import disconnect_probe, get_engine, require_api_key
-from service.api.responses import budgeted_json
+from service.api.responses import budgeted_json, check_response_bytes, echoed_bytes
 from service.api.schemas import AttentionOptions, Usage, error_responses
 from service.engine import Engine
 from service.engine.classify import ClassifyParams, response_bytes
 from service.engine.runtime import Runtime
-from service.errors import TooLarge, Validation
+from service.errors import Validation
 
 router = APIRouter(tags=["classify"], dependencies=[Depends(require_api_key)])
 
-TEXT_BYTES = 6  # the most one character of an echoed text takes in JSON (a \u00XX escape)
-
+TOO_LARGE = "ask for fewer texts, top_n, or return_text: false"
 
 class RerankRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
@@ -118,14 +117,17 @@ async def rerank(request: Request, body: RerankRequest = Depends(json_body(Reran
     rt = engine.get(body.model)
     request.state.model = rt.name
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention))
+    cap = engine.settings.max_response_bytes
+    if body.return_text:  # the echoed texts alone, before any inference is spent on them
+        check_response_bytes(cap, 64 + echoed_bytes(body.texts, body.top_n), TOO_LARGE)
     result = await engine.rerank(rt, body.query, body.texts, params, probe)
     order = sorted(range(len(result.data)), key=lambda i: -float(result.data[i].scores[0]))  # stable: ties by index
     if body.top_n is not None:
         order = order[: body.top_n]
     size = 64 + sum(response_bytes(params, result.data[i].encoding, result.labels) for i in order)
-    if body.return_text:
-        size += sum(len(body.texts[i]) * TEXT_BYTES + 16 for i in order)
-        _check_size(engine, size)
+    if body.return_text:  # with the attention blocks (each alone is held to the cap on the batch thread)
+        size += echoed_bytes([body.texts[i] for i in order])
+        check_response_bytes(cap, size, TOO_LARGE)
 
     def build() -> dict:
         results = []
@@ -172,10 +174,3 @@ def predict_inputs(inputs) -> list:
     if len(inputs) == 2 and all(isinstance(x, str) for x in inputs):
         return [tuple(inputs)]
     return [x if isinstance(x, str) else x[0] if len(x) == 1 else tuple(x) for x in inputs]
-
-
-def _check_size(engine: Engine, size: int) -> None:
-    cap = engine.settings.max_response_bytes
-    if size > cap:
-        raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
-                       f"({cap}); ask for fewer texts, top_n, or return_text: false")

@@ -21,14 +21,16 @@ from service.api.compat import tei
 from service.api.compat.openapi import inline_schema, request_body
 from service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from service.api.errors import TEI, Empty, WrongModelKind, route_class
-from service.api.responses import budgeted_json, json_response
+from service.api.responses import budgeted_json, check_response_bytes, echoed_bytes, json_response
 from service.engine import Engine
 from service.engine.classify import ClassifyParams
 from service.engine.classify import response_bytes as classify_bytes
+from service.engine.encoder import EncoderRuntime
 from service.engine.engine import TOKENIZER_THREADS
+from service.engine.explain import similarity_bytes
 from service.engine.params import EmbedParams, response_bytes
 from service.engine.runtime import Runtime
-from service.errors import TooLarge, Validation
+from service.errors import Validation
 
 router = APIRouter(tags=["tei"], route_class=route_class(TEI), dependencies=[Depends(require_api_key)])
 ERRORS = {c: {"model": tei.TeiError} for c in (400, 401, 404, 413, 422, 424, 429, 503)}
@@ -82,8 +84,11 @@ async def embed(request: Request, body: tei.EmbedRequest = Depends(json_body(tei
     tei.no_prompt(body.prompt_name)
     inputs = _inputs(body.inputs)
     tei.check_dimensions(body.dimensions, rt.package.d_model)
-    result = await engine.embed(rt, inputs, EmbedParams(normalize=body.normalize, truncate=truncate), probe)
-    return json_response([tei.matryoshka(e.sentence, body.dimensions, body.normalize) for e in result.data])
+    params = EmbedParams(normalize=body.normalize, truncate=truncate)
+    result = await engine.embed(rt, inputs, params, probe)
+    size = sum(response_bytes(params, e.encoding.length, rt.package.d_model) for e in result.data)
+    return await budgeted_json(engine.responses, size, lambda: [
+        tei.matryoshka(e.sentence, body.dimensions, body.normalize) for e in result.data])
 
 
 @router.post("/embed_all", response_model=list[list[list[float]]], openapi_extra=request_body(tei.EmbedAllRequest),
@@ -104,17 +109,18 @@ async def embed_all(request: Request, body: tei.EmbedAllRequest = Depends(json_b
              responses=ERRORS)
 async def similarity(request: Request, body: tei.SimilarityRequest = Depends(json_body(tei.SimilarityRequest)),
                      engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
-    """The cosine of source_sentence's embedding with each sentence's (/v1/embed's embeddings)."""
+    """The cosine of source_sentence's embedding with each sentence's: Engine.similarity, as
+    /v1/similarity (/v1/embed's embeddings). In messages inputs[0] is source_sentence and
+    inputs[i] sentences[i - 1]."""
     rt = pick(request, engine, body.model, (EMBEDDING,), "/similarity")
     params = body.parameters or tei.SimilarityParameters()
     truncate = tei.truncation(params)
     tei.no_prompt(params.prompt_name)
     if not body.inputs.sentences:
         raise Empty("'inputs.sentences' is empty", field="inputs.sentences")
-    texts = [body.inputs.source_sentence, *body.inputs.sentences]
-    result = await engine.embed(rt, texts, EmbedParams(truncate=truncate), probe)
-    source = result.data[0].sentence
-    return json_response([tei.cosine(source, e.sentence) for e in result.data[1:]])
+    res = await engine.similarity(rt, body.inputs.source_sentence, body.inputs.sentences, False, truncate, 1, probe)
+    size = similarity_bytes(rt.name, res.source.length, [e.length for e in res.targets], False, 1)
+    return await budgeted_json(engine.responses, size, lambda: res.scores)
 
 
 @router.post("/rerank", response_model=list[tei.Rank], response_model_exclude_none=True,
@@ -128,10 +134,11 @@ async def rerank(request: Request, body: tei.RerankRequest = Depends(json_body(t
     if not body.texts:
         raise Empty("'texts' is empty", field="texts")
     params = ClassifyParams(truncate=truncate, raw_scores=body.raw_scores)
+    echoed = echoed_bytes(body.texts) if body.return_text else 0
+    if echoed:  # before any inference is spent on them
+        check_response_bytes(engine.settings.max_response_bytes, echoed, "send fewer texts, or return_text: false")
     result = await engine.rerank(rt, body.query, body.texts, params, probe)
-    size = sum(classify_bytes(params, c.encoding, result.labels) for c in result.data)
-    if body.return_text:
-        size += sum(6 * len(t) + 16 for t in body.texts)  # echoed, escaped at worst
+    size = echoed + sum(classify_bytes(params, c.encoding, result.labels) for c in result.data)
 
     def build() -> list:
         ranks = [{"index": i, **({"text": body.texts[i]} if body.return_text else {}), "score": float(c.scores[0])}
@@ -148,6 +155,8 @@ async def predict(request: Request, body: tei.PredictRequest = Depends(json_body
     """Every label's score, best first: one list for a text or a pair, a list of lists for a batch."""
     rt = pick(request, engine, body.model, (CLASSIFIER, RERANKER), "/predict")
     truncate = tei.truncation(body)
+    if body.inputs == []:
+        raise Empty("'inputs' is empty", field="inputs")
     items, single = tei.predict_inputs(body.inputs)
     extra = body.parameters or tei.PredictParameters()
     how = extra.function_to_apply
@@ -183,10 +192,7 @@ async def tokenize(request: Request, body: tei.TokenizeRequest = Depends(json_bo
         raise Empty("'inputs' is empty", field="inputs")
     encs = await engine.tokenize(rt, texts, truncate=False, special_tokens=body.add_special_tokens, whole=True)
     size = tei.tokens_bytes(texts, sum(e.length for e in encs))
-    cap = engine.settings.max_response_bytes
-    if size > cap:
-        raise TooLarge(f"the tokens asked for take up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES ({cap}); "
-                       "send fewer or shorter texts")
+    check_response_bytes(engine.settings.max_response_bytes, size, "send fewer or shorter texts")
     special = rt.tokenizer.special_ids
     return await budgeted_json(engine.responses, size, lambda: [
         tei.simple_tokens(t, e.ids, e.tokens, e.offsets, special) for t, e in zip(texts, encs, strict=True)])
@@ -200,7 +206,8 @@ async def decode(request: Request, body: tei.DecodeRequest = Depends(json_body(t
     seqs = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
     if not seqs or any(not s for s in seqs):
         raise Empty("'ids' is empty", field="ids")
-    return json_response(await engine.decode(rt, seqs, body.skip_special_tokens))
+    texts = await engine.decode(rt, seqs, body.skip_special_tokens)
+    return await budgeted_json(engine.responses, echoed_bytes(texts), lambda: texts)
 
 
 @router.get("/info", response_model=tei.Info, responses={c: ERRORS[c] for c in (401, 404)})
@@ -216,9 +223,9 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
         model_type = {k: {"pooling": rt.package.pooling} if k == EMBEDDING else {}}
     backend = getattr(rt, "backend", None)
     precision = backend.precision if backend is not None else next(iter(rt.package.variants.values())).precision
-    # the batcher's own limit (on CPU the smaller of two settings) where the model is an encoder
-    batch_tokens = rt.limits("embed").max_batch_tokens if k == EMBEDDING and backend is not None else \
-        s.max_batch_tokens
+    # an encoder's (embedding or classification) batcher's own limit: on CPU the smaller of two settings
+    batch_tokens = rt.limits("embed").max_batch_tokens if isinstance(rt, EncoderRuntime) and backend is not None \
+        else s.max_batch_tokens
     return json_response({
         "model_id": rt.name, "model_sha": None,
         "model_dtype": {"fp32": "float32", "fp16": "float16"}.get(precision, precision),

@@ -158,6 +158,34 @@ def test_metrics_md_lists_exactly_the_registered_metrics():
         assert doc_buckets == buckets, f"{name}: docs/metrics.md buckets {doc_buckets}, code {buckets}"
 
 
+def documented_routes(text: str) -> list[str]:
+    """The paths docs/metrics.md lists for headwise_requests_total's `route` label: the
+    backticked paths between `**route**:` and `unmatched`."""
+    row = next(line for line in text.splitlines() if line.startswith("| `headwise_requests_total` |"))
+    listed = row.split("**route**:", 1)[1].split("`unmatched`", 1)[0]
+    return re.findall(r"`(/[^`]*)`", listed)
+
+
+def test_metrics_md_lists_every_route_of_the_app(tmp_path):
+    """headwise_requests_total's `route` values are the app's path templates: docs/metrics.md
+    lists each route the app serves (the included routers' too), and none it does not."""
+    from starlette.routing import Route
+
+    from service.api.app import create_app
+    from service.fastpath import _api_routes
+    from service.settings import Settings
+    from tests.fixtures.dashboard import METRICS_MD
+
+    app = create_app(Settings(models_dir=tmp_path))
+    served = {r.path for r in _api_routes(app.router.routes)} | \
+        {r.path for r in app.router.routes if type(r) is Route}
+    listed = documented_routes(METRICS_MD.read_text())
+    assert len(listed) == len(set(listed)), f"docs/metrics.md lists a route twice: {sorted(listed)}"
+    assert not sorted(served - set(listed)), f"served but not in docs/metrics.md's route list: {sorted(served - set(listed))}"
+    assert not sorted(set(listed) - served), f"in docs/metrics.md's route list but not served: {sorted(set(listed) - served)}"
+    assert {"/v1/embed", "/embed", "/v2/models/{model}/infer", "/"} <= served  # the walk reached every router
+
+
 def test_an_undocumented_metric_is_caught():
     from prometheus_client import Counter, Histogram
 

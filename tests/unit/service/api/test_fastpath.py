@@ -88,6 +88,23 @@ OPENAI_ROWS = [
     (b"{", {**AUTH, **JSON}),
     ({"input": BOOM}, AUTH),
 ]
+TEI_ROWS = [  # POST /embed, TEI's hot route: a 200 and every error row, in TEI's shape
+    ({"inputs": "the cat sat"}, AUTH),
+    ({"inputs": ["the cat", "a dog sat on the mat"], "normalize": False, "dimensions": 4}, AUTH),
+    ({"inputs": [[2, 5, 3]]}, AUTH),
+    ({"inputs": "the cat"}, {}),  # 401
+    (b'{"inputs": [', {**AUTH, **JSON}),  # 400 malformed
+    (b'{"inputs": "a"}', {**AUTH, "content-type": "text/plain"}),  # 422 not JSON
+    ({"inputs": []}, AUTH),  # 400 Empty
+    ({"inputs": ["a"] * 5}, AUTH),  # 413 count
+    ({"inputs": "a" * 300}, AUTH),  # 413 characters
+    ({"inputs": "a", "model": "nope"}, AUTH),  # 404
+    ({"inputs": "the cat " * 20, "truncate": False}, AUTH),  # 422 max_len
+    ({"inputs": "a", "truncation_direction": "left"}, AUTH),  # 422
+    ({"inputs": "a", "prompt_name": "q"}, AUTH),  # 422
+    ({"inputs": "a", "extra": SECRET_TEXT}, AUTH),  # 422 unknown field
+    ({"inputs": BOOM}, AUTH),  # 500
+]
 OTHER_ROWS = [  # (method, path, body, headers): the other routes, through FastAPI in both apps
     ("GET", "/health/live", None, {}), ("GET", "/health/ready", None, {}),
     ("GET", "/v1/models", None, AUTH), ("GET", "/v1/models/tiny", None, AUTH), ("GET", "/v1/models/x", None, AUTH),
@@ -130,15 +147,19 @@ def _conversation(package, fast: bool, **settings) -> list:
             out.append(_answer(_send(c, "POST", "/v1/embed", body, headers)))
         for body, headers in OPENAI_ROWS:
             out.append(_answer(_send(c, "POST", "/v1/embeddings", body, headers)))
+        for body, headers in TEI_ROWS:
+            out.append(_answer(_send(c, "POST", "/embed", body, headers)))
         for method, path, body, headers in OTHER_ROWS:
             out.append(_answer(_send(c, method, path, body, headers)))
         big = b'{"inputs": "' + b"a" * 5000 + b'"}'
         out.append(_answer(c.post("/v1/embed", content=big, headers={**AUTH, **JSON})))  # 413 body
         out.append(_answer(c.post("/v1/embeddings", content=big, headers={**AUTH, **JSON})))
+        out.append(_answer(c.post("/embed", content=big, headers={**AUTH, **JSON})))
         out.append(_answer(c.post("/v2/models/tiny/infer", content=big, headers=AUTH)))
         c.app.state.engine.draining = True  # the 503 rows
         out.append(_answer(c.post("/v1/embed", json={"inputs": "a"}, headers=AUTH)))
         out.append(_answer(c.post("/v1/embeddings", json={"input": "a"}, headers=AUTH)))
+        out.append(_answer(c.post("/embed", json={"inputs": "a"}, headers=AUTH)))
     return out
 
 
@@ -148,7 +169,8 @@ def test_every_route_and_error_row_answers_alike_on_both_paths(package):
     assert len(plain) == len(fast)
     for i, (a, b) in enumerate(zip(plain, fast, strict=True)):
         assert a == b, f"answer {i} differs:\nplain {a}\nfast  {b}"
-    assert plain[-3][2] == b'{"error":"request body over 4096 bytes"}'  # KServe's shape, before routing
+    assert plain[-4][2] == b'{"error":"request body over 4096 bytes"}'  # KServe's shape, before routing
+    assert plain[-1][0] == 503 and b'"error_type":"Unhealthy"' in plain[-1][2]  # TEI's shape, draining
     codes = {a[0] for a in plain}
     assert {200, 400, 401, 404, 405, 413, 422, 424, 500, 503} <= codes, codes
 
@@ -159,20 +181,22 @@ def test_overloaded_answers_alike_on_both_paths(package):
             wait_ready(c)
             held = c.app.state.engine.responses.reserve(1900)  # answers in flight fill the budget
             got = [_answer(c.post("/v1/embed", json={"inputs": "the cat"})),
-                   _answer(c.post("/v1/embeddings", json={"input": "the cat"}))]
+                   _answer(c.post("/v1/embeddings", json={"input": "the cat"})),
+                   _answer(c.post("/embed", json={"inputs": "the cat"}))]
             held.release()
             return got
 
     plain, fast = answer(False), answer(True)
     assert plain == fast
     assert plain[0][0] == 429 and plain[0][1]["retry-after"] == "1", plain
+    assert plain[2][0] == 429 and b'"error_type":"Overloaded"' in plain[2][2], plain
 
 
 def test_the_hot_routes_skip_fastapi_and_others_do_not(package):
     app = app_for(package, fast=True)
     with TestClient(app) as client:
         wait_ready(client)
-        assert set(app.state.shortcuts) == {("POST", "/v1/embed"), ("POST", "/v1/embeddings")}
+        assert set(app.state.shortcuts) == {("POST", "/v1/embed"), ("POST", "/v1/embeddings"), ("POST", "/embed")}
         mw = service_middleware(app)
         seen, inner = [], mw.app
 
@@ -183,15 +207,19 @@ def test_the_hot_routes_skip_fastapi_and_others_do_not(package):
         mw.app = spy
         assert client.post("/v1/embed", json={"inputs": "the cat sat"}).status_code == 200
         assert client.post("/v1/embeddings", json={"input": "the cat sat"}).status_code == 200
+        assert client.post("/embed", json={"inputs": "the cat sat"}).status_code == 200
         assert client.post("/v1/tokenize", json={"inputs": "the cat"}).status_code == 200
+        assert client.post("/embed_all", json={"inputs": "the cat"}).status_code == 200
         assert_error(client.get("/v1/embed"), 405, "method_not_allowed")
-        assert seen == ["/v1/tokenize", "/v1/embed"]
+        assert seen == ["/v1/tokenize", "/embed_all", "/v1/embed"]
         assert "/v1/embed" in client.get("/openapi.json").json()["paths"]
         err = assert_error(client.post("/v1/embed", json={"inputs": BOOM}), 500, "internal")
         assert "bug" not in err["message"]
         fams = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
         samples = [s for s in fams["headwise_requests"].samples if s.name.endswith("_total")]
         assert any(s.labels["route"] == "/v1/embed" and s.labels["code"] == "500" for s in samples)
+        r = client.post("/embed", json={"inputs": BOOM})  # TEI's shape on its direct route too
+        assert r.status_code == 500 and r.json() == {"error": "internal server error", "error_type": "Backend"}
 
 
 def test_the_plain_app_has_no_shortcuts(package):

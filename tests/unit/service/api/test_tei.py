@@ -12,6 +12,7 @@ from service.errors import InvalidRequest, NotReady, Validation
 from tests.unit.fakes import (
     D_MODEL,
     SECRET_TEXT,
+    FakeBackend,
     GatedBackend,
     client_for,
     make_package,
@@ -72,6 +73,12 @@ def test_embed_all_and_similarity(client):
     vecs = v1(client, texts).astype(np.float64)
     want = [float(vecs[0] @ v / np.linalg.norm(vecs[0]) / np.linalg.norm(v)) for v in vecs[1:]]
     np.testing.assert_allclose(sims, want, atol=1e-7)
+    native = client.post("/v1/similarity", json={"source": texts[0], "targets": texts[1:]}).json()
+    assert sims == [d["score"] for d in native["data"]]  # one implementation: Engine.similarity
+    fams = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    counted = {s.labels["analytic"]: s.value for s in fams["headwise_analytics_requests"].samples
+               if s.name.endswith("_total")}
+    assert counted["similarity"] == 2
 
 
 def test_tokenize_tokens_and_byte_offsets(client):
@@ -82,6 +89,8 @@ def test_tokenize_tokens_and_byte_offsets(client):
     bare = client.post("/tokenize", json={"inputs": ["the cat", "a"], "add_special_tokens": False}).json()
     assert [[t["text"] for t in toks] for toks in bare] == [["the", "cat"], ["a"]]
     assert len(client.post("/tokenize", json={"inputs": "the " * 100}).json()[0]) == 102  # not cut at max_len 32
+    tok = client.app.state.engine.models["tiny"].tokenizer
+    assert tok.special_ids is tok.special_ids  # read from tokenizer.json once, not per request
 
 
 def test_decode(client):
@@ -164,6 +173,9 @@ def test_auth_overload_not_ready_and_internal(package):
         r = c.post("/embed_all", json={"inputs": "the cat"}, headers=auth)
         tei_error(r, 429, "Overloaded")
         assert r.headers["retry-after"] == "1"
+        for path, body in [("/embed", {"inputs": "the cat"}), ("/decode", {"ids": [4, 6] * 20}),
+                           ("/similarity", {"inputs": {"source_sentence": "the cat", "sentences": ["a dog"]}})]:
+            tei_error(c.post(path, json=body, headers=auth), 429, "Overloaded")  # every answer counts in flight
         held.release()
         assert c.post("/embed_all", json={"inputs": "the cat"}, headers=auth).status_code == 200
     GatedBackend.gate.clear()
@@ -299,6 +311,8 @@ def test_predict_parameters_and_order(client, monkeypatch):
     tei_error(client.post("/predict", json={"inputs": "x", "raw_scores": True,
                                             "parameters": {"function_to_apply": "softmax"}}), 422, "Validation")
     tei_error(client.post("/predict", json={"inputs": "x", "parameters": {"top_k": 0}}), 422, "Validation")
+    tei_error(client.post("/predict", json={"inputs": []}), 400, "Empty")
+    tei_error(client.post("/", json={"inputs": [], "model": "zcls"}), 400, "Empty")
     assert asked[0][0] == ["x"] and asked[1][0] == ["x", "y"]
     # POST /: huggingface_hub's text_classification body goes to the classifier, plain inputs embed
     assert client.post("/", json={"inputs": "x", "parameters": {}}).json()[0]["label"] == "b"
@@ -318,3 +332,62 @@ def test_rerank_order_and_text(client, monkeypatch):
     assert raw[0] == {"index": 1, "score": 2.0}
     assert client.get("/info", params={"model": "zcls"}).json()["model_type"] == {
         "reranker": {"id2label": {"0": "score"}, "label2id": {"score": 0}}}
+
+
+# -- /info's batch limit ---------------------------------------------------------------------------
+
+class FakeClassifierBackend(FakeBackend):
+    """FakeBackend answering `logits` too: the first n_labels values of the [CLS] hidden state."""
+
+    def run(self, role, feeds, outputs):
+        out = super().run(role, feeds, [o for o in outputs if o != "logits"] + ["last_hidden_state"])
+        out["logits"] = out["last_hidden_state"][:, 0, :len(self.package.labels)]
+        return {k: out[k] for k in outputs}
+
+
+def test_info_reports_each_encoders_own_batch_limit(tmp_path):
+    import json
+
+    root = tmp_path / "models"
+    make_package(root, "tiny")
+    cls = make_package(root, "zcls")
+    manifest = json.loads((cls / "manifest.json").read_text())
+    manifest.update(task="classification", labels=["no", "yes"])
+    (cls / "manifest.json").write_text(json.dumps(manifest))
+    with client_for(cls, backend=FakeClassifierBackend, max_batch_tokens=4096, cpu_max_batch_tokens=512) as c:
+        wait_ready(c)
+        engine = c.app.state.engine
+        assert type(engine.models["zcls"]).__name__ == "ClassifierRuntime"
+        for name in ("tiny", "zcls"):  # on CPU the batchers cut at the smaller of the two settings
+            info = c.get("/info", params={"model": name}).json()
+            assert info["max_batch_tokens"] == engine.models[name].limits("embed").max_batch_tokens == 512
+        assert c.get("/info", params={"model": "zcls"}).json()["model_type"] == {
+            "classifier": {"id2label": {"0": "no", "1": "yes"}, "label2id": {"no": 0, "yes": 1}}}
+        assert c.post("/predict", json={"inputs": "the cat"}).status_code == 200
+
+
+# -- the echoed texts' bound, before inference (TEI /rerank and /v1/rerank alike) -------------------
+
+def test_echoed_texts_over_the_response_cap_are_refused_before_inference(package):
+    with client_for(package, max_response_bytes=2000) as c, pytest.MonkeyPatch.context() as monkeypatch:
+        wait_ready(c)
+        _classifier(c, monkeypatch, ["score"], [[0.5]] * 4)
+        engine, ran = c.app.state.engine, []
+        answer = engine.rerank
+
+        async def rerank(*a, **k):
+            ran.append(a)
+            return await answer(*a, **k)
+
+        monkeypatch.setattr(engine, "rerank", rerank)
+        texts = ["x" * 200] * 2  # 2 × (200 × 6 + 16) > 2000
+        msg = tei_error(c.post("/rerank", json={"query": "q", "texts": texts, "return_text": True}), 413, "Validation")
+        assert "HEADWISE_MAX_RESPONSE_BYTES" in msg
+        r = c.post("/v1/rerank", json={"model": "zcls", "query": "q", "texts": texts, "return_text": True})
+        assert r.status_code == 413 and "HEADWISE_MAX_RESPONSE_BYTES" in r.json()["error"]["message"], r.text
+        assert ran == []  # refused before any inference
+        # top_n: only the n longest texts can come back
+        body = {"model": "zcls", "query": "q", "texts": [*texts, "y"], "return_text": True, "top_n": 1}
+        assert c.post("/v1/rerank", json=body).status_code == 200
+        assert c.post("/rerank", json={"query": "q", "texts": texts}).status_code == 200  # no echo, no bound
+        assert len(ran) == 2

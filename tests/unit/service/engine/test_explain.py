@@ -110,3 +110,18 @@ def test_the_response_bound_counts_the_matrices(tmp_path):
         err = assert_error(c.post("/v1/similarity", json={"source": text, "targets": [text], "explain": True}),
                            413, "too_large")
         assert "HEADWISE_MAX_RESPONSE_BYTES" in err["message"]
+
+
+def test_the_response_bound_holds_the_envelope(tmp_path):
+    from service.engine.explain import similarity_bytes
+
+    with app(tmp_path) as c:
+        wait_ready(c)
+        for body in ({"source": "a", "targets": ["b"]}, {"source": "the cat", "targets": ["a dog"], "explain": True},
+                     {"source": "a", "targets": ["b", "the cat sat on the mat"], "explain": True, "top_k": 1}):
+            r = c.post("/v1/similarity", json=body)
+            got = r.json()
+            targets = [len(d["tokens"]) for d in got["data"]] if "source" in got else [3] * len(body["targets"])
+            source = len(got["source"]["tokens"]) if "source" in got else 3
+            bound = similarity_bytes(got["model"], source, targets, body.get("explain", False), body.get("top_k", 10))
+            assert len(r.content) <= bound, (body, len(r.content), bound)
