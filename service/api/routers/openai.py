@@ -17,9 +17,9 @@ from service.api.compat.openapi import request_body
 from service.api.compat.schemas import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
 from service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from service.api.errors import OPENAI, route_class
-from service.api.responses import json_response
+from service.api.responses import budgeted_json
 from service.engine import Engine
-from service.engine.params import EmbedParams
+from service.engine.params import EmbedParams, response_bytes
 from service.errors import InvalidRequest
 
 router = APIRouter(tags=["openai"], route_class=route_class(OPENAI), dependencies=[Depends(require_api_key)])
@@ -47,15 +47,21 @@ async def embeddings(request: Request, body: EmbeddingsRequest = Depends(PARSE),
     d = rt.package.d_model
     if body.dimensions is not None and not 1 <= body.dimensions <= d:
         raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", field="dimensions")
-    result = await engine.embed(rt, inputs, EmbedParams(), probe)
-    data = []
-    for i, e in enumerate(result.data):
-        emb = e.sentence
-        if body.dimensions is not None:
-            emb = shorten(emb, body.dimensions)
-        if body.encoding_format == "base64":
-            emb = base64.b64encode(np.asarray(emb, dtype="<f4").tobytes()).decode("ascii")
-        data.append({"object": "embedding", "index": i, "embedding": emb})
-    n = result.n_tokens
-    return json_response({"object": "list", "data": data, "model": result.model,
-                          "usage": {"prompt_tokens": n, "total_tokens": n}})
+    params = EmbedParams()
+    result = await engine.embed(rt, inputs, params, probe)
+
+    def build() -> dict:
+        data = []
+        for i, e in enumerate(result.data):
+            emb = e.sentence
+            if body.dimensions is not None:
+                emb = shorten(emb, body.dimensions)
+            if body.encoding_format == "base64":
+                emb = base64.b64encode(np.asarray(emb, dtype="<f4").tobytes()).decode("ascii")
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        n = result.n_tokens
+        return {"object": "list", "data": data, "model": result.model, "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    # counted in flight like /v1/embed's answers (an upper bound: it counts tokens it does not send)
+    size = sum(response_bytes(params, e.encoding.length, d) for e in result.data)
+    return await budgeted_json(engine.responses, size, build)

@@ -207,7 +207,9 @@ async def decode(request: Request, body: tei.DecodeRequest = Depends(json_body(t
     if not seqs or any(not s for s in seqs):
         raise Empty("'ids' is empty", field="ids")
     texts = await engine.decode(rt, seqs, body.skip_special_tokens)
-    return await budgeted_json(engine.responses, echoed_bytes(texts), lambda: texts)
+    size = echoed_bytes(texts)
+    check_response_bytes(engine.settings.max_response_bytes, size, "send fewer ids")
+    return await budgeted_json(engine.responses, size, lambda: texts)
 
 
 @router.get("/info", response_model=tei.Info, responses={c: ERRORS[c] for c in (401, 404)})

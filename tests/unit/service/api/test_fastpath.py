@@ -189,6 +189,7 @@ def test_overloaded_answers_alike_on_both_paths(package):
     plain, fast = answer(False), answer(True)
     assert plain == fast
     assert plain[0][0] == 429 and plain[0][1]["retry-after"] == "1", plain
+    assert plain[1][0] == 429 and b'"type":"overloaded"' in plain[1][2], plain  # OpenAI's answers count too
     assert plain[2][0] == 429 and b'"error_type":"Overloaded"' in plain[2][2], plain
 
 

@@ -391,3 +391,11 @@ def test_echoed_texts_over_the_response_cap_are_refused_before_inference(package
         assert c.post("/v1/rerank", json=body).status_code == 200
         assert c.post("/rerank", json={"query": "q", "texts": texts}).status_code == 200  # no echo, no bound
         assert len(ran) == 2
+
+
+def test_decoded_texts_over_the_response_cap_are_refused(package):
+    with client_for(package, max_response_bytes=400) as c:
+        wait_ready(c)
+        assert c.post("/decode", json={"ids": [4, 6]}).status_code == 200
+        msg = tei_error(c.post("/decode", json={"ids": [4, 6] * 40}), 413, "Validation")
+        assert "HEADWISE_MAX_RESPONSE_BYTES" in msg
