@@ -56,10 +56,13 @@ def machine_facts(provider: str) -> dict:
     }
 
 
+ROOT = Path(__file__).resolve().parent.parent  # git's pathspecs above name the repository's folders
+
+
 def _git(*args: str) -> str:
     try:
         return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
+                              cwd=ROOT).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 

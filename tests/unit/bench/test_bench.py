@@ -304,3 +304,14 @@ def test_layernorm_refuse_undoes_the_export_rewrite(tmp_path):
     assert [n.op_type for n in onnx.load(str(path)).graph.node] == ["SkipLayerNormalization"] * 2
     feeds = {k: np.random.default_rng(2).normal(size=(2, 3, 16)).astype(np.float32) for k in ("x", "skip")}
     np.testing.assert_allclose(run(path, feeds), run(original, feeds), atol=1e-6)
+
+
+def test_facts_name_uncommitted_changes_in_the_measured_code(monkeypatch):
+    """git's pathspecs (service, bench, ...) are read from the repository's root, so a change
+    under them shows in the report's commit line."""
+    from bench import facts
+
+    assert facts._git("rev-parse", "--show-prefix") == ""  # run at the root, not in bench/
+    monkeypatch.setattr(facts, "_git", lambda *a: " M bench/facts.py" if a[0] == "status" else "abc123")
+    monkeypatch.setattr(facts, "_wrk_version", lambda: "wrk")
+    assert facts.machine_facts("cpu")["git commit"] == "abc123 + uncommitted changes in bench/facts.py"
