@@ -84,7 +84,7 @@ def similarity_bytes(model: str, source: int, targets: list[int], explain: bool,
 async def similarity(rt: Runtime, encs: list[Encoded], explain: bool, top_k: int, max_response_bytes: int,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
     """encs: the source, then the targets, tokenised and checked for max_len."""
-    if explain and not rt.package.generative and rt.package.pooling != "mean":
+    if explain and rt.package.pooling != "mean":  # (generative and classification models: refused before)
         raise Validation(f"explain needs mean pooling: model {rt.name!r} pools with {rt.package.pooling!r}, and a "
                          "cosine of single-token (CLS) embeddings has no exact split over token pairs; "
                          "ask without explain")
