@@ -252,6 +252,13 @@ def test_embed_refuses_generative_models_and_still_serves_encoders(srv):
     assert r.status_code == 200 and len(r.json()["data"]) == 2
     r = srv.post("/v1/tokenize", json={"model": "tiny-marian", "inputs": "the cat"})
     assert r.status_code == 200 and r.json()["data"][0]["tokens"] == ["the", "cat", "</s>"]
+    # KServe: the metadata offers only the mask; embeddings asked anyway are refused, clearly
+    assert [o["name"] for o in srv.get("/v2/models/tiny-gpt2").json()["outputs"]] == ["attention_mask"]
+    text = {"name": "text", "datatype": "BYTES", "shape": [1], "data": ["the cat"]}
+    r = srv.post("/v2/models/tiny-gpt2/infer", json={"inputs": [text]})
+    assert r.status_code == 422 and "/v1/generate" in r.json()["error"]
+    r = srv.post("/v2/models/tiny-marian/infer", json={"inputs": [text], "outputs": [{"name": "attention_mask"}]})
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [1, 1, 1]
 
 
 # ------------------------------------------------------------------------ serving

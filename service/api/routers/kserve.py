@@ -103,6 +103,9 @@ async def model_metadata(model: str, request: Request, version: str | None = Non
     request.state.model = rt.name
     if rt.package.task == "classification":
         inputs, outputs = kserve_classify.inputs_of(rt), kserve_classify.outputs_of(rt)
+    elif rt.package.generative:  # no embeddings (422 when asked); its tokens' mask only
+        inputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}]
+        outputs = [o for o in outputs_of(rt) if o["name"] == "attention_mask"]
     else:
         inputs, outputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}], outputs_of(rt)
     return json_response({"name": rt.name, "versions": [rt.package.version], "platform": "onnxruntime_onnx",
