@@ -21,8 +21,8 @@ import pytest
 
 from tests.e2e.conftest import REPO, free_port
 from tests.e2e.test_docker import _no_docker, docker, docker_engine, image, image_build  # noqa: F401
-from tests.e2e.test_prometheus_live import _send_traffic
 from tests.fixtures.dashboard import dashboard_queries, substitute
+from tests.fixtures.traffic import send_traffic
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -118,7 +118,7 @@ def test_prometheus_scrapes_headwise_in_compose_and_the_dashboard_has_data(stack
     assert up, _query(prom, "up")
     assert up[0]["metric"]["service"] == "headwise"
 
-    sent = _send_traffic(stack["headwise"], seconds=40)  # spans at least two 15 s scrapes
+    sent = send_traffic(stack["headwise"], seconds=40)  # spans at least two 15 s scrapes
     assert sent["ok"] > 20 and sent["error"] > 0, sent
     embed = 'sum(headwise_requests_total{job="headwise", route="/v1/embed", code="200"})'
     assert _wait(lambda: [r for r in _query(prom, embed) if float(r["value"][1]) >= sent["ok"] * 0.5], 45)
