@@ -11,6 +11,9 @@
 - `docker_engine` (session): a Docker engine that answers, started here when none runs;
   `image_build` / `image` (session): `make image` with the session's package, once per session
   for every module that asks (tests/e2e/test_docker*.py; helpers in tests/fixtures/docker.py).
+- `browser` (module): Debian's chromium driven by Playwright; `open_viewer` (function): a factory
+  that opens a server's viewer in a fresh page and, after the test, checks that the page raised
+  no JavaScript error and requested nothing from another origin.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -167,6 +171,48 @@ def browser():
         b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+# The viewer has run its example sentence once on load. A function, not a bare expression:
+# Playwright evals a bare expression inside the page while polling, which the page's CSP
+# (no 'unsafe-eval') refuses whenever the first check fails.
+VIEWER_READY = "() => document.body.dataset.state === 'ready' && Number(document.body.dataset.run) > 0"
+
+
+def foreign_requests(urls: list[str], base: str) -> list[str]:
+    """The URLs (data: and blob: aside) whose scheme and host:port are not those of `base`."""
+    origin = urlsplit(base)
+    return [u for u in urls if urlsplit(u).scheme not in ("data", "blob")
+            and (urlsplit(u).scheme, urlsplit(u).netloc) != (origin.scheme, origin.netloc)]
+
+
+@pytest.fixture
+def open_viewer(browser):
+    """Factory `open_viewer(url, ready=VIEWER_READY, height=800, timeout=60_000,
+    accept_downloads=False) -> Page`: the viewer at `url` + "/" in a fresh 1280-wide context,
+    once the JavaScript function `ready` is true. The page records what it requested
+    (`page.requests`) and its JavaScript errors (`page.errors`); after the test every context
+    is closed and each page must have had no error and requested nothing from another origin."""
+    opened = []
+
+    def open_(url: str, ready: str = VIEWER_READY, height: int = 800, timeout: float = 60_000,
+              accept_downloads: bool = False):
+        ctx = browser.new_context(viewport={"width": 1280, "height": height}, accept_downloads=accept_downloads)
+        pg = ctx.new_page()
+        pg.requests, pg.errors = [], []
+        pg.on("request", lambda r: pg.requests.append(r.url))
+        pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+        opened.append((ctx, pg, url))
+        pg.goto(url + "/")
+        pg.wait_for_function(ready, timeout=timeout)
+        return pg
+
+    yield open_
+    for ctx, _, _ in opened:
+        ctx.close()
+    for _, pg, url in opened:
+        assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
+        assert foreign_requests(pg.requests, url) == []
 
 
 # ---------------------------------------------------------------- Docker
