@@ -8,6 +8,12 @@
   HEADWISE_* environment (provider cpu unless `env` says otherwise). Every server it started is
   stopped (SIGTERM, then SIGKILL) at the end of the session, or earlier with `.stop()`.
 - `server` (session): one fp32 CPU server on the default package, for tests that need nothing special.
+- `docker_engine` (session): a Docker engine that answers, started here when none runs;
+  `image_build` / `image` (session): `make image` with the session's package, once per session
+  for every module that asks (tests/e2e/test_docker*.py; helpers in tests/fixtures/docker.py).
+- `browser` (module): Debian's chromium driven by Playwright; `open_viewer` (function): a factory
+  that opens a server's viewer in a fresh page and, after the test, checks that the page raised
+  no JavaScript error and requested nothing from another origin.
 """
 
 from __future__ import annotations
@@ -15,15 +21,18 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+
+from tests.fixtures.docker import IMAGE, docker_engine_answers, make_image, models_copy, no_docker
+from tests.fixtures.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_NAME = "all-minilm-l6-v2"
@@ -87,12 +96,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmRSS")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict:
@@ -168,3 +171,92 @@ def browser():
         b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+# The viewer has run its example sentence once on load. A function, not a bare expression:
+# Playwright evals a bare expression inside the page while polling, which the page's CSP
+# (no 'unsafe-eval') refuses whenever the first check fails.
+VIEWER_READY = "() => document.body.dataset.state === 'ready' && Number(document.body.dataset.run) > 0"
+
+
+def foreign_requests(urls: list[str], base: str) -> list[str]:
+    """The URLs (data: and blob: aside) whose scheme and host:port are not those of `base`."""
+    origin = urlsplit(base)
+    return [u for u in urls if urlsplit(u).scheme not in ("data", "blob")
+            and (urlsplit(u).scheme, urlsplit(u).netloc) != (origin.scheme, origin.netloc)]
+
+
+@pytest.fixture
+def open_viewer(browser):
+    """Factory `open_viewer(url, ready=VIEWER_READY, height=800, timeout=60_000,
+    accept_downloads=False) -> Page`: the viewer at `url` + "/" in a fresh 1280-wide context,
+    once the JavaScript function `ready` is true. The page records what it requested
+    (`page.requests`) and its JavaScript errors (`page.errors`); after the test every context
+    is closed and each page must have had no error and requested nothing from another origin."""
+    opened = []
+
+    def open_(url: str, ready: str = VIEWER_READY, height: int = 800, timeout: float = 60_000,
+              accept_downloads: bool = False):
+        ctx = browser.new_context(viewport={"width": 1280, "height": height}, accept_downloads=accept_downloads)
+        pg = ctx.new_page()
+        pg.requests, pg.errors = [], []
+        pg.on("request", lambda r: pg.requests.append(r.url))
+        pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+        opened.append((ctx, pg, url))
+        pg.goto(url + "/")
+        pg.wait_for_function(ready, timeout=timeout)
+        return pg
+
+    yield open_
+    for ctx, _, _ in opened:
+        ctx.close()
+    for _, pg, url in opened:
+        assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
+        assert foreign_requests(pg.requests, url) == []
+
+
+# ---------------------------------------------------------------- Docker
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory):
+    """A Docker engine that answers: the one running, or dockerd started here (and stopped)."""
+    if not shutil.which("docker"):
+        no_docker("no docker client (apt-get install docker.io)")
+    started = None
+    if not docker_engine_answers():
+        dockerd = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
+        if not dockerd:
+            no_docker("no Docker engine answers and there is no dockerd (apt-get install docker.io)")
+        if os.geteuid() != 0:
+            no_docker("no Docker engine answers and dockerd needs root")
+        log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
+        with open(log, "wb") as fh:
+            started = subprocess.Popen([dockerd], stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while not docker_engine_answers():
+            if started.poll() is not None or time.monotonic() > deadline:
+                started.kill()
+                pytest.fail(f"dockerd did not come up:\n{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        print(f"started dockerd (pid {started.pid}, log {log})")
+    yield
+    if started:
+        started.terminate()
+        try:
+            started.wait(60)
+        except subprocess.TimeoutExpired:
+            started.kill()
+
+
+@pytest.fixture(scope="session")
+def image_build(docker_engine, minilm_package, tmp_path_factory) -> dict:
+    """`make image` with the session's package; returns what it took."""
+    took = make_image("image", IMAGE=IMAGE, IMAGE_MODELS=str(models_copy(minilm_package, tmp_path_factory)))
+    print(f"make image: {took:.0f} s")
+    return {"seconds": round(took, 1)}
+
+
+@pytest.fixture(scope="session")
+def image(image_build) -> str:
+    return IMAGE

@@ -9,154 +9,30 @@ installs docker.io) and stopped at the end. Without Docker the tests skip, and f
 The base: BASE=auto (docker/build.sh), so on a machine without Docker Hub the local Debian base
 is made (mmdebstrap, its tarball cached in ~/.cache/headwise) and BuildKit keeps pip's wheels
 between runs. The model package is the session's (tests/conftest.py: exported once, or
-HEADWISE_TEST_PACKAGE), copied into the image as `make image` copies its own.
+HEADWISE_TEST_PACKAGE), copied into the image as `make image` copies its own. The engine and
+the image are session fixtures in tests/e2e/conftest.py; the helpers are tests/fixtures/docker.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import REPO, free_port
+from tests.e2e.conftest import REPO
+from tests.fixtures.docker import IMAGE, Container, docker, make_image, models_copy
 from tests.integration.sentences import SENTENCES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-IMAGE = os.environ.get("HEADWISE_TEST_IMAGE", "headwise:e2e")
-USER = "10001:10001"
 ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
 SIZE_GOAL_MB = 700  # the CPU image's goal (issue 20); docs/deployment.md says where it stands
-
-
-def _no_docker(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the image tests must run; bash .ci/system-deps.sh)")
-    pytest.skip(reason)
-
-
-def docker(*args: str, timeout: float = 120, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, **kw)
-    if check and r.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)} exited {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
-    return r
-
-
-def _engine_answers() -> bool:
-    try:
-        return docker("info", timeout=30, check=False).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-@pytest.fixture(scope="session")
-def docker_engine(tmp_path_factory):
-    """A Docker engine that answers: the one running, or dockerd started here (and stopped)."""
-    if not shutil.which("docker"):
-        _no_docker("no docker client (apt-get install docker.io)")
-    started = None
-    if not _engine_answers():
-        dockerd = shutil.which("dockerd") or ("/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None)
-        if not dockerd:
-            _no_docker("no Docker engine answers and there is no dockerd (apt-get install docker.io)")
-        if os.geteuid() != 0:
-            _no_docker("no Docker engine answers and dockerd needs root")
-        log = tmp_path_factory.mktemp("dockerd") / "dockerd.log"
-        with open(log, "wb") as fh:
-            started = subprocess.Popen([dockerd], stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 90
-        while not _engine_answers():
-            if started.poll() is not None or time.monotonic() > deadline:
-                started.kill()
-                pytest.fail(f"dockerd did not come up:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
-        print(f"started dockerd (pid {started.pid}, log {log})")
-    yield
-    if started:
-        started.terminate()
-        try:
-            started.wait(60)
-        except subprocess.TimeoutExpired:
-            started.kill()
-
-
-@pytest.fixture(scope="session")
-def image_build(docker_engine, minilm_package, tmp_path_factory) -> dict:
-    """`make image` with the session's package; returns what it took."""
-    took = make_image("image", IMAGE=IMAGE, IMAGE_MODELS=str(_models_copy(minilm_package, tmp_path_factory)))
-    print(f"make image: {took:.0f} s")
-    return {"seconds": round(took, 1)}
-
-
-@pytest.fixture(scope="session")
-def image(image_build) -> str:
-    return IMAGE
-
-
-def _models_copy(package: Path, tmp_path_factory) -> Path:
-    """A folder holding only `package` (hard links where it can), for IMAGE_MODELS."""
-    models = tmp_path_factory.mktemp("image-models")
-    try:
-        shutil.copytree(package, models / package.name, copy_function=os.link)
-    except OSError:
-        shutil.rmtree(models / package.name, ignore_errors=True)
-        shutil.copytree(package, models / package.name)
-    return models
-
-
-def make_image(target: str, **variables: str) -> float:
-    """`make <target> VAR=value...` in the repository; returns the seconds it took."""
-    # VENV: this interpreter's; make uses it only to export, and the tests give a package.
-    cmd = ["make", "--no-print-directory", target, *(f"{k}={v}" for k, v in variables.items()),
-           f"VENV={Path(sys.executable).parent.parent}"]
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
-    assert r.returncode == 0, f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout[-6000:]}\n{r.stderr[-4000:]}"
-    return time.monotonic() - t0
-
-
-class Container:
-    def __init__(self, image: str, env: dict | None = None, name: str | None = None):
-        self.port = free_port()
-        self.name = name or f"headwise-e2e-{self.port}"
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = ["run", "-d", "--name", self.name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
-                "--user", USER, "-e", f"HEADWISE_PORT={self.port}"]
-        for k, v in (env or {}).items():
-            args += ["-e", f"{k}={v}"]
-        docker(*args, image)
-
-    def state(self) -> dict:
-        return json.loads(docker("inspect", "-f", "{{json .State}}", self.name).stdout)
-
-    def logs(self) -> str:
-        r = docker("logs", self.name, check=False)
-        return (r.stdout + r.stderr)[-5000:]
-
-    def wait_healthy(self, timeout: float = 300) -> float:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            state = self.state()
-            if state["Status"] == "exited":
-                raise AssertionError(f"the container exited {state['ExitCode']}:\n{self.logs()}")
-            if state.get("Health", {}).get("Status") == "healthy":
-                return time.monotonic() - t0
-            time.sleep(0.5)
-        raise AssertionError(f"not healthy within {timeout:.0f} s: {self.state().get('Health')}\n{self.logs()}")
-
-    def remove(self) -> None:
-        docker("rm", "-f", self.name, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +101,7 @@ def test_the_cpu_only_onnxruntime_image_meets_the_size_goal_with_the_same_answer
     onnxruntime-gpu. It must stay under the goal and answer as the default image does."""
     name = IMAGE + "-ort"
     took = make_image("image", IMAGE=name, ONNXRUNTIME="onnxruntime",
-                      IMAGE_MODELS=str(_models_copy(minilm_package, tmp_path_factory)))
+                      IMAGE_MODELS=str(models_copy(minilm_package, tmp_path_factory)))
     size_mb = int(docker("image", "inspect", "-f", "{{.Size}}", name).stdout) / 1e6
     models_mb = sum(f.stat().st_size for f in minilm_package.iterdir()) / 1e6
     pinned = next(line.split("==")[1] for line in (REPO / "constraints.txt").read_text().splitlines()

@@ -1,10 +1,10 @@
 """docker/compose.yaml for real, as far as this machine allows (issue 20): the compose file
 itself, run by a real compose (Debian's docker-compose 1.29, or `docker compose`), with the
-image `make image` built (tests/e2e/test_docker.py) and Prometheus from Debian's package
-(`make image-prometheus`: prom/prometheus cannot be pulled here). Prometheus finds headwise
-through compose's DNS, as the mounted docker/prometheus/prometheus.yml says, and after some
-traffic every query of the Grafana dashboard returns data and the alert rules evaluate
-cleanly. Grafana's image cannot be had here: its provisioning is checked by
+image `make image` built (the session's `image`, tests/e2e/conftest.py) and Prometheus from
+Debian's package (`make image-prometheus`: prom/prometheus cannot be pulled here). Prometheus
+finds headwise through compose's DNS, as the mounted docker/prometheus/prometheus.yml says, and
+after some traffic every query of the Grafana dashboard returns data and the alert rules
+evaluate cleanly. Grafana's image cannot be had here: its provisioning is checked by
 tests/unit/deploy/test_docker.py and test_dashboard.py.
 """
 
@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import REPO, free_port
-from tests.e2e.test_docker import _no_docker, docker, docker_engine, image, image_build  # noqa: F401
-from tests.e2e.test_prometheus_live import _send_traffic
 from tests.fixtures.dashboard import dashboard_queries, substitute
+from tests.fixtures.docker import docker, no_docker
+from tests.fixtures.traffic import send_traffic
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -36,12 +36,12 @@ def _compose_command() -> list[str]:
         return ["docker-compose"]
     if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         return ["docker", "compose"]
-    _no_docker("no compose (apt-get install docker-compose)")
+    no_docker("no compose (apt-get install docker-compose)")
     raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="module")
-def prometheus_image(docker_engine):  # noqa: F811
+def prometheus_image(docker_engine):
     r = subprocess.run(["make", "--no-print-directory", "image-prometheus", f"PROMETHEUS_IMAGE={PROMETHEUS_IMAGE}"],
                        cwd=REPO, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
@@ -49,7 +49,7 @@ def prometheus_image(docker_engine):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def stack(image, prometheus_image):  # noqa: F811
+def stack(image, prometheus_image):
     headwise_port, prometheus_port = free_port(), free_port()
     project = f"headwise-e2e-{headwise_port}"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")},
@@ -118,7 +118,7 @@ def test_prometheus_scrapes_headwise_in_compose_and_the_dashboard_has_data(stack
     assert up, _query(prom, "up")
     assert up[0]["metric"]["service"] == "headwise"
 
-    sent = _send_traffic(stack["headwise"], seconds=40)  # spans at least two 15 s scrapes
+    sent = send_traffic(stack["headwise"], seconds=40)  # spans at least two 15 s scrapes
     assert sent["ok"] > 20 and sent["error"] > 0, sent
     embed = 'sum(headwise_requests_total{job="headwise", route="/v1/embed", code="200"})'
     assert _wait(lambda: [r for r in _query(prom, embed) if float(r["value"][1]) >= sent["ok"] * 0.5], 45)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import REPO
-from tests.e2e.test_docker import Container, _models_copy, docker, docker_engine, make_image  # noqa: F401
+from tests.fixtures.docker import Container, docker, make_image, models_copy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -26,9 +26,9 @@ STAND_IN = "local/python:3.11-bookworm"
 
 
 @pytest.fixture(scope="module")
-def gpu_image(docker_engine, minilm_package, tmp_path_factory):  # noqa: F811
+def gpu_image(docker_engine, minilm_package, tmp_path_factory):
     took = make_image("image-gpu", IMAGE_GPU=IMAGE, BASE_GPU=STAND_IN,
-                      IMAGE_MODELS_GPU=str(_models_copy(minilm_package, tmp_path_factory)))
+                      IMAGE_MODELS_GPU=str(models_copy(minilm_package, tmp_path_factory)))
     print(f"make image-gpu on the stand-in base: {took:.0f} s")
     return IMAGE
 

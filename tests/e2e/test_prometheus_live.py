@@ -26,6 +26,7 @@ import yaml
 
 from tests.fixtures.dashboard import dashboard_queries, substitute
 from tests.fixtures.programs import require_program
+from tests.fixtures.traffic import send_traffic
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"
@@ -138,43 +139,6 @@ def _wait_for(prom: str, expr: str, within: float) -> list[dict]:
         time.sleep(0.5)
 
 
-# ------------------------------------------------------------------ traffic
-
-
-def _model(client) -> str:
-    return client.get("/v1/models").json()["data"][0]["name"]
-
-
-def _send_traffic(base: str, seconds: float = 8.0) -> dict[str, int]:
-    """A bounded mix of requests, spread over several scrapes. Returns counts by kind."""
-    sent = {"ok": 0, "error": 0}
-    with httpx.Client(base_url=base, timeout=30) as client:
-        model = _model(client)
-        deadline = time.monotonic() + seconds
-        i = 0
-        while time.monotonic() < deadline and i < 400:
-            i += 1
-            texts = [f"the quick brown fox {i}", "hello world", "attention heads look at tokens " * (i % 4 + 1)]
-            r = client.post("/v1/embed", json={"model": model, "inputs": texts})
-            sent["ok"] += r.status_code == 200
-            r = client.post("/v1/embed", json={"model": model, "inputs": "hello world",
-                                               "attention": {"layers": [0], "heads": [0],
-                                                             "encoding": "base64", "dtype": "float16"}})
-            sent["ok"] += r.status_code == 200
-            if i % 3 == 0:
-                sent["ok"] += client.post("/v1/tokenize", json={"model": model, "inputs": "hello"}).status_code == 200
-            if i % 5 == 0:  # client mistakes: 400, 404, 422 (counted as failures by reason)
-                for r in (
-                    client.post("/v1/embed", content=b"{not json", headers={"content-type": "application/json"}),
-                    client.post("/v1/embed", json={"model": "no-such-model", "inputs": "x"}),
-                    client.post("/v1/embed", json={"model": model, "inputs": 42}),
-                ):
-                    assert 400 <= r.status_code < 500, r.status_code
-                    sent["error"] += 1
-            time.sleep(0.05)
-    return sent
-
-
 # ------------------------------------------------------------------ the test
 
 
@@ -182,7 +146,7 @@ def test_prometheus_scrapes_headwise_and_every_dashboard_query_has_data(headwise
     prom = prometheus_url
     assert _wait_for(prom, 'up{job="headwise"} == 1', within=30), "Prometheus never scraped headwise"
 
-    sent = _send_traffic(headwise_url)
+    sent = send_traffic(headwise_url)
     assert sent["ok"] > 20 and sent["error"] > 0, sent
     time.sleep(3 * SCRAPE_S + 1)  # let the last requests be scraped
 

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from bench.limits import send_raw
-from tests.e2e.test_service_traffic import total
+from tests.fixtures.metrics import total
+from tests.fixtures.procfs import proc_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -36,15 +37,6 @@ def srv(start_server):
 
 def rss_mb(pid: int) -> float:
     return proc_status(pid, "VmRSS") / 1024
-
-
-def proc_status(pid: int, field: str) -> int:
-    """A number from /proc/<pid>/status (VmRSS in kB, Threads)."""
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {field}")
 
 
 def check(r: httpx.Response, status: int | tuple, type_: str | None = None) -> dict:

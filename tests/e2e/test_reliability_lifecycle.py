@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import REPO, clean_env
-from tests.e2e.test_service_traffic import total
+from tests.fixtures.metrics import total
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -21,8 +21,8 @@ import pytest
 
 from bench.limits import hammer, start_probe
 from service.cpu import usable_cores
-from tests.e2e.test_reliability_input import proc_status
-from tests.e2e.test_service_traffic import total
+from tests.fixtures.metrics import total
+from tests.fixtures.procfs import proc_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -13,20 +13,13 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures.metrics import total
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 METRICS = ["requests_total", "request_duration_seconds", "request_failures_total", "queue_duration_seconds",
            "tokenize_duration_seconds", "inference_duration_seconds", "batch_size", "batch_tokens",
            "input_tokens", "queue_depth", "inflight_requests", "attention_bytes_total", "model_info"]
-
-
-def samples(text: str) -> list:
-    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
-
-
-def total(text: str, name: str, **labels) -> float:
-    return sum(s.value for s in samples(text)
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def test_64_concurrent_requests_are_batched_and_each_correct(server):

@@ -22,10 +22,11 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.e2e.conftest import foreign_requests
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
 DOCS_IMG = REPO / "docs" / "img" / "viewer.png"
-# Without the background-networking flags chromium tries to reach the internet on its own.
 SENTENCE = "Headwise shows what every attention head looks at, unbelievably."
 SPECIAL = {"[CLS]", "[SEP]", "<s>", "</s>"}  # as in service/static/embed.js
 F16_ATOL = 1e-3  # float16 keeps 11 significant bits: |error| <= 2**-11 for weights <= 1
@@ -33,44 +34,19 @@ F16_ATOL = 1e-3  # float16 keeps 11 significant bits: |error| <= 2**-11 for weig
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-# ---------------------------------------------------------------- browser
-
-
-
 # ---------------------------------------------------------------- server
 # `server` (session, one fp32 CPU `headwise serve` on the real default package) and
-# `start_server` (a factory for servers with other settings) come from tests/e2e/conftest.py.
+# `start_server` (a factory for servers with other settings) come from tests/e2e/conftest.py,
+# as do `browser` (Debian's chromium through Playwright) and `open_viewer`.
 
 
 # ---------------------------------------------------------------- page
 
 @pytest.fixture
-def page(browser, server):
-    """A fresh page at 1280×800 that has loaded the viewer; fails if it ever requests another host."""
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True)
-    pg = ctx.new_page()
-    pg.requests = []
-    pg.errors = []
-    pg.on("request", lambda r: pg.requests.append(r.url))
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    pg.goto(server.url + "/")
-    _wait_ready(pg, 0)  # the page runs its example sentence once on load
-    yield pg
-    ctx.close()
-    assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
-    assert _foreign(pg.requests, server.url) == []
-
-
-def _foreign(urls, base):
-    origin = urlsplit(base)
-    out = []
-    for u in urls:
-        p = urlsplit(u)
-        if p.scheme in ("data", "blob"):
-            continue
-        if (p.scheme, p.netloc) != (origin.scheme, origin.netloc):
-            out.append(u)
-    return out
+def page(open_viewer, server):
+    """A fresh page at 1280×800 that has loaded the viewer (tests/e2e/conftest.py's `open_viewer`:
+    it fails if the page ever raised a JavaScript error or requested another host)."""
+    return open_viewer(server.url, accept_downloads=True)
 
 
 def _wait_ready(pg, after_run: int) -> int:
@@ -338,7 +314,7 @@ def test_no_request_leaves_the_server(page, server):
     with page.expect_download():
         page.click("#export-png")
     assert page.requests, "the page made no request at all?"
-    assert _foreign(page.requests, server.url) == []
+    assert foreign_requests(page.requests, server.url) == []
     paths = {urlsplit(u).path for u in page.requests if urlsplit(u).scheme.startswith("http")}
     assert {"/", "/static/app.js", "/static/style.css", "/v1/models", "/v1/embed"} <= paths
     # the page and its assets (app.js's modules included) name no other host either

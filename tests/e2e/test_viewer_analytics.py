@@ -5,7 +5,6 @@ against a real `headwise serve`; what the page shows equals what the API returns
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -19,20 +18,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
-def page(browser, server):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = ctx.new_page()
-    pg.requests, pg.errors = [], []
-    pg.on("request", lambda r: pg.requests.append(r.url))
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    pg.goto(server.url + "/")
-    pg.wait_for_function("() => document.body.dataset.state === 'ready' && Number(document.body.dataset.run) > 0",
-                         timeout=60_000)
-    yield pg
-    ctx.close()
-    assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
-    origin = urlsplit(server.url).netloc
-    assert [u for u in pg.requests if urlsplit(u).scheme not in ("data", "blob") and urlsplit(u).netloc != origin] == []
+def page(open_viewer, server):
+    return open_viewer(server.url)
 
 
 def run(pg, button: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -39,21 +38,9 @@ def gen_server(start_server, tmp_path_factory):
 
 
 @pytest.fixture
-def page(browser, gen_server):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = ctx.new_page()
-    pg.requests, pg.errors = [], []
-    pg.on("request", lambda r: pg.requests.append(r.url))
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    pg.goto(gen_server.url + "/")
-    # A function, not a bare expression: Playwright evals a bare expression inside the page while
-    # polling, which the page's CSP (no 'unsafe-eval') refuses whenever the first check fails.
-    pg.wait_for_function("() => document.body.dataset.genState === 'idle'", timeout=30_000)
-    yield pg
-    ctx.close()
-    assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
-    origin = urlsplit(gen_server.url).netloc
-    assert [u for u in pg.requests if urlsplit(u).scheme not in ("data", "blob") and urlsplit(u).netloc != origin] == []
+def page(open_viewer, gen_server):
+    return open_viewer(gen_server.url, ready="() => document.body.dataset.genState === 'idle'", height=900,
+                       timeout=30_000)
 
 
 def _generate(pg, model: str, text: str, tokens: int) -> None:

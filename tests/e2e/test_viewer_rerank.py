@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -31,20 +30,9 @@ def rr_server(start_server, classifier_packages):
 
 
 @pytest.fixture
-def page(browser, rr_server):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = ctx.new_page()
-    pg.requests, pg.errors = [], []
-    pg.on("request", lambda r: pg.requests.append(r.url))
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    pg.goto(rr_server.url + "/")
-    # a function, not a bare expression: the page's CSP has no 'unsafe-eval'
-    pg.wait_for_function("() => document.body.dataset.rrState === 'idle'", timeout=30_000)
-    yield pg
-    ctx.close()
-    assert not pg.errors, f"JavaScript errors on the page: {pg.errors}"
-    origin = urlsplit(rr_server.url).netloc
-    assert [u for u in pg.requests if urlsplit(u).scheme not in ("data", "blob") and urlsplit(u).netloc != origin] == []
+def page(open_viewer, rr_server):
+    return open_viewer(rr_server.url, ready="() => document.body.dataset.rrState === 'idle'", height=900,
+                       timeout=30_000)
 
 
 def _rerank(pg, query: str, docs: list[str]) -> None:
