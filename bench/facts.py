@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent  # git's pathspecs above name the 
 def _git(*args: str) -> str:
     try:
         return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                              cwd=ROOT).stdout.strip()
+                              cwd=ROOT).stdout.rstrip()  # porcelain lines start with a space
     except (OSError, subprocess.SubprocessError):
         return ""
 

@@ -312,6 +312,7 @@ def test_facts_name_uncommitted_changes_in_the_measured_code(monkeypatch):
     from bench import facts
 
     assert facts._git("rev-parse", "--show-prefix") == ""  # run at the root, not in bench/
+    assert facts._git("status", "--porcelain", "--", "no-such-dir") == ""
     monkeypatch.setattr(facts, "_git", lambda *a: " M bench/facts.py" if a[0] == "status" else "abc123")
     monkeypatch.setattr(facts, "_wrk_version", lambda: "wrk")
     assert facts.machine_facts("cpu")["git commit"] == "abc123 + uncommitted changes in bench/facts.py"
