@@ -178,7 +178,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
     routers = [r.router for r in (embed, tokenize, analytics, models, health, metrics, generate, classify, openai,
-                                  kserve, tei)]
+                                  kserve, tei)] + [tei.probes]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by service.fastpath under `headwise serve`

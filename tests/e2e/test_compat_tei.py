@@ -120,6 +120,11 @@ def test_embed_all_is_v1_embeds_token_output(server):
         assert np.array(got).shape == (len(want["tokens"]), 384)
 
 
+def test_health_probe_answers_as_teis(server):
+    r = server.get("/health")
+    assert r.status_code == 200 and r.content == b""
+
+
 def test_embed_token_ids_and_batches(server):
     ids = [d["ids"] for d in server.post("/v1/tokenize", {"inputs": TEXTS}).json()["data"]]
     r = server.post("/embed", {"inputs": ids})

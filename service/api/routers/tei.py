@@ -12,7 +12,7 @@ name order, that can.
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
@@ -30,9 +30,10 @@ from service.engine.engine import TOKENIZER_THREADS
 from service.engine.explain import similarity_bytes
 from service.engine.params import EmbedParams, response_bytes
 from service.engine.runtime import Runtime
-from service.errors import Validation
+from service.errors import NotReady, Validation
 
 router = APIRouter(tags=["tei"], route_class=route_class(TEI), dependencies=[Depends(require_api_key)])
+probes = APIRouter(tags=["tei"], route_class=route_class(TEI))  # open, as /health/ready is
 ERRORS = {c: {"model": tei.TeiError} for c in (400, 401, 404, 413, 422, 424, 429, 503)}
 
 EMBEDDING, CLASSIFIER, RERANKER, GENERATOR = "embedding", "classifier", "reranker", "generator"
@@ -210,6 +211,17 @@ async def decode(request: Request, body: tei.DecodeRequest = Depends(json_body(t
     size = echoed_bytes(texts)
     check_response_bytes(engine.settings.max_response_bytes, size, "send fewer ids")
     return await budgeted_json(engine.responses, size, lambda: texts)
+
+
+@probes.get("/health", responses={503: ERRORS[503]})
+async def health(engine: Engine = Depends(get_engine)):
+    """TEI's health probe: 200 with no body when every model takes requests, else 503 in TEI's
+    shape (`Unhealthy`); open without the API key, as /health/ready is."""
+    try:
+        engine.check_ready()
+    except NotReady as e:
+        return TEI.error(e)
+    return Response(status_code=200)
 
 
 @router.get("/info", response_model=tei.Info, responses={c: ERRORS[c] for c in (401, 404)})

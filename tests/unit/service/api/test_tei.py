@@ -399,3 +399,13 @@ def test_decoded_texts_over_the_response_cap_are_refused(package):
         assert c.post("/decode", json={"ids": [4, 6]}).status_code == 200
         msg = tei_error(c.post("/decode", json={"ids": [4, 6] * 40}), 413, "Validation")
         assert "HEADWISE_MAX_RESPONSE_BYTES" in msg
+
+
+def test_health_is_teis_probe_and_open_without_the_key(package):
+    GatedBackend.gate.clear()
+    with client_for(package, api_key="k3y", backend=GatedBackend) as c:
+        tei_error(c.get("/health"), 503, "Unhealthy")  # warming up: TEI's shape
+        GatedBackend.gate.set()
+        wait_ready(c)
+        r = c.get("/health")  # no Authorization header: a probe stays open
+        assert r.status_code == 200 and r.content == b""
