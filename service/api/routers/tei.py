@@ -213,7 +213,7 @@ async def decode(request: Request, body: tei.DecodeRequest = Depends(json_body(t
     return await budgeted_json(engine.responses, size, lambda: texts)
 
 
-@probes.get("/health", responses={503: ERRORS[503]})
+@probes.get("/health", response_class=Response, responses={200: {"description": "healthy (no body)"}, 503: ERRORS[503]})
 async def health(engine: Engine = Depends(get_engine)):
     """TEI's health probe: 200 with no body when every model takes requests, else 503 in TEI's
     shape (`Unhealthy`); open without the API key, as /health/ready is."""
