@@ -189,6 +189,31 @@ def text_inputs(header: dict, binary: memoryview, names: tuple[str, ...], takes:
     return out
 
 
+def requested_outputs(header: dict, names: list[str] | tuple[str, ...], default: str) -> dict[str, dict]:
+    """The request's `outputs` → {name: its parameters}, in the requested order: each a name
+    of `names`, at most once, its parameters an object without shared memory; `default`
+    alone when the request names none."""
+    asked = header.get("outputs")
+    if asked is None:
+        return {default: {}}
+    if not isinstance(asked, list) or not asked:
+        raise InvalidRequest("'outputs' must be a non-empty list when given")
+    out: dict[str, dict] = {}
+    for o in asked:
+        name = o.get("name") if isinstance(o, dict) else None
+        if name not in names:
+            raise InvalidRequest(f"unknown output {name!r}; this model has {', '.join(names)}")
+        if name in out:
+            raise InvalidRequest(f"output {name!r} is asked for more than once")
+        params = o.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise InvalidRequest(f"output {name!r}: 'parameters' must be an object")
+        if "shared_memory_region" in params:
+            raise InvalidRequest("the shared-memory extension is not supported")
+        out[name] = params
+    return out
+
+
 def flag(params: dict, key: str, default: bool) -> bool:
     """A boolean request or output parameter; anything but a JSON boolean is a mistake."""
     v = params.get(key, default)

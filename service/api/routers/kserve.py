@@ -171,24 +171,9 @@ def _texts(header: dict, binary: memoryview) -> list[str]:
 
 def _outputs(header: dict, rt: EncoderRuntime, binary_default: bool) -> dict[str, bool]:
     """→ {output name: as binary?}, in the requested order."""
-    asked = header.get("outputs")
-    if asked is None:
-        return {"sentence_embedding": binary_default}
-    names = [o["name"] for o in outputs_of(rt)]
-    if not isinstance(asked, list) or not asked:
-        raise InvalidRequest("'outputs' must be a non-empty list when given")
     out = {}
-    for o in asked:
-        name = o.get("name") if isinstance(o, dict) else None
-        if name not in names:
-            raise InvalidRequest(f"unknown output {name!r}; this model has {', '.join(names)}")
-        if name in out:
-            raise InvalidRequest(f"output {name!r} is asked for more than once")
-        params = o.get("parameters") or {}
-        if not isinstance(params, dict):
-            raise InvalidRequest(f"output {name!r}: 'parameters' must be an object")
-        if "shared_memory_region" in params:
-            raise InvalidRequest("the shared-memory extension is not supported")
+    for name, params in v2.requested_outputs(header, [o["name"] for o in outputs_of(rt)],
+                                             "sentence_embedding").items():
         if params.get("classification"):
             raise InvalidRequest(f"output {name!r}: the classification extension is for classification models' "
                                  "outputs (logits, scores)")

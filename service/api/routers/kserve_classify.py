@@ -40,23 +40,8 @@ def outputs_of(rt: Runtime) -> list[dict]:
 
 def _outputs(header: dict, binary_default: bool) -> dict[str, tuple[bool, int]]:
     """→ {output name: (as binary?, classification count or 0)}, in the requested order."""
-    asked = header.get("outputs")
-    if asked is None:
-        return {"logits": (binary_default, 0)}
-    if not isinstance(asked, list) or not asked:
-        raise InvalidRequest("'outputs' must be a non-empty list when given")
     out: dict[str, tuple[bool, int]] = {}
-    for o in asked:
-        name = o.get("name") if isinstance(o, dict) else None
-        if name not in OUTPUTS:
-            raise InvalidRequest(f"unknown output {name!r}; this model has {', '.join(OUTPUTS)}")
-        if name in out:
-            raise InvalidRequest(f"output {name!r} is asked for more than once")
-        params = o.get("parameters") or {}
-        if not isinstance(params, dict):
-            raise InvalidRequest(f"output {name!r}: 'parameters' must be an object")
-        if "shared_memory_region" in params:
-            raise InvalidRequest("the shared-memory extension is not supported")
+    for name, params in v2.requested_outputs(header, OUTPUTS, "logits").items():
         k = params.get("classification", 0)
         if type(k) is not int or k < 0:
             raise InvalidRequest(f"output {name!r}: parameter classification must be a non-negative integer")
