@@ -6,10 +6,12 @@ from what the same server returns un-aggregated (or, for occlusion, from onnxrun
 from __future__ import annotations
 
 import base64
-import re
 
 import numpy as np
 import pytest
+
+from tests.fixtures.metrics import total
+from tests.fixtures.references import reference_rollout
 
 TEXT = "Attention rollout tracks how information flows from the input tokens to the last layer."
 LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 14)  # 128 tokens or so
@@ -27,23 +29,6 @@ def embed(srv, inputs, **kw) -> list[dict]:
     r = srv.post("/v1/embed", {"inputs": inputs, **kw})
     assert r.status_code == 200, r.text
     return r.json()["data"]
-
-
-def counter(text: str, name: str, **labels) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        m = re.match(rf"{name}\{{(.*)\}} (\S+)$", line)
-        if m and ",".join(sorted(m.group(1).split(","))) == want:
-            return float(m.group(2))
-    return 0.0
-
-
-def reference_rollout(per_head: np.ndarray) -> np.ndarray:
-    r = np.eye(per_head.shape[-1])
-    for layer in per_head.astype(np.float64):
-        a = 0.5 * layer.mean(axis=0) + 0.5 * np.eye(layer.shape[-1])
-        r = (a / a.sum(-1, keepdims=True)) @ r
-    return r
 
 
 # -- attention.aggregate ------------------------------------------------------------------
@@ -82,10 +67,10 @@ def test_the_budget_counts_the_aggregate(srv):
 
 
 def test_aggregated_requests_are_counted(srv):
-    before = counter(srv.metrics(), "headwise_attention_aggregate_requests_total",
+    before = total(srv.metrics(), "headwise_attention_aggregate_requests_total",
                      model="all-minilm-l6-v2", aggregate="mean")
     embed(srv, [TEXT, "two"], attention={"aggregate": "mean"})
-    after = counter(srv.metrics(), "headwise_attention_aggregate_requests_total",
+    after = total(srv.metrics(), "headwise_attention_aggregate_requests_total",
                     model="all-minilm-l6-v2", aggregate="mean")
     assert after == before + 1
 
@@ -186,9 +171,9 @@ def test_explain_is_refused_for_cls_pooling(start_server, default_package, tmp_p
 
 def test_similarity_is_counted(srv):
     labels = {"model": "all-minilm-l6-v2", "analytic": "similarity_explain"}
-    before = counter(srv.metrics(), "headwise_analytics_requests_total", **labels)
+    before = total(srv.metrics(), "headwise_analytics_requests_total", **labels)
     srv.post("/v1/similarity", {"source": "a", "targets": ["b"], "explain": True})
-    assert counter(srv.metrics(), "headwise_analytics_requests_total", **labels) == before + 1
+    assert total(srv.metrics(), "headwise_analytics_requests_total", **labels) == before + 1
 
 
 # -- POST /v1/occlusion ---------------------------------------------------------------------
@@ -209,7 +194,7 @@ def onnx_occlusion(package, ids: list[int]) -> np.ndarray:
 
 
 def batch_inputs(metrics: str) -> float:
-    return counter(metrics, "headwise_batch_size_sum", model="all-minilm-l6-v2", variant="fast")
+    return total(metrics, "headwise_batch_size_sum", model="all-minilm-l6-v2", variant="fast")
 
 
 def test_occlusion_equals_onnxruntime_and_goes_through_the_batcher(srv, default_package):

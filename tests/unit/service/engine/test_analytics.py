@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from service.engine.analytics import head_mean, pair_contributions, rollout, top_pairs
+from tests.fixtures.references import reference_rollout
 
 RNG = np.random.default_rng(0)
 
@@ -21,15 +22,6 @@ def test_head_mean_is_the_mean_over_heads():
     assert got.shape == (3, 6, 6)
     np.testing.assert_allclose(got, att.mean(axis=1), atol=1e-6)
     np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
-
-
-def reference_rollout(att: np.ndarray) -> np.ndarray:
-    result = None
-    for layer in att:
-        a = 0.5 * layer.mean(axis=0) + 0.5 * np.eye(layer.shape[-1])
-        a = a / a.sum(axis=-1, keepdims=True)
-        result = a if result is None else a @ result
-    return result
 
 
 def test_rollout_matches_the_reference_and_rows_sum_to_one():

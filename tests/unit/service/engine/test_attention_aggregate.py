@@ -10,6 +10,7 @@ import pytest
 from service.engine.outputs import attention_payload
 from service.engine.params import AttentionSpec
 from service.errors import Validation
+from tests.fixtures.references import reference_rollout
 
 L, H, TP, T = 3, 4, 9, 7
 
@@ -25,14 +26,6 @@ def padded():
 
 def spec(layers=None, heads=None, **how):
     return AttentionSpec.select(L, H, layers, heads, **how)
-
-
-def reference_rollout(per_head: np.ndarray) -> np.ndarray:
-    r = np.eye(per_head.shape[-1])
-    for layer in per_head.astype(np.float64):
-        a = 0.5 * layer.mean(axis=0) + 0.5 * np.eye(layer.shape[-1])
-        r = (a / a.sum(-1, keepdims=True)) @ r
-    return r
 
 
 @pytest.mark.parametrize("layers, heads", [(None, None), ([2, 0], [3, 1]), ([1], None)])
