@@ -22,13 +22,6 @@ from tests.unit.fakes import (
 )
 
 
-@pytest.fixture
-def client(package):
-    with client_for(package) as c:
-        wait_ready(c)
-        yield c
-
-
 def embed(client, **body):
     return client.post("/v1/embed", json=body)
 

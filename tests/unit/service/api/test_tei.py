@@ -20,13 +20,6 @@ from tests.unit.fakes import (
 )
 
 
-@pytest.fixture
-def client(package):
-    with client_for(package) as c:
-        wait_ready(c)
-        yield c
-
-
 def tei_error(r, status: int, error_type: str) -> str:
     assert r.status_code == status, r.text
     body = r.json()
