@@ -160,11 +160,7 @@ class Engine:
 
     async def decode(self, rt: Runtime, seqs: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """Token ids back to text (TEI's /decode); ids outside the vocabulary raise Validation."""
-        if not seqs:
-            raise InvalidRequest("'ids' is empty", field="ids")
-        if len(seqs) > self.settings.max_client_batch:
-            raise TooLarge(f"{len(seqs)} inputs; at most {self.settings.max_client_batch} per request")
-        self._ready()
+        self._check(seqs, field="ids")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._tok_pool, rt.tokenizer.decode, seqs, skip_special_tokens)
 
@@ -210,8 +206,7 @@ class Engine:
         texts = [source, *targets]
         self._check(texts)
         rt.check_embeddings()
-        encs = await self._encode(rt, texts, truncate)
-        rt.tokenizer.check(encs)
+        encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
         return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, is_disconnected)
 
     async def occlusion(self, rt: Runtime, text: str, truncate: bool,
@@ -219,8 +214,7 @@ class Engine:
         """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
         self._check([text])
         rt.check_embeddings()
-        encs = await self._encode(rt, [text], truncate)
-        rt.tokenizer.check(encs)
+        encs = await self._encode(rt, [text], truncate)  # checked against max_len (TextTokenizer.encode)
         return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, is_disconnected)
 
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
