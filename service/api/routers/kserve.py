@@ -32,7 +32,7 @@ from service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from service.api.responses import BudgetedResponse, json_response, probe
 from service.api.routers import kserve_classify
 from service.engine import EncoderRuntime, Engine
-from service.engine.params import JSON_VALUE_BYTES, EmbedParams, EmbedResult
+from service.engine.params import AGGREGATES, JSON_VALUE_BYTES, EmbedParams, EmbedResult
 from service.errors import (
     InvalidRequest,
     NotFound,
@@ -44,7 +44,6 @@ AUTH = [Depends(require_api_key)]
 ERRORS = {c: {"model": V2Error} for c in (400, 401, 404, 413, 422, 429, 503)}
 INPUT = "text"
 ATTENTION_DTYPES = {"FP32": "float32", "FP16": "float16"}
-AGGREGATES = ("none", "mean", "rollout")
 BINARY_DOC = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "description":
               "binary tensor data extension: the JSON request (Inference-Header-Content-Length "
               "bytes), then each binary input's bytes in order"}}
