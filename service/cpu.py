@@ -34,6 +34,11 @@ def usable_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
 
 
 INFERENCE_NICENESS = 5
+# Analytics rows (occlusion, similarity) run at the lowest priority there is: on a CPU their
+# graph runs take whatever the plain batches, the event loop and the tokenizer leave, and the
+# kernel's scheduler hands the cores back to plain work the moment it wakes, in the middle of
+# a graph run (bench/results/analytics-priority.md).
+ANALYTICS_NICENESS = 19
 
 
 def lower_thread_priority(niceness: int = INFERENCE_NICENESS) -> None:

@@ -45,7 +45,12 @@ class Validation(ServiceError):
 
 
 class Overloaded(ServiceError):
-    """No room now (queue, in-flight response bytes); the same request may succeed shortly."""
+    """No room now (queue, in-flight response bytes, analytics tokens); the same request may
+    succeed shortly. `retry_after`: seconds until it likely would, where the engine can tell."""
+
+    def __init__(self, message: str, field: str | None = None, retry_after: int | None = None):
+        super().__init__(message, field)
+        self.retry_after = retry_after
 
 
 class NotReady(ServiceError):

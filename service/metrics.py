@@ -47,7 +47,8 @@ class Metrics:
         self.request_failures = Counter(p + "request_failures_total", "failed requests by reason",
                                         ["model", "reason"], registry=r)
         self.queue_duration = Histogram(p + "queue_duration_seconds", "time from enqueue to batch start",
-                                        ["model", "variant"], buckets=(*FAST, 2.0, 5.0), registry=r)
+                                        ["model", "variant", "priority"],
+                                        buckets=(*FAST, 2.0, 5.0, 10.0, 30.0, 60.0), registry=r)
         self.tokenize_duration = Histogram(p + "tokenize_duration_seconds",
                                            "time per batch encode (the requests waiting, tokenised together)",
                                            ["model"], buckets=FAST, registry=r)
@@ -59,7 +60,7 @@ class Metrics:
                                       ["model", "variant"], buckets=TOKENS, registry=r)
         self.input_tokens = Histogram(p + "input_tokens", "tokens per input", ["model"],
                                       buckets=TOKENS[:7], registry=r)
-        self.queue_depth = Gauge(p + "queue_depth", "inputs waiting in a queue", ["model", "variant"],
+        self.queue_depth = Gauge(p + "queue_depth", "inputs waiting in a queue", ["model", "variant", "priority"],
                                  multiprocess_mode="livesum", registry=r)
         self.inflight = Gauge(p + "inflight_requests", "HTTP requests being served",
                               multiprocess_mode="livesum", registry=r)
@@ -74,6 +75,10 @@ class Metrics:
                                             ["model", "aggregate"], registry=r)
         self.analytics = Counter(p + "analytics_requests_total", "similarity and occlusion requests answered",
                                  ["model", "analytic"], registry=r)
+        self.analytics_tokens = Gauge(p + "analytics_tokens_inflight",
+                                      "tokens of analytics rows admitted and not yet run (the "
+                                      "HEADWISE_ANALYTICS_TOKENS_INFLIGHT budget)", multiprocess_mode="livesum",
+                                      registry=r)
         self.model_info = Gauge(p + "model_info", "served model (value 1)",
                                 ["model", "version", "provider", "precision"], multiprocess_mode="max",
                                 registry=r)
@@ -141,11 +146,13 @@ class ModelSeries:
 
 
 class QueueHooks:
-    """What a Batcher reports, bound to its (model, variant) labels."""
+    """What a Batcher reports, bound to its (model, variant, priority) labels. `priority`:
+    "plain" (embed, rerank, predict and every compatible route) or "analytics"."""
 
-    def __init__(self, metrics: Metrics, model: str, variant: str):
-        self._depth = metrics.queue_depth.labels(model=model, variant=variant)
-        self._wait = metrics.queue_duration.labels(model=model, variant=variant)
+    def __init__(self, metrics: Metrics, model: str, variant: str, priority: str = "plain"):
+        labels = {"model": model, "variant": variant, "priority": priority}
+        self._depth = metrics.queue_depth.labels(**labels)
+        self._wait = metrics.queue_duration.labels(**labels)
         self._dropped = metrics.request_failures.labels(model=model, reason="disconnected")
 
     def on_depth(self, n: int) -> None:

@@ -44,6 +44,17 @@ class Settings(BaseSettings):
                                     "counted as serialised (attention, token embeddings); more → 413")
     max_inflight_response_bytes: int = Field(256 * MiB, ge=1, description="responses being built or sent at "
                                              "once, counted as serialised; a request past it → 429")
+    analytics_tokens_inflight: int = Field(
+        131_072, ge=1, description="tokens of analytics forward passes (similarity, occlusion: rows × tokens) "
+        "admitted and not yet run, for the whole process; a request past it → 429 with Retry-After")
+    analytics_max_request_tokens: int = Field(
+        65_536, ge=1, description="the most tokens (rows × tokens) one analytics request may cost; more → 413")
+    analytics_batch_tokens: int = Field(
+        1024, ge=1, description="padded tokens per analytics batch: plain work waiting goes first between two")
+    analytics_threads: int = Field(
+        1, ge=0, le=1024, description="on CPU, intra-op threads of the session that runs analytics rows at the "
+        "lowest priority beside plain traffic; 0: analytics share the plain session and thread, between "
+        "its batches")
     grace_seconds: float = Field(25.0, ge=0)
     max_input_chars: int = Field(100_000, ge=1, description="characters per input; longer → 413 before tokenisation")
     max_connections: int = Field(1000, ge=1, description="open client connections per process; one more is "
@@ -81,6 +92,14 @@ class Settings(BaseSettings):
         if self.max_response_bytes > self.max_inflight_response_bytes:
             raise ValueError(f"HEADWISE_MAX_RESPONSE_BYTES ({self.max_response_bytes}) is over "
                              f"HEADWISE_MAX_INFLIGHT_RESPONSE_BYTES ({self.max_inflight_response_bytes})")
+        return self
+
+    @model_validator(mode="after")
+    def _an_analytics_request_fits_the_budget(self):
+        if self.analytics_max_request_tokens > self.analytics_tokens_inflight:  # it would get 429 forever
+            raise ValueError(f"HEADWISE_ANALYTICS_MAX_REQUEST_TOKENS ({self.analytics_max_request_tokens}) is over "
+                             f"HEADWISE_ANALYTICS_TOKENS_INFLIGHT ({self.analytics_tokens_inflight}): a request "
+                             "that large could never be admitted")
         return self
 
     @model_validator(mode="after")

@@ -90,7 +90,10 @@ class Protocol:
 
     def error(self, exc: ServiceError) -> Response:
         s = self.status_of(exc)
-        return self.response(s.code, s.shown or s.type, exc.render(self.fields), s.headers, exc.field)
+        headers = s.headers
+        if getattr(exc, "retry_after", None):  # the engine's estimate replaces the table's default
+            headers = (*(h for h in headers if h[0] != "Retry-After"), ("Retry-After", str(exc.retry_after)))
+        return self.response(s.code, s.shown or s.type, exc.render(self.fields), headers, exc.field)
 
 
 # Domain error → HTTP status and type: the same for every protocol served today; each protocol

@@ -49,12 +49,15 @@ def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response
     return json_response(ok)
 
 
-async def budgeted_json(budget: ResponseBudget, size: int, build) -> Response:
+async def budgeted_json(budget: ResponseBudget, size: int, build, offload=None) -> Response:
     """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
     `size` (the response's serialised bound) is large, and counted against the process's
-    in-flight response budget until sent (Overloaded when it does not fit)."""
+    in-flight response budget until sent (Overloaded when it does not fit). `offload(fn)`:
+    where to build it whatever its size (analytics: their own thread, of the lowest priority)."""
     with budget.reserve(size) as reservation:
-        if size > BIG:
+        if offload is not None:
+            body = await offload(lambda: dumps_in_pieces(build()))
+        elif size > BIG:
             body = await run_in_threadpool(lambda: dumps_in_pieces(build()))
         else:
             body = orjson.dumps(build(), option=DUMPS)

@@ -7,12 +7,14 @@ and `run(role, feeds, outputs)`; tests swap in a fake with the same surface.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Protocol
 
 import numpy as np
 
 from service.backends import cuda
-from service.cpu import usable_cores
+from service.cpu import ANALYTICS_NICENESS, lower_thread_priority, usable_cores
 from service.package import ModelPackage, PackageError
 from service.settings import Settings
 
@@ -27,7 +29,9 @@ CPU_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 class Backend(Protocol):
     provider: str  # "cuda" | "cpu"
-    variants: dict[str, str]  # role ("embed" | "attention") → package variant name
+    # role ("embed" | "attention" | "analytics") → package variant name. "analytics", on CPU
+    # only: the embed variant again, in a session of its own (HEADWISE_ANALYTICS_THREADS)
+    variants: dict[str, str]
     precision: str  # precision of the embed variant
 
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
@@ -92,7 +96,7 @@ class OrtBackend:
         self.threads = 1 if self.provider == "cuda" else settings.threads or max(1, usable_cores() // workers)
         self.binding = ("cuda" if self.provider == "cuda" else None) if binding == "auto" else binding
         self.variants, self.precision = self._roles(settings.precision)
-        self._sessions = {role: self._session(package.variants[name]) for role, name in self.variants.items()}
+        self._sessions = {role: self._session(package.variants[name], role) for role, name in self.variants.items()}
         self._inputs = {r: [i.name for i in s.get_inputs()] for r, s in self._sessions.items()}
         log.info("model %s: provider %s, %s threads, variants %s", package.name, self.provider,
                  self.threads, self.variants)
@@ -103,11 +107,13 @@ class OrtBackend:
         roles = {"embed": choose_variant(package, self.provider, precision)}
         if "attention" in package.variants:
             roles["attention"] = "attention"
+        if self.provider == "cpu" and self.settings.analytics_threads and package.task != "classification":
+            roles["analytics"] = roles["embed"]
         return roles, package.variants[roles["embed"]].precision
 
-    def _options(self, provider: str):
+    def _options(self, provider: str, threads: int | None = None):
         so = self._ort.SessionOptions()
-        so.intra_op_num_threads = self.threads if provider == "cpu" else 1
+        so.intra_op_num_threads = (threads or self.threads) if provider == "cpu" else 1
         so.inter_op_num_threads = 1
         so.execution_mode = self._ort.ExecutionMode.ORT_SEQUENTIAL
         so.log_severity_level = 3
@@ -134,11 +140,18 @@ class OrtBackend:
             opts["gpu_mem_limit"] = str(s.gpu_mem_limit)
         return opts
 
-    def _session(self, variant):
+    def _session(self, variant, role: str):
         provider = self.provider
         providers = [(CUDA, self.cuda_options(variant.precision)), CPU] if provider == "cuda" else [CPU]
-        sess = self._ort.InferenceSession(str(variant.file), sess_options=self._options(provider), providers=providers,
-                                          disabled_optimizers=CPU_DISABLED_OPTIMIZERS if provider == "cpu" else None)
+        threads = self.settings.analytics_threads if role == "analytics" else self.threads
+        make = partial(self._ort.InferenceSession, str(variant.file), sess_options=self._options(provider, threads),
+                       providers=providers,
+                       disabled_optimizers=CPU_DISABLED_OPTIMIZERS if provider == "cpu" else None)
+        if role == "analytics":  # its pool threads inherit the lowest priority from the thread made here
+            with ThreadPoolExecutor(1, initializer=partial(lower_thread_priority, ANALYTICS_NICENESS)) as pool:
+                sess = pool.submit(make).result()
+        else:
+            sess = make()
         if provider == "cuda" and CUDA not in sess.get_providers():
             raise PackageError(f"{variant.file}: onnxruntime made a CPU session where CUDA was asked for "
                                f"(providers {sess.get_providers()})")

@@ -21,11 +21,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from service.cpu import lower_thread_priority
+from service.cpu import INFERENCE_NICENESS, lower_thread_priority
 from service.errors import Disconnected, NotReady, Overloaded
 
 IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
@@ -122,7 +123,14 @@ class Limits:
 
 
 class Batcher:
-    def __init__(self, limits: Limits, buckets: list[int], hooks=None, pad_to_bucket: bool = True):
+    """`executor`: the inference thread its hops run on, shared with another batcher; by
+    default one of its own at `niceness` (service.cpu), closed with it. `yield_to`: batchers of plain work this one gives way to (analytics): before each of
+    its batches it waits until none of them has work waiting or running, so that plain work
+    always goes first between two of its batches, and it still runs whenever they leave room."""
+
+    def __init__(self, limits: Limits, buckets: list[int], hooks=None, pad_to_bucket: bool = True,
+                 executor: ThreadPoolExecutor | None = None, niceness: int = INFERENCE_NICENESS,
+                 yield_to: Sequence[Batcher] = ()):
         # CUDA wants a few fixed shapes (IOBinding buffers, graph capture); onnxruntime's CPU
         # kernels take any length, so there a batch is padded only to its longest input (less
         # padding is less work: bench/results/experiments-cpu.md).
@@ -140,8 +148,12 @@ class Batcher:
         self._inflight: list[Job] = []  # the jobs of the hop running now
         self._cut_next = False  # the last hop queued entries: cut a batch of them at once
         self._task: asyncio.Task | None = None
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
-                                            initializer=lower_thread_priority)
+        self._idle = asyncio.Event()  # set whenever nothing waits or runs here
+        self._idle.set()
+        self.yield_to = tuple(yield_to)
+        self._owns_executor = executor is None
+        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
+                                                        initializer=partial(lower_thread_priority, niceness))
 
     # -- public surface -----------------------------------------------------------------
     def start(self, serve) -> None:
@@ -156,6 +168,25 @@ class Batcher:
     def bucket(self, length: int) -> int:
         i = bisect.bisect_left(self.buckets, length)
         return self.buckets[min(i, len(self.buckets) - 1)]
+
+    @property
+    def idle(self) -> bool:
+        return not (self._queue or self._pending or self._running)
+
+    async def wait_idle(self) -> None:
+        while not self.idle:
+            self._idle.clear()
+            await self._idle.wait()
+
+    def _idle_changed(self) -> None:
+        if self.idle:
+            self._idle.set()
+
+    async def _give_way(self) -> None:
+        """Wait until every batcher this one yields to is idle at the same moment."""
+        while not all(b.idle for b in self.yield_to):
+            for b in self.yield_to:
+                await b.wait_idle()
 
     def check_room(self, n: int) -> None:
         if self.depth + n > self.limits.max_queue:
@@ -190,7 +221,9 @@ class Batcher:
                 job.future.set_exception(NotReady("server shutting down"))
         self._queue.clear()
         self._pending.clear()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self._idle.set()
+        if self._owns_executor:
+            self.executor.shutdown(wait=False, cancel_futures=True)
 
     def abort(self, exc: Exception) -> None:
         """Fail every job not answered yet, the running batch's too (its thread may hang)."""
@@ -204,9 +237,12 @@ class Batcher:
         while True:
             if not self._cut_next:
                 while not (self._queue or self._pending):
+                    self._idle_changed()  # jobs dropped without running may have emptied it
                     self._wakeup.clear()
                     await self._wakeup.wait()
                 await self._gather()
+                if self.yield_to:
+                    await self._give_way()
                 if self._pending:
                     run = not self._queue
                     jobs = self._take_pending()
@@ -214,6 +250,8 @@ class Batcher:
                     jobs = [j for j in jobs if j not in gone and not j.done]
                     if jobs:
                         return self._begin(Work(jobs, [], run=run))
+            elif self.yield_to:
+                await self._give_way()
             self._cut_next = False
             batch, padded = self.cut()
             gone = await self._disconnected({e.job for e in batch})
@@ -258,6 +296,7 @@ class Batcher:
             if done.batch:
                 self._recent = len({en.job for en in done.batch})
             self._cut_next = done.batch is None and bool(self._queue)
+            self._idle_changed()
 
     def _admit(self, job: Job, entries: list[Entry]) -> None:
         job.expect(len(entries))

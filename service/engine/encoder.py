@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from service.backends.onnxruntime import Backend
+from service.cpu import ANALYTICS_NICENESS
 from service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
 from service.engine.outputs import attention_payload, pool
 from service.engine.params import (
@@ -65,7 +66,8 @@ class EncoderRuntime:
         att = package.variants.get("attention")
         self._f16_attention = att is not None and "attentions_f16" in att.outputs  # packages since 2026-11
         self.backend: Backend | None = None
-        self.batchers: dict[str, Batcher] = {}
+        self.batchers: dict[str, Batcher] = {}  # plain work: role → its batcher
+        self.analytics: Batcher | None = None  # analytics rows (run_encoded), after plain work
         self.ready = False
 
     @property
@@ -131,10 +133,11 @@ class EncoderRuntime:
 
     async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
                           is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
-        """Already tokenised inputs through the embed batcher (the served fast graph), one
-        entry each; `holes[i]` ≥ 0 masks that position of input i out (attention_mask 0).
-        The caller has checked max_len and the response bound."""
-        batcher = self.batchers["embed"]
+        """Analytics rows: already tokenised inputs through the analytics batcher (the served
+        fast graph, after plain work), one entry each; `holes[i]` ≥ 0 masks that position of
+        input i out (attention_mask 0). The caller has checked max_len and the response bound,
+        and admitted the rows' tokens."""
+        batcher = self.analytics
         job = Job(len(encs), params=params, is_disconnected=is_disconnected)
         holes = holes or [-1] * len(encs)
         entries = [Entry(job, i, e.ids, e.type_ids, e, h) for i, (e, h) in enumerate(zip(encs, holes, strict=True))]
@@ -151,12 +154,15 @@ class EncoderRuntime:
         raise Validation(f"model {self.name!r} is an embedding model: use POST /v1/embed; /v1/rerank and "
                          "/v1/predict serve classification packages (cross-encoders, classifiers)")
 
+    def _all_batchers(self) -> list[Batcher]:
+        return [*self.batchers.values(), *([self.analytics] if self.analytics else [])]
+
     def abort(self, exc: Exception) -> None:
-        for b in self.batchers.values():
+        for b in self._all_batchers():
             b.abort(exc)
 
     async def close(self, timeout: float) -> None:
-        for b in self.batchers.values():
+        for b in self._all_batchers():
             await b.close(timeout)
 
     # -- runs on the batcher's inference thread ---------------------------------------------
@@ -340,17 +346,33 @@ class EncoderRuntime:
         on_cpu = self.backend.provider != "cuda"
         batch_tokens = (min(s.max_batch_tokens, s.cpu_max_batch_tokens)
                         if on_cpu and s.cpu_max_batch_tokens else s.max_batch_tokens)
+        if role == "analytics":  # small batches, no waiting for more: plain work goes between two
+            return Limits(min(batch_tokens, s.analytics_batch_tokens), s.max_batch_size, 0.0, s.max_queue)
         attention = role == "attention"
         return Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
                       cell if attention else 0, s.attention_budget_bytes if attention else 0)
 
     def start(self) -> None:
         on_cpu = self.backend.provider != "cuda"
-        for role, variant in self.backend.variants.items():
-            batcher = Batcher(self.limits(role), self.buckets, QueueHooks(self.metrics, self.package.name, variant),
+        variants = self.backend.variants
+        for role, variant in variants.items():
+            if role == "analytics":
+                continue
+            batcher = Batcher(self.limits(role), self.buckets, QueueHooks(self.metrics, self.name, variant),
                               pad_to_bucket=not on_cpu)
             batcher.start(self._serve(role, batcher))
             self.batchers[role] = batcher
+        # Analytics give way to every plain batcher between two of their batches. With a session
+        # of their own (CPU) they run on a thread of the lowest priority beside plain work, which
+        # the scheduler preempts for it; without (CUDA, or HEADWISE_ANALYTICS_THREADS=0) they run
+        # on the embed batcher's thread, between its batches.
+        role = "analytics" if "analytics" in variants else "embed"
+        shared = None if role == "analytics" else self.batchers["embed"].executor
+        self.analytics = Batcher(self.limits("analytics"), self.buckets,
+                                 QueueHooks(self.metrics, self.name, variants[role], priority="analytics"),
+                                 pad_to_bucket=not on_cpu, executor=shared, niceness=ANALYTICS_NICENESS,
+                                 yield_to=list(self.batchers.values()))
+        self.analytics.start(self._serve(role, self.analytics))
 
     async def _serve(self, role: str, batcher: Batcher) -> None:
         """This variant's loop: the batcher says what the next hop does, the hop runs on the

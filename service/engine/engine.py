@@ -19,11 +19,11 @@ from service.backends import open_backend
 from service.backends.onnxruntime import check_precision
 from service.cpu import lower_thread_priority
 from service.engine import explain as operations
-from service.engine.budget import ResponseBudget
+from service.engine.budget import ResponseBudget, TokenBudget
 from service.engine.classifier import ClassifierRuntime
 from service.engine.classify import ClassifyParams, ClassifyResult
 from service.engine.encoder import BackendFactory, EncoderRuntime
-from service.engine.explain import Occlusion, Similarity
+from service.engine.explain import AnalyticsLane, Occlusion, Similarity
 from service.engine.generation import GenerativeRuntime
 from service.engine.generation.runtime import Generation
 from service.engine.generation.sequence import GenerateInput
@@ -52,6 +52,8 @@ class Engine:
         self.settings = settings
         self.metrics = metrics
         self.responses = ResponseBudget(settings.max_inflight_response_bytes, metrics.response_bytes)
+        self.analytics = AnalyticsLane(TokenBudget(settings.analytics_tokens_inflight,
+                                                   settings.analytics_max_request_tokens, metrics.analytics_tokens))
         self.backend_factory = backend_factory or open_backend
         self.models: dict[str, Runtime] = {}
         self.ready = False
@@ -97,6 +99,7 @@ class Engine:
         for rt in self.models.values():
             await rt.close(timeout)
         self._tok_pool.shutdown(wait=False, cancel_futures=True)
+        self.analytics.close()
 
     # -- used by routers -------------------------------------------------------------------
     def check_live(self) -> None:
@@ -140,14 +143,14 @@ class Engine:
             raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
 
     async def _encode(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
-                      whole: bool = False) -> list[Encoded]:
+                      whole: bool = False, pool: ThreadPoolExecutor | None = None) -> list[Encoded]:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         if whole:
             work = partial(rt.tokenizer.encode_unchecked, texts, False, special_tokens)
         else:
             work = partial(rt.tokenizer.encode, texts, truncate, special_tokens)
-        encs = await loop.run_in_executor(self._tok_pool, work)
+        encs = await loop.run_in_executor(pool or self._tok_pool, work)
         self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
         return encs
 
@@ -206,16 +209,19 @@ class Engine:
         texts = [source, *targets]
         self._check(texts)
         rt.check_embeddings()
-        encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
-        return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, is_disconnected)
+        # checked against max_len (TextTokenizer.encode), on the analytics thread
+        encs = await self._encode(rt, texts, truncate, pool=self.analytics.pool)
+        return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, self.analytics,
+                                           is_disconnected)
 
     async def occlusion(self, rt: Runtime, text: str, truncate: bool,
                         is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
         """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
         self._check([text])
         rt.check_embeddings()
-        encs = await self._encode(rt, [text], truncate)  # checked against max_len (TextTokenizer.encode)
-        return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, is_disconnected)
+        encs = await self._encode(rt, [text], truncate, pool=self.analytics.pool)  # checked against max_len
+        return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, self.analytics,
+                                          is_disconnected)
 
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
         """A queued generation, its answer's bytes reserved until its response is sent."""

@@ -12,13 +12,18 @@ Formulas and limits: docs/analytics.md.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
+from service.cpu import ANALYTICS_NICENESS, lower_thread_priority
 from service.engine.analytics import pair_contributions, top_pairs
-from service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES, EmbedParams
+from service.engine.budget import TokenBudget
+from service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES, Embedded, EmbedParams
 from service.engine.runtime import Runtime
 from service.engine.tokenizer import Encoded
 from service.errors import TooLarge, Validation
@@ -82,8 +87,9 @@ def similarity_bytes(model: str, source: int, targets: list[int], explain: bool,
 
 
 async def similarity(rt: Runtime, encs: list[Encoded], explain: bool, top_k: int, max_response_bytes: int,
-                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
-    """encs: the source, then the targets, tokenised and checked for max_len."""
+                     lane: AnalyticsLane, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
+    """encs: the source, then the targets, tokenised and checked for max_len. Their rows are
+    admitted against the analytics budget; the split runs off the event loop."""
     if explain and rt.package.pooling != "mean":  # (generative and classification models: refused before)
         raise Validation(f"explain needs mean pooling: model {rt.name!r} pools with {rt.package.pooling!r}, and a "
                          "cosine of single-token (CLS) embeddings has no exact split over token pairs; "
@@ -94,30 +100,62 @@ async def similarity(rt: Runtime, encs: list[Encoded], explain: bool, top_k: int
         raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
                        f"({max_response_bytes}); send fewer or shorter targets, or ask without explain")
     params = EmbedParams(sentence=True, tokens=explain, normalize=True)
-    data = await rt.run_encoded(encs, params, None, is_disconnected)
-    src = data[0]
-    scores = [cosine(src.sentence, d.sentence) for d in data[1:]]
-    explained = None
-    if explain:
-        explained = []
-        for d in data[1:]:
-            _, c = pair_contributions(src.tokens, d.tokens)
-            explained.append(Explained(c, top_pairs(c, top_k)))
+    cost = sum(e.length for e in encs)
+    with lane.budget.admit(cost, f"similarity of {len(encs)} texts ({cost} tokens)").held():
+        data = await rt.run_encoded(encs, params, None, is_disconnected)
+    scores, explained = await lane.run(_split, data, explain, top_k)
     rt.series.analytic("similarity_explain" if explain else "similarity").inc()
     return Similarity(rt.name, rt.package.version, source, targets, scores, explained)
 
 
-async def occlusion(rt: Runtime, enc: Encoded, max_rows: int,
+def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float], list[Explained] | None]:
+    """The source's (data[0]) cosine with each target's, and with `explain` its split."""
+    src = data[0]
+    scores = [cosine(src.sentence, d.sentence) for d in data[1:]]
+    if not explain:
+        return scores, None
+    explained = []
+    for d in data[1:]:
+        _, c = pair_contributions(src.tokens, d.tokens)
+        explained.append(Explained(c, top_pairs(c, top_k)))
+    return scores, explained
+
+
+async def occlusion(rt: Runtime, enc: Encoded, max_rows: int, lane: AnalyticsLane,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
     """enc: the input, tokenised and checked; its T + 1 rows (the input whole, then one per
-    masked position) go through the embed batcher as one job of T + 1 inputs."""
+    masked position) go through the analytics batcher as one job of T + 1 inputs, admitted
+    against the analytics budget at (T + 1) · T tokens."""
     t = enc.length
     if t + 1 > max_rows:
         raise TooLarge(f"occlusion of {t} tokens runs {t + 1} forward passes, over the {max_rows} inputs one request "
                        "may ask for (HEADWISE_MAX_CLIENT_BATCH); send a shorter input")
     params = EmbedParams(sentence=True, normalize=True)
-    data = await rt.run_encoded([enc] * (t + 1), params, list(range(-1, t)), is_disconnected)
-    full = data[0].sentence
-    effects = [1.0 - cosine(full, d.sentence) for d in data[1:]]
+    cost = (t + 1) * t
+    with lane.budget.admit(cost, f"occlusion of {t} tokens ({t + 1} rows of {t})").held():
+        data = await rt.run_encoded([enc] * (t + 1), params, list(range(-1, t)), is_disconnected)
+    effects = await lane.run(_effects, data)
     rt.series.analytic("occlusion").inc()
     return Occlusion(rt.name, rt.package.version, enc, effects)
+
+
+def _effects(data: list[Embedded]) -> list[float]:
+    full = data[0].sentence
+    return [1.0 - cosine(full, d.sentence) for d in data[1:]]
+
+
+class AnalyticsLane:
+    """What analytics need of the engine beside a runtime: the token budget they are admitted
+    against, and a thread of the lowest priority for their post-processing (`run`), so that
+    none of it runs on the event loop."""
+
+    def __init__(self, budget: TokenBudget):
+        self.budget = budget
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-analytics-post",
+                                       initializer=partial(lower_thread_priority, ANALYTICS_NICENESS))
+
+    async def run(self, fn: Callable, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -164,14 +164,14 @@ class DrivenBatcher:
     """A Batcher run by the engine's own loop (EncoderRuntime._serve and _hop) over the
     `run(entries, padded)` and optional `prepare(jobs)` a test gives, in place of a model."""
 
-    def __new__(cls, run, limits, buckets, hooks=None, prepare=None, pad_to_bucket=True):
+    def __new__(cls, run, limits, buckets, hooks=None, prepare=None, pad_to_bucket=True, **kw):
         import functools
         from types import SimpleNamespace
 
         from service.engine.batching import Batcher
         from service.engine.encoder import EncoderRuntime
 
-        batcher = Batcher(limits, buckets, hooks, pad_to_bucket=pad_to_bucket)
+        batcher = Batcher(limits, buckets, hooks, pad_to_bucket=pad_to_bucket, **kw)
         engine = SimpleNamespace(prepare=prepare, run_batch=lambda role, entries, padded: run(entries, padded))
         engine._hop = functools.partial(EncoderRuntime._hop, engine)
         start = batcher.start
