@@ -91,34 +91,44 @@ def text_of(client: httpx.Client, tokens: int) -> str:
     return text
 
 
-def plain_loop(url: str, stop: threading.Event, seconds: float | None = None) -> list[float]:
-    """One client, /v1/embed of SHORT one after another until `stop` (or `seconds`): latencies."""
+def plain_loop(url: str, stop: threading.Event, seconds: float | None = None) -> list[tuple[float, float]]:
+    """One client, /v1/embed of SHORT one after another until `stop` (or `seconds`): (when it
+    was sent, seconds from the loop's start; latency) per request."""
     times = []
+    start = time.perf_counter()
     end = time.monotonic() + seconds if seconds else float("inf")
     with httpx.Client(base_url=url, timeout=300) as c:
         while not stop.is_set() and time.monotonic() < end:
             t0 = time.perf_counter()
             r = c.post("/v1/embed", json={"inputs": SHORT})
-            times.append(time.perf_counter() - t0)
+            times.append((t0 - start, time.perf_counter() - t0))
             r.raise_for_status()
     return times
 
 
-def summary(times: list[float]) -> dict:
-    s = sorted(times)
+def summary(sent: list[tuple[float, float]]) -> dict:
+    s = sorted(lat for _, lat in sent)
+    worst = sorted(sent, key=lambda x: -x[1])[:3]
     return {"n": len(s), "p50": 1000 * statistics.median(s), "p99": 1000 * s[max(0, int(0.99 * len(s)) - 1)],
-            "max": 1000 * s[-1]}
+            "max": 1000 * s[-1], "slowest": [(round(at, 2), round(1000 * lat, 1)) for at, lat in worst]}
 
 
-def occlusions(url: str, text: str, n: int) -> list[tuple[int, list[float] | None, float]]:
-    """n occlusions of `text` sent at once: (status, effects, seconds) each."""
-    def one(_):
-        with httpx.Client(base_url=url, timeout=900) as c:
+def occlusions(url: str, text: str, n: int):
+    """A function that sends n occlusions of `text` at once → (status, effects, seconds) each.
+    Its clients are made now: making one takes milliseconds of this process's GIL, which
+    the plain client running beside would count as the server's latency."""
+    clients = [httpx.Client(base_url=url, timeout=900) for _ in range(n)]
+
+    def one(c):
+        with c:
             t0 = time.perf_counter()
             r = c.post("/v1/occlusion", json={"input": text})
             return r.status_code, r.json().get("effects") if r.status_code == 200 else None, time.perf_counter() - t0
-    with cf.ThreadPoolExecutor(n) as pool:
-        return list(pool.map(one, range(n)))
+
+    def send():
+        with cf.ThreadPoolExecutor(n) as pool:
+            return list(pool.map(one, clients))
+    return send
 
 
 def with_plain(url: str, work) -> tuple[dict, object]:
@@ -126,7 +136,7 @@ def with_plain(url: str, work) -> tuple[dict, object]:
     stop = threading.Event()
     with cf.ThreadPoolExecutor(1) as pool:
         plain = pool.submit(plain_loop, url, stop)
-        time.sleep(0.5)  # the client is in its stride
+        time.sleep(0.5)  # the client is in its stride (the slowest requests' times count from here - 0.5 s)
         try:
             out = work()
         finally:
@@ -141,11 +151,12 @@ def health_during(url: str, body: dict) -> tuple[dict, float, int]:
     lat = []
 
     def probe():
+        start = time.perf_counter()
         with httpx.Client(base_url=url, timeout=60) as c:
             while not done.is_set():
                 t0 = time.perf_counter()
                 c.get("/health/live")
-                lat.append(time.perf_counter() - t0)
+                lat.append((t0 - start, time.perf_counter() - t0))
                 time.sleep(0.02)
 
     th = threading.Thread(target=probe)
@@ -202,7 +213,7 @@ def run_phase(phase: str, url: str, args) -> object:
         return summary(plain_loop(url, threading.Event(), args.seconds))
     if phase in ("one", "sixteen"):
         n = 1 if phase == "one" else 16
-        plain, got = with_plain(url, lambda: occlusions(url, text, n))
+        plain, got = with_plain(url, occlusions(url, text, n))
         codes = [s for s, _, _ in got]
         admitted = [(e, t) for s, e, t in got if s == 200]
         return {"plain": plain, "codes": {c: codes.count(c) for c in sorted(set(codes))},

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from service.api.errors import Protocol
-from service.api.serialize import dumps_in_pieces
+from service.api.serialize import dumps_chunks
 from service.engine.budget import Reservation, ResponseBudget
 from service.errors import NotReady, TooLarge
 
@@ -56,9 +56,9 @@ async def budgeted_json(budget: ResponseBudget, size: int, build, offload=None) 
     where to build it whatever its size (analytics: their own thread, of the lowest priority)."""
     with budget.reserve(size) as reservation:
         if offload is not None:
-            body = await offload(lambda: dumps_in_pieces(build()))
+            body = await offload(lambda: dumps_chunks(build()))
         elif size > BIG:
-            body = await run_in_threadpool(lambda: dumps_in_pieces(build()))
+            body = await run_in_threadpool(lambda: dumps_chunks(build()))
         else:
             body = orjson.dumps(build(), option=DUMPS)
     return BudgetedResponse(body, reservation)
@@ -69,25 +69,35 @@ CHUNK = 1 << 20  # bytes handed to the server per send
 
 class BudgetedResponse(Response):
     """A response that gives its reservation back once its last byte has gone to the client's
-    connection. It is sent in CHUNK pieces, yielding to the event loop after each, so that the
-    server's flow control (a client that does not read fills the socket buffer, and the next
-    send waits) keeps it, and its bytes, counted for as long as the client makes it wait."""
+    connection. Its body is bytes, or the chunks of one (serialize.dumps_chunks: never joined
+    into one object, a copy that would hold the GIL). It is sent in pieces of at most CHUNK,
+    yielding to the event loop after each, so that the server's flow control (a client that
+    does not read fills the socket buffer, and the next send waits) keeps it, and its bytes,
+    counted for as long as the client makes it wait."""
 
-    def __init__(self, body: bytes, reservation: Reservation, media_type: str = "application/json"):
-        super().__init__(body, media_type=media_type)
+    def __init__(self, body: bytes | list[bytes], reservation: Reservation, media_type: str = "application/json"):
+        chunks = [body] if isinstance(body, bytes) else body
+        super().__init__(chunks[0] if len(chunks) == 1 else b"", media_type=media_type)
+        if len(chunks) > 1:
+            length = str(sum(len(c) for c in chunks)).encode()
+            self.raw_headers = [(k, length if k == b"content-length" else v) for k, v in self.raw_headers]
+        self.chunks = chunks
         self.reservation = reservation
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            view = memoryview(self.body)
-            for at in range(0, max(len(view), 1), CHUNK):
-                more = at + CHUNK < len(view)
-                await send({"type": "http.response.body", "body": view[at:at + CHUNK], "more_body": more})
+            pieces = [memoryview(c)[at:at + CHUNK] for c in self.chunks for at in range(0, len(c), CHUNK)]
+            for i, piece in enumerate(pieces):
+                more = i + 1 < len(pieces)
+                await send({"type": "http.response.body", "body": piece, "more_body": more})
                 if more:
                     await asyncio.sleep(0)
+            if not pieces:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self.body = b""
+            self.chunks = []
             self.reservation.release()
 
 
