@@ -46,6 +46,8 @@ export async function api(path, body) {
         ? payload.detail.map((d) => d.msg || JSON.stringify(d)).join("; ")
         : String(payload.detail);
     }
+    const retry = res.status === 429 && res.headers.get("retry-after");
+    if (message && retry) message += ` (the server suggests retrying in ${retry} s)`;
     throw new ApiError(message || `HTTP ${res.status} ${res.statusText}`,
       (err && err.type) || "http", (err && err.code) || res.status);
   }
