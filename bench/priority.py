@@ -37,7 +37,7 @@ from bench.analytics_cost import WORDS, free_port
 from bench.facts import load_average, machine_facts
 
 SHORT = "A man is playing a guitar on the stage tonight."
-PHASES = ("alone", "one", "sixteen", "explain")
+PHASES = ("idle", "alone", "one", "sixteen", "explain")
 
 
 @dataclass
@@ -77,6 +77,12 @@ class Server:
         self.stop()
         raise SystemExit("server not ready in 180 s")
 
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(30)
@@ -110,7 +116,7 @@ def summary(sent: list[tuple[float, float]]) -> dict:
     s = sorted(lat for _, lat in sent)
     worst = sorted(sent, key=lambda x: -x[1])[:3]
     return {"n": len(s), "p50": 1000 * statistics.median(s), "p99": 1000 * s[max(0, int(0.99 * len(s)) - 1)],
-            "max": 1000 * s[-1], "slowest": [(round(at, 2), round(1000 * lat, 1)) for at, lat in worst]}
+            "p99.9": 1000 * s[max(0, int(0.999 * len(s)) - 1)], "max": 1000 * s[-1], "slowest": [(round(at, 2), round(1000 * lat, 1)) for at, lat in worst]}
 
 
 def occlusions(url: str, text: str, n: int):
@@ -193,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
             srv = Server(mode, args.package)
             try:
                 results[mode.name][phase] = run_phase(phase, srv.url, args)
+                results[mode.name][phase]["rss_mib"] = round(srv.rss_mib())
             finally:
                 srv.stop()
             print(f"{mode.name} {phase}: {results[mode.name][phase]}", file=sys.stderr, flush=True)
@@ -211,6 +218,8 @@ def run_phase(phase: str, url: str, args) -> object:
             body = {"source": long, "targets": [long] * 120, "explain": True, "top_k": 10}
     if phase == "alone":
         return summary(plain_loop(url, threading.Event(), args.seconds))
+    if phase == "idle":  # the server's memory after warm-up and a few requests
+        return {}
     if phase in ("one", "sixteen"):
         n = 1 if phase == "one" else 16
         plain, got = with_plain(url, occlusions(url, text, n))
@@ -235,8 +244,9 @@ def report(modes, phases, results, args, load_before) -> None:
         print(f"- mode {m.name}: tree {m.tree}, {m.env or 'defaults'}")
     print(f"\nPlain: one client, /v1/embed of one short sentence, requests one after another. Occlusion: "
           f"an input of {args.tokens} tokens ({args.tokens + 1} rows).\n")
-    print("| mode | phase | plain p50 ms | p99 | max | requests | p50 × alone | p99 × alone | analytics |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| mode | phase | plain p50 ms | p99 | p99.9 | max | requests | p50 × alone | p99 × alone | max × p50 alone "
+          "| analytics |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m in modes:
         res = results[m.name]
         base = res.get("alone")
@@ -244,18 +254,24 @@ def report(modes, phases, results, args, load_before) -> None:
             r = res.get(phase)
             if r is None:
                 continue
+            if phase == "idle":
+                print(f"| {m.name} | idle: server RSS {r['rss_mib']} MiB | | | | | | | | | |")
+                continue
             if phase == "explain":
                 h = r["health"]
-                print(f"| {m.name} | explain at cap: /health/live | {h['p50']:.1f} | {h['p99']:.1f} | {h['max']:.1f} | "
-                      f"{h['n']} | | | explain {r['explain_s']} s, status {r['status']} |")
+                print(f"| {m.name} | explain at cap: /health/live | {h['p50']:.1f} | {h['p99']:.1f} | {h['p99.9']:.1f} | "
+                      f"{h['max']:.1f} | {h['n']} | | | | explain {r['explain_s']} s, status {r['status']}; slowest "
+                      f"(s after start, ms): {h['slowest']} |")
                 continue
             s = r if phase == "alone" else r["plain"]
             ratio = (f"{s['p50'] / base['p50']:.2f} | {s['p99'] / base['p99']:.2f}" if base and phase != "alone"
-                     else " | ")
-            extra = "" if phase == "alone" else (f"statuses {r['codes']}, admitted took {r['analytics_s']} s, "
-                                                  f"max |effect − alone| {r['max_diff_from_alone']}")
-            print(f"| {m.name} | {phase} | {s['p50']:.1f} | {s['p99']:.1f} | {s['max']:.1f} | {s['n']} | {ratio} | "
-                  f"{extra} |")
+                     else " | ") + (f" | {s['max'] / base['p50']:.1f}" if base else " | ")
+            extra = f"slowest (s after start, ms): {s['slowest']}; RSS after {r['rss_mib']} MiB"
+            if phase != "alone":
+                extra = (f"statuses {r['codes']}, admitted took {r['analytics_s']} s, max |effect − alone| "
+                         f"{r['max_diff_from_alone']}; {extra}")
+            print(f"| {m.name} | {phase} | {s['p50']:.1f} | {s['p99']:.1f} | {s['p99.9']:.1f} | {s['max']:.1f} | "
+                  f"{s['n']} | {ratio} | {extra} |")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Similarity (with its exact token-pair explanation) and occlusion: whole operations over an
-encoder runtime's embed batcher, on the served fast graph (fp32, int8 or fp16 alike).
+encoder runtime's analytics batcher (after plain work; on the served fast graph: fp32, int8 or
+fp16 alike), admitted at their token cost (AnalyticsLane.budget), post-processed off the
+event loop (AnalyticsLane.run).
 
 - similarity: the cosines of the source's sentence embedding with each target's, the very
   embeddings /v1/embed returns (normalize true); with `explain`, each cosine split over token

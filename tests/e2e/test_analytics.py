@@ -207,7 +207,7 @@ def test_occlusion_equals_onnxruntime_and_goes_through_the_batcher(srv, default_
     t = len(ids)
     assert len(body["tokens"]) == t == len(body["effects"]) and body["forward_passes"] == t + 1
     np.testing.assert_allclose(body["effects"], onnx_occlusion(default_package, ids), atol=1e-5)
-    # the T + 1 rows were batched by the embed batcher of the served fast variant
+    # the T + 1 rows were batched by the analytics batcher, on the served fast variant
     assert batch_inputs(srv.metrics()) == before + t + 1
     assert max(body["effects"]) > 0
 
