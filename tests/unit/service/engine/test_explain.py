@@ -125,3 +125,39 @@ def test_the_response_bound_holds_the_envelope(tmp_path):
             source = len(got["source"]["tokens"]) if "source" in got else 3
             bound = similarity_bytes(got["model"], source, targets, body.get("explain", False), body.get("top_k", 10))
             assert len(r.content) <= bound, (body, len(r.content), bound)
+
+
+class LaneRecorder(MaskRecorder):
+    """A backend with an analytics session of its own, as OrtBackend opens on CPU."""
+
+    def __init__(self, package, settings):
+        super().__init__(package, settings)
+        self.variants = {**self.variants, "analytics": "fast"}
+
+
+def test_with_an_analytics_session_the_rows_run_on_it_and_plain_work_does_not(tmp_path):
+    pkg = make_package(tmp_path / "models")
+    with client_for(pkg, backend=LaneRecorder) as c:
+        wait_ready(c)
+        MaskRecorder.masks = []
+        assert c.post("/v1/occlusion", json={"input": "the cat sat"}).status_code == 200
+        assert c.post("/v1/similarity", json={"source": "a cat", "targets": ["a dog"]}).status_code == 200
+        analytics = {role for role, _ in MaskRecorder.masks}
+        MaskRecorder.masks = []
+        assert c.post("/v1/embed", json={"inputs": "the cat sat"}).status_code == 200
+        assert analytics == {"analytics"} and {role for role, _ in MaskRecorder.masks} == {"embed"}
+
+
+def test_over_the_analytics_budget_the_answer_is_429_with_retry_after(tmp_path):
+    with app(tmp_path, analytics_tokens_inflight=40, analytics_max_request_tokens=30) as c:
+        wait_ready(c)
+        err = assert_error(c.post("/v1/occlusion", json={"input": "the cat sat on the mat"}), 413, "too_large")
+        assert "HEADWISE_ANALYTICS_MAX_REQUEST_TOKENS" in err["message"]  # 9 rows of 8 tokens
+        engine = c.app.state.engine
+        held = engine.analytics.budget.admit(30, "another request")
+        r = c.post("/v1/occlusion", json={"input": "cat"})  # 4 rows of 3: 12 tokens, 10 left
+        err = assert_error(r, 429, "overloaded")
+        assert r.headers["retry-after"] == "1" and "30 of 40 tokens" in err["message"]
+        held.release()
+        assert c.post("/v1/occlusion", json={"input": "cat"}).status_code == 200
+        assert engine.analytics.budget.used == 0
