@@ -210,7 +210,9 @@ def run_phase(phase: str, url: str, args) -> object:
     with httpx.Client(base_url=url, timeout=300) as c:
         text = text_of(c, args.tokens)
         if phase in ("one", "sixteen"):
+            t0 = time.perf_counter()
             r = c.post("/v1/occlusion", json={"input": text})  # the answer alone, for the check
+            occlusion_alone_s = time.perf_counter() - t0
             r.raise_for_status()
             alone = r.json()["effects"]
         if phase == "explain":
@@ -226,6 +228,7 @@ def run_phase(phase: str, url: str, args) -> object:
         codes = [s for s, _, _ in got]
         admitted = [(e, t) for s, e, t in got if s == 200]
         return {"plain": plain, "codes": {c: codes.count(c) for c in sorted(set(codes))},
+                "occlusion_alone_s": round(occlusion_alone_s, 1),
                 "analytics_s": [round(t, 1) for _, t in admitted],
                 "max_diff_from_alone": max((close(e, alone) for e, _ in admitted), default=None)}
     if phase == "explain":
@@ -268,7 +271,8 @@ def report(modes, phases, results, args, load_before) -> None:
                      else " | ") + (f" | {s['max'] / base['p50']:.1f}" if base else " | ")
             extra = f"slowest (s after start, ms): {s['slowest']}; RSS after {r['rss_mib']} MiB"
             if phase != "alone":
-                extra = (f"statuses {r['codes']}, admitted took {r['analytics_s']} s, max |effect − alone| "
+                extra = (f"statuses {r['codes']}, admitted took {r['analytics_s']} s (one alone "
+                         f"{r['occlusion_alone_s']} s), max |effect − alone| "
                          f"{r['max_diff_from_alone']}; {extra}")
             print(f"| {m.name} | {phase} | {s['p50']:.1f} | {s['p99']:.1f} | {s['p99.9']:.1f} | {s['max']:.1f} | "
                   f"{s['n']} | {ratio} | {extra} |")

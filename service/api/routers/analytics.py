@@ -77,7 +77,8 @@ async def similarity(request: Request, body: SimilarityRequest = Depends(SIMILAR
 async def occlusion(request: Request, body: OcclusionRequest = Depends(OCCLUSION),
                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Each token's effect on the sentence embedding: 1 − cos(embedding, embedding with that
-    token's attention_mask 0). T + 1 rows through the embed batcher."""
+    token's attention_mask 0). T + 1 rows through the analytics batcher, after plain work,
+    admitted at (T + 1) · T tokens."""
     rt = engine.get(body.model)
     request.state.model = rt.name
     res = await engine.occlusion(rt, body.input, body.truncate, probe)
