@@ -124,9 +124,10 @@ class Limits:
 
 class Batcher:
     """`executor`: the inference thread its hops run on, shared with another batcher; by
-    default one of its own at `niceness` (service.cpu), closed with it. `yield_to`: batchers of plain work this one gives way to (analytics): before each of
-    its batches it waits until none of them has work waiting or running, so that plain work
-    always goes first between two of its batches, and it still runs whenever they leave room."""
+    default one of its own at `niceness` (service.cpu), closed with it. `yield_to`: batchers
+    of plain work this one gives way to (analytics): before each of its batches it waits until
+    none of them has work waiting or running, so that plain work always goes first between two
+    of its batches, and it still runs whenever they leave room."""
 
     def __init__(self, limits: Limits, buckets: list[int], hooks=None, pad_to_bucket: bool = True,
                  executor: ThreadPoolExecutor | None = None, niceness: int = INFERENCE_NICENESS,
