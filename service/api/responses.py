@@ -12,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 
 from service.api.errors import Protocol
 from service.api.serialize import dumps_chunks
-from service.engine.budget import Reservation, ResponseBudget
+from service.engine.budget import Reservation, ResponseBudget, ShareOf
 from service.errors import NotReady, TooLarge
 
 DUMPS = orjson.OPT_SERIALIZE_NUMPY
@@ -49,7 +49,7 @@ def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response
     return json_response(ok)
 
 
-async def budgeted_json(budget: ResponseBudget, size: int, build, offload=None) -> Response:
+async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offload=None) -> Response:
     """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
     `size` (the response's serialised bound) is large, and counted against the process's
     in-flight response budget until sent (Overloaded when it does not fit). `offload(fn)`:

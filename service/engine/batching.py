@@ -247,7 +247,9 @@ class Batcher:
                 if self._pending:
                     run = not self._queue
                     jobs = self._take_pending()
+                    self._running = True  # work in hand: not idle while its clients are asked
                     gone = await self._disconnected(jobs)
+                    self._running = False
                     jobs = [j for j in jobs if j not in gone and not j.done]
                     if jobs:
                         return self._begin(Work(jobs, [], run=run))
@@ -255,7 +257,9 @@ class Batcher:
                 await self._give_way()
             self._cut_next = False
             batch, padded = self.cut()
+            self._running = bool(batch)
             gone = await self._disconnected({e.job for e in batch})
+            self._running = False
             batch = [e for e in batch if e.job not in gone] if gone else batch
             if batch:
                 return self._begin(Work([], batch, padded))

@@ -17,16 +17,18 @@ from service.errors import Overloaded, TooLarge
 
 
 class ResponseBudget:
-    """`gauge`: where `used` is shown (headwise_response_bytes_inflight), if anywhere."""
+    """`gauge`: where `used` is shown (headwise_response_bytes_inflight), if anywhere; `what`:
+    what it counts, for the message."""
 
-    def __init__(self, limit: int, gauge=None):
+    def __init__(self, limit: int, gauge=None, what: str = "responses being sent"):
         self.limit = limit
         self.used = 0
         self._gauge = gauge
+        self._what = what
 
     def reserve(self, n: int) -> Reservation:
         if n > 0 and self.used + n > self.limit:
-            raise Overloaded(f"responses being sent take {self.used} of {self.limit} bytes; this one needs {n}")
+            raise Overloaded(f"{self._what} take {self.used} of {self.limit} bytes; this one needs {n}")
         self._add(n)
         return Reservation(self, n)
 
@@ -34,6 +36,9 @@ class ResponseBudget:
         self.used += n
         if self._gauge is not None:
             self._gauge.set(self.used)
+
+    def _give_back(self, n: int, ran: bool) -> None:
+        self._add(-n)
 
 
 class Reservation:
@@ -43,9 +48,10 @@ class Reservation:
     def __init__(self, budget: ResponseBudget, n: int):
         self._budget, self.n = budget, n
 
-    def release(self) -> None:
+    def release(self, ran: bool = True) -> None:
+        """`ran`: the work it was held for was done (False: it failed or was refused)."""
         if self.n:
-            self._budget._add(-self.n)
+            self._budget._give_back(self.n, ran)
             self.n = 0
 
     @contextlib.contextmanager
@@ -53,8 +59,10 @@ class Reservation:
         """Held for the block, released when it ends however it ends."""
         try:
             yield self
-        finally:
-            self.release()
+        except BaseException:
+            self.release(ran=False)
+            raise
+        self.release()
 
     def __enter__(self) -> Reservation:
         return self
@@ -62,6 +70,38 @@ class Reservation:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.release()
+
+
+class ShareOf:
+    """A share of a budget: `reserve(n)` holds n in the share and in the whole, so that what
+    the share holds never passes its limit and the rest of the whole stays for the others
+    (analytics answers, built on a thread of the lowest priority, hold at most this share of
+    the in-flight response bytes)."""
+
+    def __init__(self, whole: ResponseBudget, limit: int, what: str):
+        self.whole = whole
+        self.share = ResponseBudget(limit, what=what)
+
+    def reserve(self, n: int) -> Reservation:
+        mine = self.share.reserve(n)
+        try:
+            return Both(mine, self.whole.reserve(n))
+        except BaseException:
+            mine.release(ran=False)
+            raise
+
+
+class Both(Reservation):
+    """Two reservations released together."""
+
+    def __init__(self, a: Reservation, b: Reservation):
+        self._parts = (a, b)
+        self.n = b.n
+
+    def release(self, ran: bool = True) -> None:
+        for part in self._parts:
+            part.release(ran)
+        self.n = 0
 
 
 class TokenBudget(ResponseBudget):
@@ -104,13 +144,15 @@ class TokenBudget(ResponseBudget):
             return 1
         return max(1, min(self.MAX_RETRY_S, math.ceil(tokens / self.rate)))
 
-    def _add(self, n: int) -> None:
-        if n < 0:  # tokens given back: they ran in the busy time since the last mark
-            now = self._clock()
-            took = now - self._mark
-            if took > 0:
-                sample = -n / took
-                self.rate = sample if self.rate is None else (
-                    (1 - self.RATE_WEIGHT) * self.rate + self.RATE_WEIGHT * sample)
+    def _give_back(self, n: int, ran: bool) -> None:
+        """Tokens that ran were run in the busy time since the last mark: a rate sample. Those
+        of a request that failed or was refused (its queue full, its client gone) are not."""
+        now = self._clock()
+        took = now - self._mark
+        if ran and took > 0:
+            sample = n / took
+            self.rate = sample if self.rate is None else (
+                (1 - self.RATE_WEIGHT) * self.rate + self.RATE_WEIGHT * sample)
+        if ran:
             self._mark = now
-        super()._add(n)
+        self._add(-n)

@@ -155,7 +155,8 @@ class EncoderRuntime:
                          "/v1/predict serve classification packages (cross-encoders, classifiers)")
 
     def _all_batchers(self) -> list[Batcher]:
-        return [*self.batchers.values(), *([self.analytics] if self.analytics else [])]
+        """Analytics first: they may borrow the embed batcher's thread, which closing it ends."""
+        return [*([self.analytics] if self.analytics else []), *self.batchers.values()]
 
     def abort(self, exc: Exception) -> None:
         for b in self._all_batchers():
@@ -382,8 +383,8 @@ class EncoderRuntime:
             work = await batcher.next()
             try:
                 done = await loop.run_in_executor(batcher.executor, self._hop, role, batcher, work)
-            except Exception as e:  # tokenising itself failed: every job gets the error
-                done = Done([e] * len(work.jobs), [], [])
+            except Exception as e:  # the hop could not run (tokenising failed, the thread is gone)
+                done = Done([e] * len(work.jobs), work.batch, e) if work.batch else Done([e] * len(work.jobs), [], [])
             batcher.finish(work, done)
 
     def _hop(self, role: str, batcher: Batcher, work: Work) -> Done:

@@ -19,7 +19,7 @@ from service.backends import open_backend
 from service.backends.onnxruntime import check_precision
 from service.cpu import lower_thread_priority
 from service.engine import explain as operations
-from service.engine.budget import ResponseBudget, TokenBudget
+from service.engine.budget import ResponseBudget, ShareOf, TokenBudget
 from service.engine.classifier import ClassifierRuntime
 from service.engine.classify import ClassifyParams, ClassifyResult
 from service.engine.encoder import BackendFactory, EncoderRuntime
@@ -52,8 +52,13 @@ class Engine:
         self.settings = settings
         self.metrics = metrics
         self.responses = ResponseBudget(settings.max_inflight_response_bytes, metrics.response_bytes)
-        self.analytics = AnalyticsLane(TokenBudget(settings.analytics_tokens_inflight,
-                                                   settings.analytics_max_request_tokens, metrics.analytics_tokens))
+        # Analytics answers are built on the lowest priority, so they may hold no more than half
+        # of the in-flight response bytes (and one whole answer at least): plain answers keep the rest.
+        share = max(settings.max_inflight_response_bytes // 2, settings.max_response_bytes)
+        self.analytics = AnalyticsLane(
+            TokenBudget(settings.analytics_tokens_inflight, settings.analytics_max_request_tokens,
+                        metrics.analytics_tokens),
+            ShareOf(self.responses, share, "analytics answers being built or sent"))
         self.backend_factory = backend_factory or open_backend
         self.models: dict[str, Runtime] = {}
         self.ready = False
@@ -143,14 +148,14 @@ class Engine:
             raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
 
     async def _encode(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
-                      whole: bool = False, pool: ThreadPoolExecutor | None = None) -> list[Encoded]:
+                      whole: bool = False) -> list[Encoded]:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         if whole:
             work = partial(rt.tokenizer.encode_unchecked, texts, False, special_tokens)
         else:
             work = partial(rt.tokenizer.encode, texts, truncate, special_tokens)
-        encs = await loop.run_in_executor(pool or self._tok_pool, work)
+        encs = await loop.run_in_executor(self._tok_pool, work)
         self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
         return encs
 
@@ -209,8 +214,7 @@ class Engine:
         texts = [source, *targets]
         self._check(texts)
         rt.check_embeddings()
-        # checked against max_len (TextTokenizer.encode), on the analytics thread
-        encs = await self._encode(rt, texts, truncate, pool=self.analytics.pool)
+        encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
         return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, self.analytics,
                                            is_disconnected)
 
@@ -219,7 +223,7 @@ class Engine:
         """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
         self._check([text])
         rt.check_embeddings()
-        encs = await self._encode(rt, [text], truncate, pool=self.analytics.pool)  # checked against max_len
+        encs = await self._encode(rt, [text], truncate)  # checked against max_len (TextTokenizer.encode)
         return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, self.analytics,
                                           is_disconnected)
 

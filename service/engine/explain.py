@@ -24,7 +24,7 @@ import numpy as np
 
 from service.cpu import ANALYTICS_NICENESS, lower_thread_priority
 from service.engine.analytics import pair_contributions, top_pairs
-from service.engine.budget import TokenBudget
+from service.engine.budget import ShareOf, TokenBudget
 from service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES, Embedded, EmbedParams
 from service.engine.runtime import Runtime
 from service.engine.tokenizer import Encoded
@@ -105,7 +105,8 @@ async def similarity(rt: Runtime, encs: list[Encoded], explain: bool, top_k: int
     cost = sum(e.length for e in encs)
     with lane.budget.admit(cost, f"similarity of {len(encs)} texts ({cost} tokens)").held():
         data = await rt.run_encoded(encs, params, None, is_disconnected)
-    scores, explained = await lane.run(_split, data, explain, top_k)
+        # held until the split is done: the rows' token embeddings are alive until then
+        scores, explained = await lane.run(_split, data, explain, top_k)
     rt.series.analytic("similarity_explain" if explain else "similarity").inc()
     return Similarity(rt.name, rt.package.version, source, targets, scores, explained)
 
@@ -136,7 +137,7 @@ async def occlusion(rt: Runtime, enc: Encoded, max_rows: int, lane: AnalyticsLan
     cost = (t + 1) * t
     with lane.budget.admit(cost, f"occlusion of {t} tokens ({t + 1} rows of {t})").held():
         data = await rt.run_encoded([enc] * (t + 1), params, list(range(-1, t)), is_disconnected)
-    effects = await lane.run(_effects, data)
+        effects = await lane.run(_effects, data)
     rt.series.analytic("occlusion").inc()
     return Occlusion(rt.name, rt.package.version, enc, effects)
 
@@ -148,11 +149,12 @@ def _effects(data: list[Embedded]) -> list[float]:
 
 class AnalyticsLane:
     """What analytics need of the engine beside a runtime: the token budget they are admitted
-    against, and a thread of the lowest priority for their post-processing (`run`), so that
-    none of it runs on the event loop."""
+    against, and a thread of the lowest priority for their post-processing and responses
+    (`run`), so that none of it runs on the event loop."""
 
-    def __init__(self, budget: TokenBudget):
+    def __init__(self, budget: TokenBudget, responses: ShareOf):
         self.budget = budget
+        self.responses = responses  # what analytics answers may hold of the in-flight response bytes
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-analytics-post",
                                        initializer=partial(lower_thread_priority, ANALYTICS_NICENESS))
 

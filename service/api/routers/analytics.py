@@ -69,7 +69,7 @@ async def similarity(request: Request, body: SimilarityRequest = Depends(SIMILAR
         return out
 
     size = similarity_bytes(res.model, res.source.length, [e.length for e in res.targets], body.explain, body.top_k)
-    return await budgeted_json(engine.responses, size, build, engine.analytics.run)
+    return await budgeted_json(engine.analytics.responses, size, build, engine.analytics.run)
 
 
 @router.post("/v1/occlusion", openapi_extra=openapi_body(OcclusionRequest),
@@ -91,4 +91,4 @@ async def occlusion(request: Request, body: OcclusionRequest = Depends(OCCLUSION
                 "usage": {"prompt_tokens": n, "total_tokens": n * res.passes}}
 
     size = enc.length * (TOKEN_BYTES + JSON_VALUE_BYTES["float32"]) + 256
-    return await budgeted_json(engine.responses, size, build, engine.analytics.run)
+    return await budgeted_json(engine.analytics.responses, size, build, engine.analytics.run)

@@ -161,3 +161,39 @@ def test_closing_the_analytics_batcher_leaves_a_shared_thread_to_its_owner():
         return got
 
     assert run(main())[0][1] == "after"
+
+
+def test_closing_analytics_then_plain_answers_every_analytics_job():
+    """EncoderRuntime closes its analytics batcher first: it may borrow the embed batcher's
+    thread, which closing that one ends."""
+    async def main():
+        log = Log()
+        plain, analytics = pair(log, plain_delay=0.02, analytics_delay=0.02)
+        plain.start(), analytics.start()
+        rows = [submit(analytics, [16], i) for i in range(5)]
+        busy = submit(plain, [8], "plain")
+        await asyncio.sleep(0.01)
+        await analytics.close(1.0)
+        await plain.close(1.0)
+        await asyncio.sleep(0)
+        return [f.done() for f in rows], busy.done()
+
+    rows_done, plain_done = run(main())
+    assert all(rows_done) and plain_done
+
+
+def test_a_batch_whose_thread_is_gone_fails_instead_of_hanging():
+    async def main():
+        log = Log()
+        plain, analytics = pair(log)
+        plain.start(), analytics.start()
+        plain.executor.shutdown(wait=True)  # as closing the embed batcher first would
+        rows = submit(analytics, [16], "occlusion")
+        try:
+            await asyncio.wait_for(rows, 5)
+        except RuntimeError as e:
+            return str(e)
+        finally:
+            await close(analytics, plain)
+
+    assert "shutdown" in run(main())

@@ -80,3 +80,30 @@ def test_held_releases_however_the_block_ends():
     with b.admit(300, "a").held():
         pass
     assert b.used == 0
+
+
+def test_a_request_that_failed_gives_its_tokens_back_without_a_rate_sample():
+    clock = Clock()
+    b = TokenBudget(1000, 1000, clock=clock)
+    with pytest.raises(ConnectionError), b.admit(500, "a").held():
+        clock.now += 0.001  # refused by its queue at once: 500 tokens in a millisecond ran nowhere
+        raise ConnectionError
+    assert b.used == 0 and b.rate is None
+
+
+def test_a_share_holds_at_most_its_limit_and_leaves_the_rest_to_others():
+    from service.engine.budget import ResponseBudget, ShareOf
+
+    whole = ResponseBudget(100)
+    share = ShareOf(whole, 60, "analytics answers being built or sent")
+    a = share.reserve(50)
+    with pytest.raises(Overloaded, match="analytics answers being built or sent take 50 of 60"):
+        share.reserve(20)
+    assert whole.used == 50 and share.share.used == 50
+    other = whole.reserve(45)  # plain answers keep the rest
+    with pytest.raises(Overloaded):
+        share.reserve(10)  # fits the share, not the whole: nothing held by the attempt
+    assert whole.used == 95 and share.share.used == 50
+    a.release()
+    other.release()
+    assert whole.used == 0 and share.share.used == 0
