@@ -36,11 +36,6 @@ def dumps_chunks(payload) -> list[bytes]:
     return _coalesce(pieces)
 
 
-def dumps_in_pieces(payload) -> bytes:
-    """The same bytes, in one object (for callers that need one)."""
-    return b"".join(dumps_chunks(payload))
-
-
 def _marked(obj, arrays: list):
     if isinstance(obj, np.ndarray) and obj.nbytes > PIECE_BYTES:
         arrays.append(obj)

@@ -16,7 +16,7 @@ from service.api.dependencies import get_engine, require_api_key
 from service.api.errors import NATIVE
 from service.api.responses import BudgetedResponse, BudgetedStream
 from service.api.schemas import error_responses
-from service.api.serialize import dumps_in_pieces
+from service.api.serialize import dumps_chunks
 from service.engine import Engine
 from service.engine.generation.runtime import DEFAULT_NEW_TOKENS
 from service.engine.generation.sampling import SamplingParams
@@ -105,7 +105,7 @@ async def generate(request: Request, body: GenerateRequest = Depends(json_body(G
                 raise Disconnected()
         result = seq.result.result()
         big = seq.params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
-        body_bytes = await run_in_threadpool(dumps_in_pieces, result) if big else _dumps(result)
+        body_bytes = await run_in_threadpool(dumps_chunks, result) if big else _dumps(result)
     return BudgetedResponse(body_bytes, reservation)
 
 
