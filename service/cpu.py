@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 
@@ -55,3 +57,9 @@ def lower_thread_priority(niceness: int = INFERENCE_NICENESS) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(current + niceness, 19))
     except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
         pass
+
+
+def lowered_thread(name: str = "", niceness: int = INFERENCE_NICENESS) -> ThreadPoolExecutor:
+    """One worker thread `niceness` below its creator (lower_thread_priority), named `name`."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name,
+                              initializer=partial(lower_thread_priority, niceness))

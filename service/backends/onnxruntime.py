@@ -7,14 +7,13 @@ and `run(role, feeds, outputs)`; tests swap in a fake with the same surface.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Protocol
 
 import numpy as np
 
 from service.backends import cuda
-from service.cpu import ANALYTICS_NICENESS, lower_thread_priority, usable_cores
+from service.cpu import ANALYTICS_NICENESS, lowered_thread, usable_cores
 from service.package import ModelPackage, PackageError
 from service.settings import Settings
 
@@ -148,7 +147,7 @@ class OrtBackend:
                        providers=providers,
                        disabled_optimizers=CPU_DISABLED_OPTIMIZERS if provider == "cpu" else None)
         if role == "analytics":  # its pool threads inherit the lowest priority from the thread made here
-            with ThreadPoolExecutor(1, initializer=partial(lower_thread_priority, ANALYTICS_NICENESS)) as pool:
+            with lowered_thread(niceness=ANALYTICS_NICENESS) as pool:
                 sess = pool.submit(make).result()
         else:
             sess = make()

@@ -21,12 +21,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
 
-from service.cpu import INFERENCE_NICENESS, lower_thread_priority
+from service.cpu import INFERENCE_NICENESS, lowered_thread
 from service.errors import Disconnected, NotReady, Overloaded
 
 IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
@@ -153,8 +152,7 @@ class Batcher:
         self._idle.set()
         self.yield_to = tuple(yield_to)
         self._owns_executor = executor is None
-        self.executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-infer",
-                                                        initializer=partial(lower_thread_priority, niceness))
+        self.executor = executor or lowered_thread("headwise-infer", niceness)
 
     # -- public surface -----------------------------------------------------------------
     def start(self, serve) -> None:

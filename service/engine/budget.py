@@ -107,7 +107,8 @@ class Both(Reservation):
 class TokenBudget(ResponseBudget):
     """The process-wide budget of analytics work admitted and not yet run
     (HEADWISE_ANALYTICS_TOKENS_INFLIGHT), in tokens: a request's forward-pass rows × their
-    tokens, charged when it is admitted and given back when its rows have run.
+    tokens, charged when it is admitted and given back when its work is done (its rows run and
+    post-processed) or it failed.
 
     A request over `per_request` could never be admitted (TooLarge); one that does not fit
     beside the others now is turned away (Overloaded) with an estimate of when it would: the
@@ -147,12 +148,12 @@ class TokenBudget(ResponseBudget):
     def _give_back(self, n: int, ran: bool) -> None:
         """Tokens that ran were run in the busy time since the last mark: a rate sample. Those
         of a request that failed or was refused (its queue full, its client gone) are not."""
-        now = self._clock()
-        took = now - self._mark
-        if ran and took > 0:
-            sample = n / took
-            self.rate = sample if self.rate is None else (
-                (1 - self.RATE_WEIGHT) * self.rate + self.RATE_WEIGHT * sample)
         if ran:
+            now = self._clock()
+            took = now - self._mark
+            if took > 0:
+                sample = n / took
+                self.rate = sample if self.rate is None else (
+                    (1 - self.RATE_WEIGHT) * self.rate + self.RATE_WEIGHT * sample)
             self._mark = now
         self._add(-n)

@@ -384,7 +384,7 @@ class EncoderRuntime:
             try:
                 done = await loop.run_in_executor(batcher.executor, self._hop, role, batcher, work)
             except Exception as e:  # the hop could not run (tokenising failed, the thread is gone)
-                done = Done([e] * len(work.jobs), work.batch, e) if work.batch else Done([e] * len(work.jobs), [], [])
+                done = Done([e] * len(work.jobs), work.batch, e if work.batch else [])
             batcher.finish(work, done)
 
     def _hop(self, role: str, batcher: Batcher, work: Work) -> Done:

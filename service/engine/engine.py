@@ -17,7 +17,7 @@ from functools import partial
 
 from service.backends import open_backend
 from service.backends.onnxruntime import check_precision
-from service.cpu import lower_thread_priority
+from service.cpu import lowered_thread
 from service.engine import explain as operations
 from service.engine.budget import ResponseBudget, ShareOf, TokenBudget
 from service.engine.classifier import ClassifierRuntime
@@ -78,7 +78,7 @@ class Engine:
     def prepare(self) -> None:
         """Create sessions and warm up (blocking: run it off the event loop), on a thread of
         lower priority whose onnxruntime pools inherit it (see lower_thread_priority)."""
-        with ThreadPoolExecutor(max_workers=1, initializer=lower_thread_priority) as pool:
+        with lowered_thread() as pool:
             pool.submit(self._prepare).result()
 
     def _prepare(self) -> None:

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
-from service.cpu import ANALYTICS_NICENESS, lower_thread_priority
+from service.cpu import ANALYTICS_NICENESS, lowered_thread
 from service.engine.analytics import pair_contributions, top_pairs
 from service.engine.budget import ShareOf, TokenBudget
 from service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES, Embedded, EmbedParams
@@ -155,8 +153,7 @@ class AnalyticsLane:
     def __init__(self, budget: TokenBudget, responses: ShareOf):
         self.budget = budget
         self.responses = responses  # what analytics answers may hold of the in-flight response bytes
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="headwise-analytics-post",
-                                       initializer=partial(lower_thread_priority, ANALYTICS_NICENESS))
+        self.pool = lowered_thread("headwise-analytics-post", ANALYTICS_NICENESS)
 
     async def run(self, fn: Callable, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)

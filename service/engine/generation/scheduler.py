@@ -9,9 +9,8 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
-from service.cpu import lower_thread_priority
+from service.cpu import lowered_thread
 from service.engine.generation.batch import Batch, Stepper, join, keep
 from service.engine.generation.sequence import Sequence
 from service.errors import NotReady, Overloaded
@@ -30,8 +29,7 @@ class Scheduler:
         self.active = 0
         self.closed = False
         self._wake = asyncio.Event()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"headwise-gen-{name}",
-                                        initializer=lower_thread_priority)
+        self._pool = lowered_thread(f"headwise-gen-{name}")
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
