@@ -36,6 +36,9 @@ class Settings(BaseSettings):
         "onnxruntime's CPU kernels run fastest per token near 1k tokens a batch; 0 = max_batch_tokens only")
     max_batch_size: int = Field(64, ge=1)
     max_wait_ms: float = Field(2.0, ge=0, le=10_000)
+    pipeline: Literal["auto", "on", "off"] = Field(
+        "auto", description="tokenise requests that arrive while a batch runs on a thread of their own, so "
+        "the next batch is ready when the device is done; auto: on CUDA only")
     max_client_batch: int = Field(256, ge=1)
     max_body_bytes: int = Field(4 * MiB, ge=1)
     max_queue: int = Field(4096, ge=1, description="queued inputs per queue before 429")

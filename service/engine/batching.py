@@ -9,6 +9,11 @@ When everything that was waiting fits in one batch (the common case under steady
 tokenising and running are one hop, not two. It waits up to `max_wait` for more only when a
 recent batch served more clients than are now queued: an idle server runs a lone request at
 once.
+
+With `overlap` (on CUDA by default), requests that arrive while a batch runs are tokenised on
+a thread of their own (`next_to_tokenise` → `tokenised`), so that the next batch is ready when
+the device is done with this one; the inference thread then only runs batches, and tokenises
+only when it would otherwise wait (nothing runs, nothing is queued).
 """
 
 from __future__ import annotations
@@ -126,11 +131,12 @@ class Batcher:
     default one of its own at `niceness` (service.cpu), closed with it. `yield_to`: batchers
     of plain work this one gives way to (analytics): before each of its batches it waits until
     none of them has work waiting or running, so that plain work always goes first between two
-    of its batches, and it still runs whenever they leave room."""
+    of its batches, and it still runs whenever they leave room. `overlap`: tokenise beside a
+    running batch, on a thread of its own (`tokenizer`)."""
 
     def __init__(self, limits: Limits, buckets: list[int], hooks=None, pad_to_bucket: bool = True,
                  executor: ThreadPoolExecutor | None = None, niceness: int = INFERENCE_NICENESS,
-                 yield_to: Sequence[Batcher] = ()):
+                 yield_to: Sequence[Batcher] = (), overlap: bool = False):
         # CUDA wants a few fixed shapes (IOBinding buffers, graph capture); onnxruntime's CPU
         # kernels take any length, so there a batch is padded only to its longest input (less
         # padding is less work: bench/results/experiments-cpu.md).
@@ -148,17 +154,26 @@ class Batcher:
         self._inflight: list[Job] = []  # the jobs of the hop running now
         self._cut_next = False  # the last hop queued entries: cut a batch of them at once
         self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._busy = False  # a hop is on the inference thread
+        self._tokenizing: list[Job] = []  # jobs on the tokenizer thread beside it (overlap)
+        self._tok_wakeup = asyncio.Event()
         self._idle = asyncio.Event()  # set whenever nothing waits or runs here
         self._idle.set()
         self.yield_to = tuple(yield_to)
         self._owns_executor = executor is None
         self.executor = executor or lowered_thread("headwise-infer", niceness)
+        self.overlap = overlap
+        self.tokenizer = lowered_thread("headwise-tok", niceness) if overlap else None
 
     # -- public surface -----------------------------------------------------------------
-    def start(self, serve) -> None:
-        """Run `serve` (the engine's loop over `next` and `finish`) as this queue's task, which
-        `close` stops."""
-        self._task = asyncio.get_running_loop().create_task(serve)
+    def start(self, serve, tokenise=None) -> None:
+        """Run `serve` (the engine's loop over `next` and `finish`) and, with overlap,
+        `tokenise` (its loop over `next_to_tokenise` and `tokenised`) as this queue's tasks,
+        which `close` stops."""
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(serve)
+        self._tasks = [self._task, *([loop.create_task(tokenise)] if tokenise is not None else [])]
 
     @property
     def depth(self) -> int:
@@ -170,7 +185,7 @@ class Batcher:
 
     @property
     def idle(self) -> bool:
-        return not (self._queue or self._pending or self._running)
+        return not (self._queue or self._pending or self._running or self._tokenizing)
 
     async def wait_idle(self) -> None:
         while not self.idle:
@@ -203,30 +218,34 @@ class Batcher:
             self._admit(job, entries)
         self._depth_changed()
         self._wakeup.set()
+        self._tok_wakeup.set()
         return job.future
 
     async def close(self, timeout: float = 5.0) -> None:
         """Finish what is queued and running, then stop."""
         deadline = time.monotonic() + timeout
         alive = self._task is not None and not self._task.done()
-        while alive and (self._queue or self._pending or self._running) and time.monotonic() < deadline:
+        while alive and not self.idle and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        for job in [*self._pending, *(e.job for e in self._queue)]:
+                await task
+        for job in [*self._pending, *(e.job for e in self._queue), *self._tokenizing, *self._inflight]:
             if not job.done:
                 job.future.set_exception(NotReady("server shutting down"))
         self._queue.clear()
         self._pending.clear()
+        self._tokenizing = []
         self._idle.set()
         if self._owns_executor:
             self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.tokenizer is not None:
+            self.tokenizer.shutdown(wait=False, cancel_futures=True)
 
     def abort(self, exc: Exception) -> None:
         """Fail every job not answered yet, the running batch's too (its thread may hang)."""
-        for job in {*self._pending, *(e.job for e in self._queue), *self._inflight}:
+        for job in {*self._pending, *(e.job for e in self._queue), *self._inflight, *self._tokenizing}:
             if not job.done:
                 job.future.set_exception(exc)
 
@@ -235,14 +254,18 @@ class Batcher:
         """Wait for work, gather recent clients (up to max_wait), and say what the next hop does."""
         while True:
             if not self._cut_next:
-                while not (self._queue or self._pending):
+                while not (self._queue or self._pending or self._tokenizing):
                     self._idle_changed()  # jobs dropped without running may have emptied it
                     self._wakeup.clear()
                     await self._wakeup.wait()
                 await self._gather()
                 if self.yield_to:
                     await self._give_way()
-                if self._pending:
+                if self._tokenizing and not self._full():  # what it tokenises joins the next batch
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                if self._pending and not (self.overlap and self._queue):  # else the tokenizer takes them
                     run = not self._queue
                     jobs = self._take_pending()
                     self._running = True  # work in hand: not idle while its clients are asked
@@ -263,9 +286,33 @@ class Batcher:
                 return self._begin(Work([], batch, padded))
 
     def _begin(self, work: Work) -> Work:
-        self._running = True
+        self._running = self._busy = True
         self._inflight = work.jobs or [*{e.job: None for e in work.batch}]  # what abort() must reach
+        self._tok_wakeup.set()
         return work
+
+    async def next_to_tokenise(self) -> list[Job]:
+        """Overlap: wait until requests are waiting while a hop runs, and take them."""
+        while True:
+            while not (self._pending and self._busy):
+                self._tok_wakeup.clear()
+                await self._tok_wakeup.wait()
+            self._tokenizing = jobs = self._take_pending()
+            gone = await self._disconnected(jobs)
+            self._tokenizing = jobs = [j for j in jobs if j not in gone and not j.done]
+            if jobs:
+                return jobs
+            self._wakeup.set()
+            self._idle_changed()
+
+    def tokenised(self, jobs: list[Job], outcome) -> None:
+        """Event loop: queue what the tokenizer thread made of `jobs` (or fail them)."""
+        try:
+            self._settle(jobs, outcome, admit=True)
+        finally:
+            self._tokenizing = []
+            self._wakeup.set()
+            self._idle_changed()
 
     def plan(self, work: Work, outcome) -> tuple[list[Entry], int] | None:
         """Inference thread, after tokenising `work.jobs` with run: the batch to run in the same
@@ -293,7 +340,7 @@ class Batcher:
             elif done.batch:
                 self._deliver(done.batch, done.results)
         finally:
-            self._running = False
+            self._running = self._busy = False
             self._inflight = []
             self._last_end = time.perf_counter()
             if done.batch:
@@ -331,7 +378,7 @@ class Batcher:
         recent = self._recent if start - self._last_end < IDLE_AFTER_S else 0
         deadline = start + self.limits.max_wait_s
         while True:
-            jobs = len(self._pending) + len({e.job for e in self._queue})
+            jobs = len(self._pending) + len(self._tokenizing) + len({e.job for e in self._queue})
             if jobs >= recent or self._full():
                 return
             left = deadline - time.perf_counter()

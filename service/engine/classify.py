@@ -27,6 +27,7 @@ class ClassifyParams:
     raw_scores: bool = False  # logits as they are; otherwise sigmoid (1 label) or softmax (n labels)
     attention: AttentionSpec | None = None  # with pairs: the query↔document blocks (pair_attention)
     padded_attention: ClassVar[bool] = False  # the attention budget counts each input at its own length
+    token_strings: ClassVar[bool] = True  # pairs are encoded with their strings (encode_items)
 
 
 @dataclass(frozen=True, slots=True)

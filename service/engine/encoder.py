@@ -278,8 +278,9 @@ class EncoderRuntime:
         return token_ids(inputs)
 
     def encode_inputs(self, inputs: list, truncate: bool) -> list[Encoded]:
-        """Inference thread: a group of waiting inputs, tokenised together (unchecked)."""
-        return self.tokenizer.encode_unchecked(inputs, truncate)
+        """A group of waiting inputs, tokenised together (unchecked); strings and offsets are
+        built by `_entries` for the jobs whose answer carries them."""
+        return self.tokenizer.encode_unchecked(inputs, truncate, lazy=True)
 
     def attention_need(self, job: Job, encs: list[Encoded]) -> tuple[int, str]:
         """(bytes the attention budget counts for this job, what they are, for the message)."""
@@ -310,6 +311,8 @@ class EncoderRuntime:
         hist = self.series.input_tokens
         for e in encs:
             hist.observe(e.length)
+            if params.token_strings:
+                e.materialize()
         return [Entry(job, i, e.ids, e.type_ids, e) for i, e in enumerate(encs)]
 
     def _use_pooled(self, p: EmbedParams) -> bool:
@@ -353,6 +356,12 @@ class EncoderRuntime:
         return Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
                       cell if attention else 0, s.attention_budget_bytes if attention else 0)
 
+    def overlap(self) -> bool:
+        """Whether requests are tokenised beside a running batch (HEADWISE_PIPELINE; auto: on
+        CUDA, where the device runs the batch and the host's cores would wait)."""
+        mode = self.settings.pipeline
+        return mode == "on" or (mode == "auto" and self.backend.provider == "cuda")
+
     def start(self) -> None:
         on_cpu = self.backend.provider != "cuda"
         variants = self.backend.variants
@@ -360,8 +369,8 @@ class EncoderRuntime:
             if role == "analytics":
                 continue
             batcher = Batcher(self.limits(role), self.buckets, QueueHooks(self.metrics, self.name, variant),
-                              pad_to_bucket=not on_cpu)
-            batcher.start(self._serve(role, batcher))
+                              pad_to_bucket=not on_cpu, overlap=self.overlap())
+            batcher.start(self._serve(role, batcher), self._tokenise(batcher) if batcher.overlap else None)
             self.batchers[role] = batcher
         # Analytics give way to every plain batcher between two of their batches. With a session
         # of their own (CPU) they run on a thread of the lowest priority beside plain work, which
@@ -386,6 +395,17 @@ class EncoderRuntime:
             except Exception as e:  # the hop could not run (tokenising failed, the thread is gone)
                 done = Done([e] * len(work.jobs), work.batch, e if work.batch else [])
             batcher.finish(work, done)
+
+    async def _tokenise(self, batcher: Batcher) -> None:
+        """Overlap: tokenise what arrives while a batch runs, on the batcher's tokenizer thread."""
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = await batcher.next_to_tokenise()
+            try:
+                outcome = await loop.run_in_executor(batcher.tokenizer, self.prepare, jobs)
+            except Exception as e:  # the thread is gone (shutting down): each job gets the error
+                outcome = [e] * len(jobs)
+            batcher.tokenised(jobs, outcome)
 
     def _hop(self, role: str, batcher: Batcher, work: Work) -> Done:
         """Inference thread: tokenise (and, when it all fits one batch, run at once), or run."""

@@ -115,6 +115,9 @@ class RequestParams(Protocol):
     @property
     def padded_attention(self) -> bool: ...
 
+    @property
+    def token_strings(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class EmbedParams:
@@ -126,6 +129,9 @@ class EmbedParams:
     # The attention budget counts the request's inputs padded to its longest ([N, L, H, T, T],
     # as KServe returns them) rather than each input at its own length.
     padded_attention: bool = False
+    # The answer carries each input's token strings and offsets (/v1/embed's does): they are
+    # built on the thread that tokenises, not when the answer is written.
+    token_strings: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -20,19 +19,47 @@ CUT_MARGIN = 128
 PAIR_CHARS = 1 << 21  # characters of pairs one encode_batch reads (beyond a single pair's own)
 
 
-@dataclass(frozen=True, slots=True)
 class Encoded:
-    ids: np.ndarray  # (T,) int64
-    type_ids: np.ndarray  # (T,) int64
-    tokens: list[str]
-    offsets: list[tuple[int, int]]
-    # A pair's: per token 0 (first text), 1 (second text) or -1 (special token); None for a
-    # single text. Offsets of a pair's tokens are into their own text.
-    segments: np.ndarray | None = None
+    """One input's tokens: ids and type ids (T,) int64, and each token's string and character
+    offsets. A pair's `segments` say per token 0 (first text), 1 (second text) or -1 (special
+    token); None for a single text. Offsets of a pair's tokens are into their own text.
+
+    Made from the tokenizer's encoding (`source`), the strings and offsets are built on first
+    use: a plain embedding's answer never reads them (`materialize` builds them where one does,
+    on the thread that tokenised)."""
+
+    __slots__ = ("_offsets", "_source", "_tokens", "ids", "segments", "type_ids")
+
+    def __init__(self, ids: np.ndarray, type_ids: np.ndarray, tokens: list[str] | None = None,
+                 offsets: list[tuple[int, int]] | None = None, segments: np.ndarray | None = None,
+                 source=None):
+        if (tokens is None or offsets is None) and source is None:
+            raise ValueError("Encoded needs tokens and offsets, or the encoding they come from")
+        self.ids, self.type_ids, self.segments = ids, type_ids, segments
+        self._tokens, self._offsets, self._source = tokens, offsets, source
+
+    @property
+    def tokens(self) -> list[str]:
+        if self._tokens is None:
+            self._tokens = self._source.tokens
+        return self._tokens
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        if self._offsets is None:
+            self._offsets = self._source.offsets
+        return self._offsets
+
+    def materialize(self) -> Encoded:
+        """Build the strings and offsets now, and let the tokenizer's encoding go."""
+        if self._source is not None:
+            _ = self.tokens, self.offsets
+            self._source = None
+        return self
 
     @property
     def length(self) -> int:
-        return len(self.tokens)
+        return len(self.ids)
 
 
 class TextTokenizer:
@@ -47,7 +74,8 @@ class TextTokenizer:
         self._full.no_padding()
         self._full.no_truncation()
 
-    def encode_unchecked(self, texts: list[str], truncate: bool = True, special_tokens: bool = True) -> list[Encoded]:
+    def encode_unchecked(self, texts: list[str], truncate: bool = True, special_tokens: bool = True,
+                         lazy: bool = False) -> list[Encoded]:
         """Encode, reading each text only as far as its answer needs: the tokenizer keeps
         every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
         with its string and offsets) and truncates only afterwards. So each text is first given
@@ -55,7 +83,8 @@ class TextTokenizer:
         CUT_MARGIN is enough (its first max_len tokens are the text's: what truncation keeps,
         or what shows the text is too long), and the others are given again, four times
         longer, until they are whole. Memory then follows the tokens kept, not the input.
-        `special_tokens=False` leaves out what the post-processor adds ([CLS], [SEP])."""
+        `special_tokens=False` leaves out what the post-processor adds ([CLS], [SEP]). `lazy`:
+        each token's string and offsets are built when first read (Encoded.materialize)."""
         tok = self._truncating if truncate else self._full
         out: list[Encoded | None] = [None] * len(texts)
         todo, chars = list(range(len(texts))), PREFIX_TOKENS * self.max_len
@@ -68,8 +97,9 @@ class TextTokenizer:
             again = []
             for i, text, e, n in zip(todo, cut, encodings, counts, strict=True):
                 if len(text) == len(texts[i]) or n > self.max_len + CUT_MARGIN:
-                    out[i] = Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
-                                     e.tokens, e.offsets)
+                    enc = Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
+                                  source=e)
+                    out[i] = enc if lazy else enc.materialize()
                 else:
                     again.append(i)
             todo, chars = again, chars * 4

@@ -175,5 +175,6 @@ class DrivenBatcher:
         engine = SimpleNamespace(prepare=prepare, run_batch=lambda role, entries, padded: run(entries, padded))
         engine._hop = functools.partial(EncoderRuntime._hop, engine)
         start = batcher.start
-        batcher.start = lambda: start(EncoderRuntime._serve(engine, "embed", batcher))
+        batcher.start = lambda: start(EncoderRuntime._serve(engine, "embed", batcher),
+                                      EncoderRuntime._tokenise(engine, batcher) if batcher.overlap else None)
         return batcher

@@ -32,7 +32,7 @@ async def embed(request: Request, body: EmbedRequest = Depends(PARSE),
                                  encoding=a.encoding, aggregate=a.aggregate)
     tokens = body.output == "tokens"
     params = EmbedParams(sentence=not tokens, tokens=tokens, normalize=body.normalize, truncate=body.truncate,
-                         attention=spec)
+                         attention=spec, token_strings=True)
     result = await engine.embed(rt, texts, params, probe)
 
     def build() -> dict:
