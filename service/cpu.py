@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -63,3 +64,14 @@ def lowered_thread(name: str = "", niceness: int = INFERENCE_NICENESS) -> Thread
     """One worker thread `niceness` below its creator (lower_thread_priority), named `name`."""
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name,
                               initializer=partial(lower_thread_priority, niceness))
+
+
+def hand_over_gil_within(ms: float) -> None:
+    """The longest the event loop may keep the GIL from a thread that wants it back.
+
+    onnxruntime releases the GIL while a graph runs; when the run ends, the inference thread
+    needs it back before it can hand the batch on, and a busy event loop keeps it until the
+    interpreter's switch interval (5 ms by default) is over. For a batch that a GPU runs in a
+    millisecond that wait is most of its time (bench/results/gpu-h100-issue27.md); a shorter
+    interval costs the event loop a few more thread switches."""
+    sys.setswitchinterval(ms / 1000)

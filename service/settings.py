@@ -36,6 +36,9 @@ class Settings(BaseSettings):
         "onnxruntime's CPU kernels run fastest per token near 1k tokens a batch; 0 = max_batch_tokens only")
     max_batch_size: int = Field(64, ge=1)
     max_wait_ms: float = Field(2.0, ge=0, le=10_000)
+    switch_interval_ms: float = Field(
+        0.5, gt=0, le=100, description="the longest a Python thread keeps the GIL while another waits for it "
+        "(sys.setswitchinterval): a batch back from onnxruntime waits up to this long for a busy event loop")
     pipeline: Literal["auto", "on", "off"] = Field(
         "auto", description="tokenise requests that arrive while a batch runs on a thread of their own, so "
         "the next batch is ready when the device is done; auto: on CUDA only")

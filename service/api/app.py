@@ -36,6 +36,7 @@ from service.api.routers import (
     tokenize,
 )
 from service.api.schemas import BODY_MODELS
+from service.cpu import hand_over_gil_within
 from service.engine import BackendFactory, Engine
 from service.errors import NotFound
 from service.metrics import Metrics
@@ -115,6 +116,7 @@ async def _prepare(app: FastAPI) -> None:
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     engine: Engine = app.state.engine
+    hand_over_gil_within(app.state.settings.switch_interval_ms)  # process-wide: the server owns it
     await anyio.to_thread.run_sync(engine.load_packages)  # bad package → start-up fails
     check_default_model(app.state.settings.default_model, engine.models)
     _on_sigterm(app)

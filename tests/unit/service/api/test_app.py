@@ -233,3 +233,16 @@ def test_batch_token_cap_depends_on_the_provider(package, backend, settings, tok
         rt = next(iter(c.app.state.engine.models.values()))
         assert {b.limits.max_batch_tokens for b in rt.batchers.values()} == {tokens}
         assert all(b.pad_to_bucket is (backend is CudaFakeBackend) for b in rt.batchers.values())
+
+
+def test_the_server_hands_the_gil_over_within_its_switch_interval(package):
+    """HEADWISE_SWITCH_INTERVAL_MS is the interpreter's switch interval once the app starts."""
+    import sys
+
+    before = sys.getswitchinterval()
+    try:
+        with client_for(package, switch_interval_ms=0.25) as c:
+            wait_ready(c)
+            assert sys.getswitchinterval() == pytest.approx(0.00025)
+    finally:
+        sys.setswitchinterval(before)
