@@ -104,6 +104,8 @@ class Row:
     def to_json(self) -> dict:
         d = asdict(self)
         d["median"] = {k: self.med(k) for k in ("throughput", "p50", "p95", "p99")}
+        if any("server_cpu_us_per_input" in s.extra for s in self.samples):  # HTTP cells
+            d["median"]["server_cpu_us_per_input"] = self.med_extra("server_cpu_us_per_input")
         d["spread"] = spread([s.throughput for s in self.used])
         return d
 

@@ -138,6 +138,8 @@ class Run:
         self.rows.setdefault(row.key, row).samples.append(sample)
         extra = f"  batch≈{sample.extra['mean_batch']:.1f}" if "mean_batch" in sample.extra else ""
         extra += f"  ORT busy {sample.extra['ort_busy']:.0%}" if "ort_busy" in sample.extra else ""
+        cpu = sample.extra.get("server_cpu_us_per_input", math.nan)
+        extra += f"  server CPU {cpu:.0f} µs/input" if not math.isnan(cpu) else ""
         extra += f"  others {sample.extra.get('foreign_cores', math.nan):.2f} cores"
         where = f"b{row.batch}" if row.batch is not None else f"c{row.concurrency}"
         print(f"  {row.suite:22} {row.variant:9} {row.tokens:4} tok {where:4}: "

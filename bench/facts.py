@@ -34,11 +34,7 @@ def machine_facts(provider: str) -> dict:
 
     cpu = cpu_info.label()
     # HEADWISE_BENCH_COMMIT: when run from an export of a commit (git archive), not a checkout
-    commit = os.environ.get("HEADWISE_BENCH_COMMIT") or _git("rev-parse", "--short", "HEAD") or "?"
-    dirty = _git("status", "--porcelain", "--", "service", "model", "export", "headwise", "bench")
-    if dirty:
-        files = sorted(line[3:] for line in dirty.splitlines())
-        commit += f" + uncommitted changes in {', '.join(files)}"
+    commit = tree_commit(os.environ.get("HEADWISE_BENCH_COMMIT"))
     import onnxruntime as ort
 
     build = "onnxruntime-gpu" if _version("onnxruntime-gpu") != "not installed" else "onnxruntime"
@@ -59,12 +55,23 @@ def machine_facts(provider: str) -> dict:
 ROOT = Path(__file__).resolve().parent.parent  # git's pathspecs above name the repository's folders
 
 
-def _git(*args: str) -> str:
+def _git(*args: str, cwd: Path = ROOT) -> str:
     try:
         return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                              cwd=ROOT).stdout.rstrip()  # porcelain lines start with a space
+                              cwd=cwd).stdout.rstrip()  # porcelain lines start with a space
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+def tree_commit(commit: str | None = None, root: Path = ROOT) -> str:
+    """The checkout's short commit (or `commit`, for an export that is no checkout), plus the
+    files of the measured code with uncommitted changes."""
+    commit = commit or _git("rev-parse", "--short", "HEAD", cwd=root) or "?"
+    dirty = _git("status", "--porcelain", "--", "service", "model", "export", "headwise", "bench", cwd=root)
+    if dirty:
+        files = sorted(line[3:] for line in dirty.splitlines())
+        commit += f" + uncommitted changes in {', '.join(files)}"
+    return commit
 
 
 def _wrk_version() -> str:

@@ -6,6 +6,7 @@ loop, loopback only. Falls back to bench/loadgen.py where no `wrk` is installed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.cells import Row, Sample
+from bench.noise import TICK, group_ticks, ticks_since
 from bench.workload import Workload
 
 HERE = Path(__file__).resolve().parent
@@ -132,12 +134,16 @@ def batch_totals(metrics_text: str) -> tuple[float, float]:
 
 def server_stats(before: str, after: str, wall_s: float) -> dict:
     """What the server's own metrics say about a cell: mean inputs per inference call, mean
-    onnxruntime time per call, and the share of the wall time onnxruntime was running."""
+    padded length per input, mean onnxruntime time per call, and the share of the wall time
+    onnxruntime was running."""
     out: dict = {}
     (b_sum, b_n), (a_sum, a_n) = batch_totals(before), batch_totals(after)
     if a_n > b_n:
         out["mean_batch"] = (a_sum - b_sum) / (a_n - b_n)
         out["calls"] = a_n - b_n
+        (b_tok, _), (a_tok, _) = (histogram_totals(x, "headwise_batch_tokens") for x in (before, after))
+        if a_tok > b_tok:
+            out["padded"] = (a_tok - b_tok) / (a_sum - b_sum)
     (b_t, b_c), (a_t, a_c) = (histogram_totals(x, "headwise_inference_duration_seconds")
                               for x in (before, after))
     if a_c > b_c and wall_s > 0:
@@ -202,14 +208,33 @@ def sample_from(res: dict, inputs_per_request: int = 1) -> Sample:
     )
 
 
+def tree_ticks(server) -> dict[int, int] | None:
+    """CPU ticks of the server's process group (it and what it forked), by pid; None for a
+    server the harness did not start, whose processes it does not know."""
+    proc = getattr(server, "proc", None)
+    return group_ticks([proc.pid]) if proc is not None else None
+
+
+def cpu_us_per_input(before: dict | None, after: dict | None, inputs: int) -> float:
+    """User + system CPU of a server's processes between two `tree_ticks` snapshots, in µs per
+    input completed; nan when unknown."""
+    if before is None or after is None or inputs <= 0:
+        return math.nan
+    return ticks_since(before, after) / TICK / inputs * 1e6
+
+
 def measure(server: Server, path: str, body: bytes, connections: int, seconds: float,
-            timeout: float = 60) -> Sample:
-    """One repetition of one cell, with the server's mean batch size over it when it has one."""
+            timeout: float = 60, inputs_per_request: int = 1) -> Sample:
+    """One repetition of one cell, with the server's mean batch size and its CPU per input over
+    it when known. The /metrics scrapes fall outside the CPU snapshots."""
     before = server.metrics_text()
+    t0 = tree_ticks(server)
     res = load(server.url + path, body, connections, seconds, timeout)
+    t1 = tree_ticks(server)
     after = server.metrics_text()
-    s = sample_from(res)
+    s = sample_from(res, inputs_per_request)
     s.extra.update(server_stats(before, after, res.get("duration_us", 0) / 1e6))
+    s.extra["server_cpu_us_per_input"] = cpu_us_per_input(t0, t1, s.requests * inputs_per_request)
     return s
 
 

@@ -55,6 +55,17 @@ def _group_members(pgids: list[int]) -> list[int]:
     return out
 
 
+def group_ticks(pgids: list[int]) -> dict[int, int]:
+    """CPU ticks (user + system) of every process in these process groups, by pid."""
+    return {p: proc_ticks(p) for p in _group_members(pgids)}
+
+
+def ticks_since(before: dict[int, int], after: dict[int, int]) -> int:
+    """Ticks used between two `group_ticks` snapshots: a process forked since counts whole,
+    one that exited in between not at all."""
+    return sum(t - before.get(p, 0) for p, t in after.items())
+
+
 class ForeignLoad:
     """`with ForeignLoad(pgids) as f: ...` then `f.cores`: others' CPU use in cores (nan if
     unknown). `pgids`: process groups of the servers (each started in its own session)."""
@@ -64,8 +75,7 @@ class ForeignLoad:
         self.cores = float("nan")
 
     def _snap(self):
-        members = _group_members(self.pids)
-        return (_busy_ticks(), proc_ticks("self"), {p: proc_ticks(p) for p in members},
+        return (_busy_ticks(), proc_ticks("self"), group_ticks(self.pids),
                 _children_seconds(), time.perf_counter())
 
     def __enter__(self):
@@ -81,8 +91,7 @@ class ForeignLoad:
         if wall <= 0:
             return False
         total = (end[0] - start[0]) / TICK
-        servers = sum(t - start[2].get(p, 0) for p, t in end[2].items())  # forked since: all theirs
-        ours = (end[1] - start[1] + servers) / TICK + (end[3] - start[3])
+        ours = (end[1] - start[1] + ticks_since(start[2], end[2])) / TICK + (end[3] - start[3])
         self.cores = max(0.0, total - ours) / wall
         return False
 

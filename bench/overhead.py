@@ -20,58 +20,26 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.http import Server, free_port, load
-from bench.noise import TICK, proc_ticks
+from bench.http import Server, cpu_us_per_input, free_port, load, tree_ticks
 
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank today."
 BODIES = {"/v1/embed": {"inputs": TEXT}, "/embed": {"inputs": TEXT}, "/v1/embeddings": {"input": TEXT}}
 
 
 def _serve(models: str, port: int, floor: bool) -> None:  # the child process
-    import numpy as np
-    import uvicorn
+    from bench.standin import Instant, headwise_app, run_uvicorn, send_json
 
     if floor:
-        body = b'{"ok": true}'
-
         async def app(scope, receive, send):
             if scope["type"] != "http":
                 return
             more = True
             while more:
                 more = (await receive()).get("more_body", False)
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
-            await send({"type": "http.response.body", "body": body})
+            await send_json(send, b'{"ok": true}')
     else:
-        from service import fastpath
-        from service.api.app import create_app
-        from service.settings import Settings
-
-        class Instant:  # the Backend surface, answering at once
-            provider, precision = "cpu", "fp32"
-
-            def __init__(self, package, settings):
-                self.package = package
-                self.variants = {"embed": "fast"}
-                self.pooled = np.random.default_rng(0).random((256, package.d_model), dtype=np.float32)
-
-            def run(self, role, feeds, outputs):
-                b, t = feeds["input_ids"].shape
-                out = {"sentence_embedding": self.pooled[:b]}
-                if "last_hidden_state" in outputs:
-                    out["last_hidden_state"] = np.zeros((b, t, self.package.d_model), np.float32)
-                return out
-
-        # as `headwise serve` runs it: with the fast path (HEADWISE_BENCH_PLAIN=1: the plain app)
-        app = create_app(Settings(models_dir=models), backend_factory=Instant)
-        if not os.environ.get("HEADWISE_BENCH_PLAIN"):
-            app = fastpath.install(app)
-    from service.http_protocol import UVICORN_HTTP
-
-    http = os.environ.get("HEADWISE_BENCH_HTTP", UVICORN_HTTP)  # "httptools": uvicorn's own
-    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http=http, access_log=False,
-                log_level="warning", lifespan="off" if floor else "on")
+        app = headwise_app(models, Instant)  # as `headwise serve` runs it, the backend answering at once
+    run_uvicorn(app, port, lifespan="off" if floor else "on")
 
 
 def measure(models: str, clients: int, seconds: float, floor: bool, route: str = "/v1/embed") -> dict:
@@ -83,14 +51,14 @@ def measure(models: str, clients: int, seconds: float, floor: bool, route: str =
         server.wait_ready(120)
         body = json.dumps(BODIES[route]).encode()
         load(server.url + route, body, clients, 1)  # warm
-        t0 = proc_ticks(server.proc.pid)
+        t0 = tree_ticks(server)
         res = load(server.url + route, body, clients, seconds)
-        ticks = proc_ticks(server.proc.pid) - t0
+        t1 = tree_ticks(server)
     finally:
         server.stop()
     n = res["requests"]
     return {"requests_per_s": round(n / (res["duration_us"] / 1e6)),
-            "server_cpu_us_per_request": round(ticks / TICK / n * 1e6, 1),
+            "server_cpu_us_per_request": round(cpu_us_per_input(t0, t1, n), 1),
             "p50_ms": res["p50"] / 1000, "errors": res["status"], "clients": clients,
             "app": "bare ASGI" if floor else "headwise, instant backend", "route": route}
 

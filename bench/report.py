@@ -36,7 +36,8 @@ def sort_rows(rows: Iterable[Row]) -> list[Row]:
 def markdown_table(rows: Sequence[Row]) -> str:
     """One line per cell: medians over repetitions, and the ratio to the ceiling's throughput."""
     head = ("| system | variant | tokens | batch | clients | inputs/s | p50 ms | p95 ms | p99 ms "
-            "| vs ceiling | ceiling ref | reps | spread | server batch | ORT busy | others' cores | errors |")
+            "| vs ceiling | ceiling ref | reps | spread | server batch | ORT busy | server CPU µs/input "
+            "| others' cores | errors |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in sort_rows(rows):
         if not r.samples:
@@ -54,6 +55,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
             f"{len(r.used)}/{len(r.samples)}", f"{spread([s.throughput for s in r.used]):.0%}",
             _fmt(r.med_extra("mean_batch"), 1),
             f"{r.med_extra('ort_busy'):.0%}" if not math.isnan(r.med_extra("ort_busy")) else "–",
+            _fmt(r.med_extra("server_cpu_us_per_input"), 0),
             _fmt(r.med_extra("foreign_cores"), 2),
             str(r.errors),
         ]) + " |")
@@ -82,7 +84,7 @@ def report_markdown(title: str, facts: dict, rows: Sequence[Row], plot: str | No
               "throughputs used. `vs ceiling` = throughput / the ceiling's throughput for the same graph "
               "and length at `ceiling ref` (in-process: the same batch; HTTP: the largest measured "
               "batch ≤ clients). `server batch` = mean inputs per inference call on the server "
-              "during the cell and `ORT busy` = the share of the cell's wall time the server spent inside onnxruntime, summed over workers (both from its /metrics). `others' cores` = CPU used by processes outside the benchmark during the cell (median; the machine is shared). `tokens` counts [CLS]/[SEP]; `a→b` = truncated to "
+              "during the cell and `ORT busy` = the share of the cell's wall time the server spent inside onnxruntime, summed over workers (both from its /metrics). `server CPU µs/input` = user + system CPU of the server's whole process tree during the cell (from /proc) per input completed: HTTP, tokenising, batching and onnxruntime together. `others' cores` = CPU used by processes outside the benchmark during the cell (median; the machine is shared). `tokens` counts [CLS]/[SEP]; `a→b` = truncated to "
               "the model's max_len.\n", markdown_table(rows)]
     if plot:
         parts += ["\n## Plot\n", f"![throughput vs concurrency]({plot})\n"]

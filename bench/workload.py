@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.cells import VARIANT_FILES
-from bench.texts import text_of_length
+from bench.texts import WORDS, text_of_length
 
 ATTENTION_ALL = {"dtype": "float16", "encoding": "base64"}  # every layer and head
 
@@ -62,6 +62,11 @@ class Workload:
     def text(self, tokens: int) -> str:
         return text_of_length(self._full, tokens)
 
+    def texts(self, tokens: int, n: int) -> list[str]:
+        """n different texts of exactly `tokens` tokens each (the word list rotated for each)."""
+        rotated = (WORDS[i % len(WORDS):] + WORDS[:i % len(WORDS)] for i in range(1, n))
+        return [self.text(tokens), *(text_of_length(self._full, tokens, words) for words in rotated)]
+
     def ids(self, tokens: int) -> tuple[np.ndarray, np.ndarray]:
         enc = self._trunc.encode(self.text(tokens))
         return np.asarray(enc.ids, np.int64), np.asarray(enc.type_ids, np.int64)
@@ -77,8 +82,9 @@ class Workload:
         t = self.effective(tokens)
         return batch * self.n_layers * self.n_heads * t * t * itemsize
 
-    def body(self, tokens: int, attention: bool = False) -> bytes:
-        req: dict = {"inputs": self.text(tokens)}
+    def body(self, tokens: int, attention: bool = False, inputs: int = 1) -> bytes:
+        """A request of one text (a string) or of `inputs` different texts (a list)."""
+        req: dict = {"inputs": self.text(tokens) if inputs == 1 else self.texts(tokens, inputs)}
         if attention:
             req["attention"] = dict(ATTENTION_ALL)
         return json.dumps(req).encode()

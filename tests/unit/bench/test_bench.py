@@ -244,6 +244,48 @@ def test_server_stats_from_two_scrapes():
     assert server_stats("", "", 2.0) == {}  # a server without these metrics (the naive peer)
 
 
+def test_server_cpu_per_input_from_process_tree_snapshots():
+    from bench.http import cpu_us_per_input
+    from bench.noise import TICK, ticks_since
+
+    assert ticks_since({1: 100, 2: 50}, {1: 130, 3: 20}) == 50  # 3 forked since: all its own; 2 exited
+    assert cpu_us_per_input({1: 0}, {1: TICK}, 1000) == pytest.approx(1000.0)  # 1 s over 1000 inputs
+    assert math.isnan(cpu_us_per_input(None, {1: 5}, 10))  # a server the harness did not start
+    assert math.isnan(cpu_us_per_input({}, {}, 0))
+
+
+def test_measure_records_server_cpu_padded_length_and_the_column(monkeypatch):
+    from types import SimpleNamespace
+
+    from bench import http as bench_http
+    from bench.noise import TICK
+
+    snaps = iter([{7: 100}, {7: 100 + 2 * TICK, 8: TICK}])  # 3 s of CPU, a worker forked meanwhile
+    monkeypatch.setattr(bench_http, "group_ticks", lambda pgids: next(snaps) if pgids == [7] else {})
+    monkeypatch.setattr(bench_http, "load", lambda *a, **k: parse_wrk(WRK_OUT))  # 1000 requests in 2 s
+    scrapes = iter(['headwise_batch_size_sum{v="fast"} 0\nheadwise_batch_size_count{v="fast"} 0\n'
+                    'headwise_batch_tokens_sum{v="fast"} 0\n',
+                    'headwise_batch_size_sum{v="fast"} 4000\nheadwise_batch_size_count{v="fast"} 500\n'
+                    'headwise_batch_tokens_sum{v="fast"} 128000\n'])
+    server = SimpleNamespace(url="http://x", proc=SimpleNamespace(pid=7), metrics_text=lambda: next(scrapes))
+    s = bench_http.measure(server, "/v1/embed", b"{}", 16, 2, inputs_per_request=4)
+    assert s.throughput == pytest.approx(2000.0)
+    assert s.extra["server_cpu_us_per_input"] == pytest.approx(3e6 / 4000)
+    assert s.extra["mean_batch"] == pytest.approx(8.0) and s.extra["padded"] == pytest.approx(32.0)
+    row = Row("headwise", "fp32", 20, 20, concurrency=16, samples=[s])
+    assert "server CPU µs/input" in markdown_table([row]) and "| 750 |" in markdown_table([row])
+    assert row.to_json()["median"]["server_cpu_us_per_input"] == pytest.approx(750.0)
+
+
+def test_host_work_ratio_pairs_repetitions():
+    from bench.host_work import paired_ratio
+
+    host = {("a", 0): 200.0, ("b", 0): 100.0, ("a", 1): 400.0, ("b", 1): 100.0, ("a", 2): 90.0, ("b", 2): 0.0}
+    recs = [{"rep": rep, "server": name, "shape": "1×20", "host_us": h} for (name, rep), h in host.items()]
+    recs.append({"rep": 0, "server": "b", "shape": "32×128", "host_us": 1.0})  # another shape: not paired
+    assert paired_ratio(recs, "a", "b", "1×20") == pytest.approx(4.0)  # median of 2, 4 and ∞ (b did no host work)
+
+
 # -- the command line -----------------------------------------------------------------------------------
 def _args(*argv):
     p = argparse.ArgumentParser()
@@ -313,6 +355,6 @@ def test_facts_name_uncommitted_changes_in_the_measured_code(monkeypatch):
 
     assert facts._git("rev-parse", "--show-prefix") == ""  # run at the root, not in bench/
     assert facts._git("status", "--porcelain", "--", "no-such-dir") == ""
-    monkeypatch.setattr(facts, "_git", lambda *a: " M bench/facts.py" if a[0] == "status" else "abc123")
+    monkeypatch.setattr(facts, "_git", lambda *a, **_: " M bench/facts.py" if a[0] == "status" else "abc123")
     monkeypatch.setattr(facts, "_wrk_version", lambda: "wrk")
     assert facts.machine_facts("cpu")["git commit"] == "abc123 + uncommitted changes in bench/facts.py"
