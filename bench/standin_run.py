@@ -69,11 +69,13 @@ def order(cells: list[Cell], rep: int) -> list[Cell]:
     return cells if rep % 2 == 0 else cells[::-1]
 
 
-def start(models: Path, table: str, log_dir: Path) -> Server:
-    """The stand-in server (`python -m bench.standin --serve PORT`), ready."""
+def start(models: Path, table: str, log_dir: Path, server_env: dict | None = None) -> Server:
+    """The stand-in server (`python -m bench.standin --serve PORT`), ready; `server_env`: its
+    HEADWISE_* settings (the defaults otherwise)."""
     port = free_port()
     argv = [sys.executable, "-m", "bench.standin", "--serve", str(port), "--models", str(models), "--table", table]
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
+    env.update(server_env or {})
     server = Server("standin", argv, env, port, "/health/ready", log_dir)
     server.wait_ready(180)
     return server
@@ -171,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--warm", type=float, default=1, help="seconds of unmeasured load before each cell (0: none)")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="a HEADWISE_* setting for the server (repeatable)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.serve:
@@ -184,7 +188,9 @@ def main(argv: list[str] | None = None) -> None:
     facts["load average at start (1/5/15 min)"] = load_average()
     runs: dict[Cell, list[dict]] = {c: [] for c in cells}
     t0 = time.monotonic()
-    server = start(w.dir, a.table, Path(tempfile.mkdtemp(prefix="standin-")))
+    server_env = dict(kv.split("=", 1) for kv in a.server_env)
+    facts["server settings"] = ", ".join(a.server_env) or "defaults"
+    server = start(w.dir, a.table, Path(tempfile.mkdtemp(prefix="standin-")), server_env)
     try:
         probe(server.url + ROUTE, bodies[cells[0]], False)
         for rep in range(a.reps):

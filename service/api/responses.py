@@ -11,12 +11,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from service.api.errors import Protocol
-from service.api.serialize import dumps_chunks
+from service.api.serialize import CHUNK_BYTES, dumps_chunks
 from service.engine.budget import Reservation, ResponseBudget, ShareOf
 from service.errors import NotReady, TooLarge
 
 DUMPS = orjson.OPT_SERIALIZE_NUMPY
-BIG = 1 << 16  # response bytes above which the JSON is written off the event loop
 TEXT_BYTES = 6  # the most one character of a text takes in JSON (a \u00XX escape)
 TEXT_ITEM_BYTES = 16  # an echoed text's key, quotes and separators
 
@@ -51,15 +50,15 @@ def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response
 
 async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offload=None) -> Response:
     """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
-    `size` (the response's serialised bound) is large, and counted against the process's
+    `size` (the response's serialised bound) is over a chunk (serialize.CHUNK_BYTES), and counted against the process's
     in-flight response budget until sent (Overloaded when it does not fit). `offload(fn)`:
     where to build it whatever its size (analytics: their own thread, of the lowest priority)."""
     with budget.reserve(size) as reservation:
         if offload is not None:
             body = await offload(lambda: dumps_chunks(build()))
-        elif size > BIG:
+        elif size > CHUNK_BYTES:
             body = await run_in_threadpool(lambda: dumps_chunks(build()))
-        else:
+        else:  # one orjson call of at most a chunk: cheaper than a thread hop or a walk for pieces
             body = orjson.dumps(build(), option=DUMPS)
     return BudgetedResponse(body, reservation)
 

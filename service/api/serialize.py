@@ -43,6 +43,8 @@ def _marked(obj, arrays: list):
     if isinstance(obj, dict):
         return {k: _marked(v, arrays) for k, v in obj.items()}
     if isinstance(obj, list):
+        if not any(isinstance(v, (dict, list, np.ndarray)) for v in obj):  # e.g. token strings: as they are
+            return obj
         return [_marked(v, arrays) for v in obj]
     return obj
 

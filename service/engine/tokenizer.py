@@ -92,8 +92,8 @@ class TextTokenizer:
             cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
             # measured on the untruncated prefix: does it pass max_len by the margin?
             encodings = tok.encode_batch(cut, add_special_tokens=special_tokens)
-            counts = ([len(e.ids) for e in encodings] if not truncate else
-                      [len(e.ids) + sum(len(o.ids) for o in e.overflowing) for e in encodings])
+            counts = ([len(e) for e in encodings] if not truncate else
+                      [len(e) + sum(len(o) for o in e.overflowing) for e in encodings])
             again = []
             for i, text, e, n in zip(todo, cut, encodings, counts, strict=True):
                 if len(text) == len(texts[i]) or n > self.max_len + CUT_MARGIN:

@@ -70,23 +70,45 @@ def test_requests_arriving_during_a_batch_are_tokenised_beside_it():
     device, tok = SlowDevice(0.05), Tokenizer()
 
     async def main():
-        b = pipeline(device, tok)
+        b = pipeline(device, tok, max_size=64)
         b.start()
         first = b.submit(job("a", [1, 2]))
         await asyncio.sleep(0.02)  # a's batch is on the device now
-        later = [b.submit(job(t, [n])) for t, n in (("b", 3), ("c", 4))]
+        later = [b.submit(job(t, list(range(n, n + 4)))) for t, n in (("b", 3), ("c", 40))]  # 8 inputs
         out = await asyncio.gather(first, *later)
         await b.close()
         return out
 
     a, b_, c = run(main())
-    assert a == [("a", 0, 1), ("a", 1, 2)] and b_ == [("b", 0, 3)] and c == [("c", 0, 4)]
+    assert a == [("a", 0, 1), ("a", 1, 2)]
+    assert b_ == [("b", i, 3 + i) for i in range(4)] and c == [("c", i, 40 + i) for i in range(4)]
     beside = [c for c in tok.calls if c[3] == ["b", "c"]]
     assert beside and beside[0][0].startswith("headwise-tok")  # not the inference thread
     start, end = device.spans[0]
     assert start < beside[0][1] < end  # while a's batch ran
     assert device.threads == {next(iter(device.threads))} and not next(iter(device.threads)).startswith("headwise-tok")
     assert len(device.spans) == 2  # b and c ran together, after a
+
+
+def test_a_few_inputs_wait_for_the_next_hop_rather_than_a_hop_of_their_own():
+    """Under OVERLAP_MIN_INPUTS waiting inputs the thread hop would cost about what it saves."""
+    from service.engine.batching import OVERLAP_MIN_INPUTS
+
+    device, tok = SlowDevice(0.03), Tokenizer()
+
+    async def main():
+        b = pipeline(device, tok)
+        b.start()
+        first = b.submit(job("a", [1]))
+        await asyncio.sleep(0.01)
+        few = b.submit(job("f", list(range(OVERLAP_MIN_INPUTS - 1))))
+        out = await asyncio.gather(first, few)
+        await b.close()
+        return out
+
+    a, few = run(main())
+    assert few == [("f", i, i) for i in range(OVERLAP_MIN_INPUTS - 1)]
+    assert all(c[0].startswith("headwise-infer") for c in tok.calls)
 
 
 def test_an_idle_server_tokenises_and_runs_a_lone_request_in_one_hop():
