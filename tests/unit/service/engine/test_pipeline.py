@@ -106,7 +106,7 @@ def test_a_few_inputs_wait_for_the_next_hop_rather_than_a_hop_of_their_own():
         await b.close()
         return out
 
-    a, few = run(main())
+    _, few = run(main())
     assert few == [("f", i, i) for i in range(OVERLAP_MIN_INPUTS - 1)]
     assert all(c[0].startswith("headwise-infer") for c in tok.calls)
 
