@@ -18,6 +18,7 @@ import time
 
 from service.backends import cuda
 from service.backends.onnxruntime import check_precision
+from service.cpu import usable_cores
 from service.package import PackageError, check_default_model, find_packages
 from service.settings import SettingsError, load_settings
 
@@ -29,9 +30,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", metavar="DIR", help="folder of model packages (default: models/)")
     parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000)")
-    parser.add_argument("--workers", type=int, help="worker processes (default 1)")
+    parser.add_argument("--workers", type=_workers, help="worker processes, or auto (the default: 1 on CPU, "
+                        "several on CUDA)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
+
+
+def _workers(value: str) -> int | str:
+    return value if value == "auto" else int(value)
+
+
+def resolve_workers(settings):
+    """`auto` → a number (service.backends.cuda.auto_workers on CUDA, else 1), exported as
+    HEADWISE_WORKERS for the worker processes; a number stays as it is."""
+    if isinstance(settings.workers, int):
+        return settings
+    on_cuda = settings.provider == "cuda" or (settings.provider == "auto" and cuda.probe(settings.device_id).ok)
+    n = cuda.auto_workers(usable_cores(), cuda.device_memory(settings.device_id)) if on_cuda else 1
+    os.environ["HEADWISE_WORKERS"] = str(n)
+    if on_cuda:
+        print(f"headwise serve: HEADWISE_WORKERS=auto: {n} worker processes share the GPU", file=sys.stderr)
+    return settings.model_copy(update={"workers": n})
 
 
 def _log_config(level: str) -> dict:
@@ -74,6 +93,7 @@ def main(args: argparse.Namespace) -> int:
             found = cuda.probe(settings.device_id)
             if not found.ok:
                 raise PackageError(f"HEADWISE_PROVIDER=cuda, but CUDA cannot be used here: {found.why()}")
+        settings = resolve_workers(settings)
     except (SettingsError, PackageError) as e:
         print(f"headwise serve: error: {e}", file=sys.stderr)
         return 2

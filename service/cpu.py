@@ -70,8 +70,8 @@ def hand_over_gil_within(ms: float) -> None:
     """The longest the event loop may keep the GIL from a thread that wants it back.
 
     onnxruntime releases the GIL while a graph runs; when the run ends, the inference thread
-    needs it back before it can hand the batch on, and a busy event loop keeps it until the
-    interpreter's switch interval (5 ms by default) is over. For a batch that a GPU runs in a
-    millisecond that wait is most of its time (bench/results/gpu-h100-issue27.md); a shorter
-    interval costs the event loop a few more thread switches."""
+    needs it back before it can hand the batch on, and a busy event loop may keep it until the
+    interpreter's switch interval is over. A shorter interval shortens that wait but makes every
+    thread switch more often: on an H100 host 0.5 ms served single-input requests slower than
+    Python's 5 ms (bench/results/gpu-h100-issue27.md), which stays the default."""
     sys.setswitchinterval(ms / 1000)

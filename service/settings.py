@@ -4,7 +4,7 @@ validated when the app is created, never at import time."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,7 +22,9 @@ class Settings(BaseSettings):
     models_dir: Path = Field(Path("models"), description="folder of model packages")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    workers: int = Field(1, ge=1, le=256)
+    workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
+        "auto", description="worker processes; auto: 1 on CPU, on CUDA as many as the host's cores and the "
+        "GPU's memory allow, at most 8 (service.backends.cuda.auto_workers)")
     api_key: SecretStr | None = Field(None, description="bearer token required on /v1 and /v2 routes (health probes excepted)")
     provider: Literal["auto", "cuda", "cpu"] = "auto"
     precision: Literal["auto", "fp32", "int8", "fp16"] = "auto"
@@ -37,8 +39,9 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(64, ge=1)
     max_wait_ms: float = Field(2.0, ge=0, le=10_000)
     switch_interval_ms: float = Field(
-        0.5, gt=0, le=100, description="the longest a Python thread keeps the GIL while another waits for it "
-        "(sys.setswitchinterval): a batch back from onnxruntime waits up to this long for a busy event loop")
+        5.0, gt=0, le=100, description="the longest a Python thread keeps the GIL while another waits for it "
+        "(sys.setswitchinterval; Python's own is 5): a batch back from onnxruntime waits up to this long for a "
+        "busy event loop")
     pipeline: Literal["auto", "on", "off"] = Field(
         "auto", description="tokenise requests that arrive while a batch runs on a thread of their own, so "
         "the next batch is ready when the device is done; auto: on CUDA only")
@@ -129,3 +132,9 @@ def load_settings(**overrides) -> Settings:
             name = "HEADWISE_" + "_".join(str(p) for p in err["loc"]).upper()
             lines.append(f"{name}: {err['msg']}")
         raise SettingsError("invalid settings: " + "; ".join(lines)) from None
+
+
+def worker_processes(settings: Settings) -> int:
+    """HEADWISE_WORKERS as a number: `headwise serve` resolves `auto` before any worker starts
+    (service.cli); an app run any other way is one process."""
+    return settings.workers if isinstance(settings.workers, int) else 1

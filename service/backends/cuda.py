@@ -139,3 +139,33 @@ def warn_cpu_once(found: CudaProbe) -> None:
     """HEADWISE_PROVIDER=auto found no usable CUDA: one WARNING per process, with the reason
     (a GPU machine that silently serves on CPU is the failure this exists for)."""
     log.warning("HEADWISE_PROVIDER=auto: serving on CPU, CUDA cannot be used here: %s", found.why())
+
+
+# A worker is one process with its own CUDA context, sessions and memory arena (about 1.9 GiB
+# for all-MiniLM-L6-v2 after warm-up on an H100: bench/results/gpu-h100-issue27.md); 4 GiB
+# leaves room for larger models. Past 8 workers the H100 host gained nothing more there.
+GIB_PER_WORKER = 4
+MAX_AUTO_WORKERS = 8
+
+
+def device_memory(device_id: int = 0, libcuda: str = "libcuda.so.1") -> int | None:
+    """Bytes of memory on CUDA device `device_id` (the driver API), or None."""
+    try:
+        cu = ctypes.CDLL(libcuda)
+    except OSError:
+        return None
+    dev, total = ctypes.c_int(0), ctypes.c_size_t(0)
+    if cu.cuInit(0) != 0 or cu.cuDeviceGet(ctypes.byref(dev), device_id) != 0:
+        return None
+    if cu.cuDeviceTotalMem_v2(ctypes.byref(total), dev) != 0:
+        return None
+    return total.value
+
+
+def auto_workers(cores: int, memory: int | None) -> int:
+    """HEADWISE_WORKERS=auto on CUDA: one Python process cannot parse, tokenise and answer fast
+    enough to keep a GPU busy, so several share it: one per two cores (the other runs its
+    event loop's peers: tokenizer and inference threads), one per GIB_PER_WORKER of GPU memory
+    (4 when unknown), at most MAX_AUTO_WORKERS."""
+    by_memory = memory // (GIB_PER_WORKER << 30) if memory else 4
+    return max(1, min(MAX_AUTO_WORKERS, cores // 2, by_memory))

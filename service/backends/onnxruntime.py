@@ -15,7 +15,7 @@ import numpy as np
 from service.backends import cuda
 from service.cpu import ANALYTICS_NICENESS, lowered_thread, usable_cores
 from service.package import ModelPackage, PackageError
-from service.settings import Settings
+from service.settings import Settings, worker_processes
 
 log = logging.getLogger("headwise.service")
 
@@ -88,7 +88,7 @@ class OrtBackend:
         self._ort = ort
         self.package = package
         self.settings = settings
-        workers = max(1, settings.workers)
+        workers = worker_processes(settings)
         self.provider = self._pick_provider(settings.provider)
         # A CUDA session's host threads only launch kernels: one, not spinning, leaves the cores
         # to the event loop and the tokenizer.

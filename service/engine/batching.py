@@ -34,10 +34,11 @@ from service.cpu import INFERENCE_NICENESS, lowered_thread
 from service.errors import Disconnected, NotReady, Overloaded
 
 IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
-# Tokenising beside a running batch costs the event loop one thread hop (tens of µs), about
-# what tokenising a short input costs: it is worth it for this many waiting inputs at least.
-# Fewer are tokenised by the next hop, as without overlap.
-OVERLAP_MIN_INPUTS = 8
+# Tokenising beside a running batch costs a thread hop and a third thread contending for the
+# GIL with the event loop and the inference thread: worth it for a batch's worth of waiting
+# inputs (a few large requests), not for single-input requests trickling in, which the next hop
+# tokenises as without overlap (bench/results/gpu-h100-issue27.md).
+OVERLAP_MIN_INPUTS = 32
 
 
 def length_buckets(max_len: int) -> list[int]:

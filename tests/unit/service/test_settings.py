@@ -1,5 +1,7 @@
 """Settings: HEADWISE_* environment, the defaults of README's settings table, clear errors for bad values."""
 
+import os
+
 import pytest
 
 from service.api.app import create_app
@@ -46,3 +48,36 @@ def test_validated_when_the_app_is_created(monkeypatch):
         create_app()
     monkeypatch.delenv("HEADWISE_MAX_QUEUE")
     assert create_app(Settings(max_queue=3, max_client_batch=3)).state.settings.max_queue == 3
+
+
+def test_workers_auto_is_one_process_on_cpu_and_several_on_cuda(monkeypatch):
+    """HEADWISE_WORKERS=auto (the default): `headwise serve` resolves it before any worker
+    starts and exports the number for them; an app run any other way is one process."""
+    from service import cli
+    from service.backends import cuda
+    from service.settings import Settings, worker_processes
+
+    monkeypatch.setenv("HEADWISE_WORKERS", "auto")  # restored after the test: resolve_workers exports it
+    auto = Settings()
+    assert auto.workers == "auto" and worker_processes(auto) == 1
+    assert Settings(workers=3).workers == 3
+    with pytest.raises(ValueError):
+        Settings(workers=0)
+
+    assert cli.resolve_workers(Settings(provider="cpu", workers="auto")).workers == 1
+    assert os.environ["HEADWISE_WORKERS"] == "1"
+    monkeypatch.setattr(cli, "usable_cores", lambda: 16)
+    monkeypatch.setattr(cuda, "device_memory", lambda device_id=0: 80 << 30)
+    assert cli.resolve_workers(Settings(provider="cuda", workers="auto")).workers == 8
+    assert os.environ["HEADWISE_WORKERS"] == "8"
+    assert cli.resolve_workers(Settings(provider="cuda", workers=2)).workers == 2
+
+
+def test_auto_workers_follow_cores_and_gpu_memory():
+    from service.backends.cuda import auto_workers
+
+    assert auto_workers(16, 80 << 30) == 8  # an H100 host: at most 8
+    assert auto_workers(4, 80 << 30) == 2  # two cores per worker
+    assert auto_workers(16, 16 << 30) == 4  # a 16 GiB card: 4 GiB per worker
+    assert auto_workers(16, None) == 4  # memory unknown
+    assert auto_workers(1, 2 << 30) == 1  # never fewer than one

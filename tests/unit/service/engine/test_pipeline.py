@@ -74,14 +74,14 @@ def test_requests_arriving_during_a_batch_are_tokenised_beside_it():
         b.start()
         first = b.submit(job("a", [1, 2]))
         await asyncio.sleep(0.02)  # a's batch is on the device now
-        later = [b.submit(job(t, list(range(n, n + 4)))) for t, n in (("b", 3), ("c", 40))]  # 8 inputs
+        later = [b.submit(job(t, list(range(n, n + 16)))) for t, n in (("b", 3), ("c", 40))]  # 32 inputs
         out = await asyncio.gather(first, *later)
         await b.close()
         return out
 
     a, b_, c = run(main())
     assert a == [("a", 0, 1), ("a", 1, 2)]
-    assert b_ == [("b", i, 3 + i) for i in range(4)] and c == [("c", i, 40 + i) for i in range(4)]
+    assert b_ == [("b", i, 3 + i) for i in range(16)] and c == [("c", i, 40 + i) for i in range(16)]
     beside = [c for c in tok.calls if c[3] == ["b", "c"]]
     assert beside and beside[0][0].startswith("headwise-tok")  # not the inference thread
     start, end = device.spans[0]
