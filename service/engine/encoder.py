@@ -13,6 +13,7 @@ import numpy as np
 from service.backends.onnxruntime import Backend
 from service.cpu import ANALYTICS_NICENESS
 from service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
+from service.engine.faults import inject_fault, unlinked
 from service.engine.outputs import attention_payload, pool
 from service.engine.params import (
     AttentionSpec,
@@ -23,7 +24,7 @@ from service.engine.params import (
     response_bytes,
 )
 from service.engine.tokenizer import Encoded, TextTokenizer
-from service.errors import ServiceError, TooLarge, Validation
+from service.errors import TooLarge, Validation
 from service.metrics import Metrics, ModelSeries, QueueHooks
 from service.package import ModelPackage, variant_facts
 from service.settings import Settings
@@ -31,23 +32,6 @@ from service.settings import Settings
 log = logging.getLogger("headwise.service")
 
 BackendFactory = Callable[[ModelPackage, Settings], Backend]
-
-
-FAULT = "__headwise_fault__:"  # HEADWISE_FAULT_INJECTION=true only (tests): ...:error, ...:hang=SECONDS
-
-
-def inject_fault(entries: list[Entry]) -> None:
-    """Test-only hook, off unless settings.fault_injection: an input `__headwise_fault__:error`
-    makes this batch's inference raise; `__headwise_fault__:hang=S` makes it block S seconds."""
-    for e in entries:
-        inputs = e.job.inputs
-        text = inputs[e.index] if isinstance(inputs, list) and e.index < len(inputs) else ""
-        if isinstance(text, str) and text.startswith(FAULT):
-            what = text[len(FAULT):]
-            if what.startswith("hang="):
-                time.sleep(float(what[5:]))
-            else:
-                raise RuntimeError("injected backend fault")
 
 
 def token_ids(inputs) -> bool:
@@ -254,7 +238,7 @@ class EncoderRuntime:
                 try:
                     out[i] = self._entries(job, self.tokenizer.from_ids(job.inputs))
                 except Exception as e:
-                    out[i] = _unlinked(e)
+                    out[i] = unlinked(e)
         for truncate in (True, False):
             group = [i for i, j in enumerate(jobs) if j.params.truncate is truncate and out[i] is None]
             if not group:
@@ -271,7 +255,7 @@ class EncoderRuntime:
                 try:
                     out[i] = self._entries(job, mine)
                 except Exception as e:
-                    out[i] = _unlinked(e)
+                    out[i] = unlinked(e)
         return out
 
     def pretokenised(self, inputs) -> bool:
@@ -422,11 +406,3 @@ class EncoderRuntime:
             return Done(outcome, batch, self.run_batch(role, batch, padded))
         except Exception as e:
             return Done(outcome, batch, e)
-
-
-def _unlinked(e: Exception) -> Exception:
-    """A client error without its traceback: the traceback's frames lead back (f_back) to the
-    frame that stores the error in `out`, a cycle that kept the refused job's tokens (hundreds
-    of MB for a large request refused for length) alive until a full garbage collection.
-    Other errors keep theirs, for the log."""
-    return e.with_traceback(None) if isinstance(e, ServiceError) else e

@@ -13,6 +13,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from service.engine.budget import Reservation, ResponseBudget
+from service.engine.faults import FAULT
 from service.engine.generation.batch import Stepper
 from service.engine.generation.sampling import SamplingParams
 from service.engine.generation.scheduler import Scheduler
@@ -24,7 +25,6 @@ from service.metrics import Metrics
 from service.package import ModelPackage
 from service.settings import Settings
 
-FAULT = "__headwise_fault__:"
 DEFAULT_NEW_TOKENS = 16
 BackendFactory = Callable[[ModelPackage, Settings], object]
 

@@ -1,0 +1,102 @@
+"""What the batcher queues and hands to the engine: a request (`Job`), one input of it
+(`Entry`), the next hop (`Work`), a hop's outcome (`Done`), and the limits a batch is cut by
+(`Limits`, `length_buckets`). service.engine.batching re-exports them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def length_buckets(max_len: int) -> list[int]:
+    """8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, ... up to max_len (always included):
+    padding costs at most half an input, and a 9-12 token sentence pays none beyond 12."""
+    out, p = [], 8
+    while p < max_len:
+        out.append(p)
+        if p + p // 2 < max_len:
+            out.append(p + p // 2)
+        p *= 2
+    return [*out, max_len]
+
+
+@dataclass(eq=False)
+class Job:
+    """One client request: its entries' results and the future the handler awaits."""
+
+    size: int  # inputs
+    inputs: Any = None  # raw texts, for `prepare`
+    params: Any = None
+    inputs_field: str = "inputs"  # the request field `inputs` are, as errors about one of them name it
+    is_disconnected: Callable[[], Awaitable[bool]] | None = None
+    future: asyncio.Future | None = None
+    results: list = field(default_factory=list)
+    left: int = 0
+    enqueued_at: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.future is None or self.future.done()
+
+    def expect(self, n: int) -> None:
+        """Make room for n results (one per entry) before any is delivered."""
+        self.results = [None] * n
+        self.left = n
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    job: Job
+    index: int
+    ids: np.ndarray
+    type_ids: np.ndarray
+    encoding: Any = None  # what the ids came from, handed back with the result
+    hole: int = -1  # a position whose attention_mask is 0 (occlusion); -1: none
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(eq=False)
+class Work:
+    """The next hop: tokenise `jobs` (with `run`, and run them at once when they fit one
+    batch: `Batcher.plan`), or run `batch` padded to `padded`."""
+
+    jobs: list[Job]
+    batch: list[Entry]
+    padded: int = 0
+    run: bool = False
+
+
+@dataclass(eq=False)
+class Done:
+    """A hop's outcome. `outcome`: per job of work.jobs its entries, or the exception that ends
+    it; `batch`: what ran (None: nothing ran, the entries are to be queued); `results`: one per
+    entry of `batch`, or the exception that failed the whole batch."""
+
+    outcome: Sequence | None
+    batch: list[Entry] | None
+    results: Sequence | Exception | None
+
+
+@dataclass
+class Limits:
+    max_batch_tokens: int
+    max_batch_size: int
+    max_wait_s: float
+    max_queue: int
+    # attention's B·L·H·T² memory per batch: count × cell_bytes × padded² ≤ budget_bytes (0: no cap)
+    cell_bytes: int = 0
+    budget_bytes: int = 0
+
+    def max_rows(self, padded: int) -> int:
+        """The most inputs of `padded` tokens one batch may hold under these limits (at least 1)."""
+        rows = min(self.max_batch_size, self.max_batch_tokens // padded)
+        if self.cell_bytes:
+            rows = min(rows, self.budget_bytes // (self.cell_bytes * padded * padded))
+        return max(1, rows)
