@@ -69,7 +69,9 @@ class Server:
         """Until the server answers ready; with HEADWISE_WORKERS > 1, until 8 × workers probes
         in a row do (each probe is a new connection, which any worker may accept)."""
         deadline = time.monotonic() + timeout
-        need = 1 if int(self.env.get("HEADWISE_WORKERS", "1")) <= 1 else 8 * int(self.env["HEADWISE_WORKERS"])
+        workers = self.env.get("HEADWISE_WORKERS", "auto")
+        need = 8 * (int(workers) if workers.isdigit() else 8)  # auto: up to 8 on CUDA
+        need = 1 if workers == "1" else need
         streak = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

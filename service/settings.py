@@ -43,8 +43,8 @@ class Settings(BaseSettings):
         "(sys.setswitchinterval; Python's own is 5): a batch back from onnxruntime waits up to this long for a "
         "busy event loop")
     pipeline: Literal["auto", "on", "off"] = Field(
-        "auto", description="tokenise requests that arrive while a batch runs on a thread of their own, so "
-        "the next batch is ready when the device is done; auto: on CUDA only")
+        "auto", description="once 32 inputs wait while a batch runs, tokenise them on a thread of their own, "
+        "so the next batch is ready when the device is done; auto: on CUDA only")
     max_client_batch: int = Field(256, ge=1)
     max_body_bytes: int = Field(4 * MiB, ge=1)
     max_queue: int = Field(4096, ge=1, description="queued inputs per queue before 429")
@@ -129,7 +129,7 @@ def load_settings(**overrides) -> Settings:
             if not err["loc"]:  # a rule across settings: its message names them
                 lines.append(err["msg"].removeprefix("Value error, "))
                 continue
-            name = "HEADWISE_" + "_".join(str(p) for p in err["loc"]).upper()
+            name = "HEADWISE_" + str(err["loc"][0]).upper()  # not the union member's tag (workers: int | auto)
             lines.append(f"{name}: {err['msg']}")
         raise SettingsError("invalid settings: " + "; ".join(lines)) from None
 

@@ -155,9 +155,12 @@ def device_memory(device_id: int = 0, libcuda: str = "libcuda.so.1") -> int | No
     except OSError:
         return None
     dev, total = ctypes.c_int(0), ctypes.c_size_t(0)
-    if cu.cuInit(0) != 0 or cu.cuDeviceGet(ctypes.byref(dev), device_id) != 0:
-        return None
-    if cu.cuDeviceTotalMem_v2(ctypes.byref(total), dev) != 0:
+    try:
+        if cu.cuInit(0) != 0 or cu.cuDeviceGet(ctypes.byref(dev), device_id) != 0:
+            return None
+        if cu.cuDeviceTotalMem_v2(ctypes.byref(total), dev) != 0:
+            return None
+    except AttributeError:  # a driver library without these entry points
         return None
     return total.value
 

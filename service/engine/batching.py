@@ -10,17 +10,17 @@ tokenising and running are one hop, not two. It waits up to `max_wait` for more 
 recent batch served more clients than are now queued: an idle server runs a lone request at
 once.
 
-With `overlap` (on CUDA by default), requests that arrive while a batch runs are tokenised on
-a thread of their own (`next_to_tokenise` → `tokenised`), so that the next batch is ready when
-the device is done with this one; the inference thread then only runs batches, and tokenises
-only when it would otherwise wait (nothing runs, nothing is queued).
+With `overlap` (on CUDA by default), once OVERLAP_MIN_INPUTS inputs are waiting while a batch
+runs they are tokenised on a thread of their own (`next_to_tokenise` → `tokenised`), so that the
+next batch is ready when the device is done with this one; fewer (single-input requests
+trickling in) are tokenised by the next hop on the inference thread, as without overlap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -30,6 +30,8 @@ from typing import Any
 from service.cpu import INFERENCE_NICENESS, lowered_thread
 from service.engine.work import Done, Entry, Job, Limits, Work, length_buckets
 from service.errors import Disconnected, NotReady, Overloaded
+
+log = logging.getLogger("headwise.service")
 
 __all__ = ["Batcher", "Done", "Entry", "Job", "Limits", "Work", "length_buckets"]
 
@@ -144,8 +146,12 @@ class Batcher:
             await asyncio.sleep(0.01)
         for task in self._tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # a loop that died: its jobs still get their answer below
+                log.exception("a batcher loop failed")
         for job in [*self._pending, *(e.job for e in self._queue), *self._tokenizing, *self._inflight]:
             if not job.done:
                 job.future.set_exception(NotReady("server shutting down"))
@@ -184,6 +190,7 @@ class Batcher:
                     run = not self._queue
                     jobs = self._take_pending()
                     self._running = True  # work in hand: not idle while its clients are asked
+                    self._inflight = jobs  # and reached by abort() and close() meanwhile
                     gone = await self._disconnected(jobs)
                     self._running = False
                     jobs = [j for j in jobs if j not in gone and not j.done]
@@ -194,6 +201,7 @@ class Batcher:
             self._cut_next = False
             batch, padded = self.cut()
             self._running = bool(batch)
+            self._inflight = [*{e.job: None for e in batch}]
             gone = await self._disconnected({e.job for e in batch})
             self._running = False
             batch = [e for e in batch if e.job not in gone] if gone else batch
@@ -213,7 +221,11 @@ class Batcher:
                 self._tok_wakeup.clear()
                 await self._tok_wakeup.wait()
             self._tokenizing = jobs = self._take_pending()
-            gone = await self._disconnected(jobs)
+            try:
+                gone = await self._disconnected(jobs)
+            except Exception as e:  # a probe that fails: its jobs get the error, the loop goes on
+                self.tokenised(jobs, [e] * len(jobs))
+                continue
             self._tokenizing = jobs = [j for j in jobs if j not in gone and not j.done]
             if jobs:
                 return jobs

@@ -64,7 +64,7 @@ class Engine:
         self.ready = False
         self.draining = False
         self.failed: str | None = None
-        self._tok_pool = ThreadPoolExecutor(max_workers=TOKENIZER_THREADS, thread_name_prefix="headwise-tok")
+        self._tok_pool = ThreadPoolExecutor(max_workers=TOKENIZER_THREADS, thread_name_prefix="headwise-tokenize")
 
     def load_packages(self) -> None:
         """Read and verify every package (hashes included); raises PackageError."""

@@ -99,7 +99,8 @@ class TextTokenizer:
                 if len(text) == len(texts[i]) or n > self.max_len + CUT_MARGIN:
                     enc = Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
                                   source=e)
-                    out[i] = enc if lazy else enc.materialize()
+                    # lazy only when nothing overflowed: the overflow would stay alive with its source
+                    out[i] = enc if lazy and n == len(e) else enc.materialize()
                 else:
                     again.append(i)
             todo, chars = again, chars * 4

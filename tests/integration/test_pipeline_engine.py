@@ -56,7 +56,19 @@ def test_concurrent_requests_get_their_own_answers(tiny_package, pipeline):
 
 
 def test_plain_embeddings_leave_token_strings_unbuilt(tiny_package):
-    together, _, _ = serve(tiny_package.parent, "on", texts(4, seed=1), EmbedParams())
+    short = [["the cat sat", "a dog"], ["quick brown foxes jumped"], ["near rivers"]]  # none cut at max_len
+    together, _, _ = serve(tiny_package.parent, "on", short, EmbedParams())
     encs = [d.encoding for r in together for d in r.data]
     assert all(e._tokens is None for e in encs)  # never read: never built
     assert all(e.tokens and len(e.tokens) == e.length for e in encs)  # still there when read
+
+
+def test_a_truncated_long_input_keeps_no_overflow_alive(tiny_package):
+    """Lazy strings hold the tokenizer's encoding: only where nothing overflowed, since a cut
+    text's encoding keeps every overflowing piece."""
+    from service.engine.tokenizer import TextTokenizer
+
+    tok = TextTokenizer(next(tiny_package.glob("tokenizer.json")), max_len=16)
+    short, long = tok.encode_unchecked(["the cat sat", "the cat sat on the mat " * 40], truncate=True, lazy=True)
+    assert short._source is not None and short._tokens is None
+    assert long._source is None and long.length == 16

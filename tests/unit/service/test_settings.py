@@ -81,3 +81,10 @@ def test_auto_workers_follow_cores_and_gpu_memory():
     assert auto_workers(16, 16 << 30) == 4  # a 16 GiB card: 4 GiB per worker
     assert auto_workers(16, None) == 4  # memory unknown
     assert auto_workers(1, 2 << 30) == 1  # never fewer than one
+
+
+def test_a_bad_worker_count_names_the_setting(monkeypatch):
+    monkeypatch.setenv("HEADWISE_WORKERS", "0")
+    with pytest.raises(SettingsError) as e:
+        load_settings()
+    assert "HEADWISE_WORKERS:" in str(e.value) and "CONSTRAINED" not in str(e.value)

@@ -229,3 +229,28 @@ def test_close_past_its_grace_fails_the_waiting_with_not_ready():
     out = run(main())
     assert "pending" not in out  # every accepted request got an answer: a result or a 503
     assert all(o == "ok" or isinstance(o, NotReady) for o in out)
+
+
+def test_a_failing_disconnect_probe_fails_its_jobs_and_the_pipeline_goes_on():
+    device, tok = SlowDevice(0.03), Tokenizer()
+
+    async def broken():
+        raise OSError("probe failed")
+
+    async def main():
+        b = pipeline(device, tok, max_size=64)
+        b.start()
+        first = b.submit(job("a", [1]))
+        await asyncio.sleep(0.01)  # a runs: the next 32 inputs go to the tokenizer, whose probe fails
+        bad = b.submit(job("bad", list(range(32)), broken))
+        try:
+            await bad
+        except OSError as e:
+            failed = e
+        later = await b.submit(job("later", [7]))
+        await first
+        await b.close()
+        return failed, later, b.idle
+
+    failed, later, idle = run(main())
+    assert isinstance(failed, OSError) and later == [("later", 0, 7)] and idle
