@@ -79,15 +79,23 @@ CU_ERRORS = {100: "CUDA_ERROR_NO_DEVICE", 999: "CUDA_ERROR_UNKNOWN", 3: "CUDA_ER
              35: "CUDA_ERROR_INSUFFICIENT_DRIVER", 804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"}
 
 
-def driver_devices(libcuda: str = "libcuda.so.1") -> tuple[int, str | None]:
-    """(number of CUDA devices, None) or (0, why not), through the driver API alone."""
+def _driver(libcuda: str = "libcuda.so.1"):
+    """(the driver library, initialised, None) or (None, why not)."""
     try:
         cu = ctypes.CDLL(libcuda)
     except OSError:
-        return 0, f"no NVIDIA driver: {libcuda} cannot be loaded"
+        return None, f"no NVIDIA driver: {libcuda} cannot be loaded"
     rc = cu.cuInit(0)
     if rc != 0:
-        return 0, f"the NVIDIA driver did not initialise (cuInit: {CU_ERRORS.get(rc, rc)})"
+        return None, f"the NVIDIA driver did not initialise (cuInit: {CU_ERRORS.get(rc, rc)})"
+    return cu, None
+
+
+def driver_devices(libcuda: str = "libcuda.so.1") -> tuple[int, str | None]:
+    """(number of CUDA devices, None) or (0, why not), through the driver API alone."""
+    cu, why = _driver(libcuda)
+    if why:
+        return 0, why
     count = ctypes.c_int(0)
     rc = cu.cuDeviceGetCount(ctypes.byref(count))
     if rc != 0:
@@ -150,13 +158,12 @@ MAX_AUTO_WORKERS = 8
 
 def device_memory(device_id: int = 0, libcuda: str = "libcuda.so.1") -> int | None:
     """Bytes of memory on CUDA device `device_id` (the driver API), or None."""
-    try:
-        cu = ctypes.CDLL(libcuda)
-    except OSError:
+    cu, why = _driver(libcuda)
+    if why:
         return None
     dev, total = ctypes.c_int(0), ctypes.c_size_t(0)
     try:
-        if cu.cuInit(0) != 0 or cu.cuDeviceGet(ctypes.byref(dev), device_id) != 0:
+        if cu.cuDeviceGet(ctypes.byref(dev), device_id) != 0:
             return None
         if cu.cuDeviceTotalMem_v2(ctypes.byref(total), dev) != 0:
             return None

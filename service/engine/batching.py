@@ -70,8 +70,7 @@ class Batcher:
         self._running = False
         self._inflight: list[Job] = []  # the jobs of the hop running now
         self._cut_next = False  # the last hop queued entries: cut a batch of them at once
-        self._task: asyncio.Task | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task] = []  # the serve loop, then (overlap) the tokenise loop
         self._busy = False  # a hop is on the inference thread
         self._tokenizing: list[Job] = []  # jobs on the tokenizer thread beside it (overlap)
         self._tok_wakeup = asyncio.Event()
@@ -89,8 +88,7 @@ class Batcher:
         `tokenise` (its loop over `next_to_tokenise` and `tokenised`) as this queue's tasks,
         which `close` stops."""
         loop = asyncio.get_running_loop()
-        self._task = loop.create_task(serve)
-        self._tasks = [self._task, *([loop.create_task(tokenise)] if tokenise is not None else [])]
+        self._tasks = [loop.create_task(serve), *([loop.create_task(tokenise)] if tokenise is not None else [])]
 
     @property
     def depth(self) -> int:
@@ -141,7 +139,7 @@ class Batcher:
     async def close(self, timeout: float = 5.0) -> None:
         """Finish what is queued and running, then stop."""
         deadline = time.monotonic() + timeout
-        alive = self._task is not None and not self._task.done()
+        alive = bool(self._tasks) and not self._tasks[0].done()
         while alive and not self.idle and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         for task in self._tasks:
@@ -152,9 +150,8 @@ class Batcher:
                 pass
             except Exception:  # a loop that died: its jobs still get their answer below
                 log.exception("a batcher loop failed")
-        for job in [*self._pending, *(e.job for e in self._queue), *self._tokenizing, *self._inflight]:
-            if not job.done:
-                job.future.set_exception(NotReady("server shutting down"))
+        for job in self._unanswered():
+            job.future.set_exception(NotReady("server shutting down"))
         self._queue.clear()
         self._pending.clear()
         self._tokenizing = []
@@ -166,9 +163,13 @@ class Batcher:
 
     def abort(self, exc: Exception) -> None:
         """Fail every job not answered yet, the running batch's too (its thread may hang)."""
-        for job in {*self._pending, *(e.job for e in self._queue), *self._inflight, *self._tokenizing}:
-            if not job.done:
-                job.future.set_exception(exc)
+        for job in self._unanswered():
+            job.future.set_exception(exc)
+
+    def _unanswered(self) -> list[Job]:
+        """Every job waiting, being tokenised or in the hop, not answered yet (each once)."""
+        jobs = dict.fromkeys([*self._pending, *(e.job for e in self._queue), *self._tokenizing, *self._inflight])
+        return [job for job in jobs if not job.done]
 
     # -- the hops -----------------------------------------------------------------------
     async def next(self) -> Work:
@@ -201,8 +202,8 @@ class Batcher:
             self._cut_next = False
             batch, padded = self.cut()
             self._running = bool(batch)
-            self._inflight = [*{e.job: None for e in batch}]
-            gone = await self._disconnected({e.job for e in batch})
+            self._inflight = _jobs_of(batch)
+            gone = await self._disconnected(self._inflight)
             self._running = False
             batch = [e for e in batch if e.job not in gone] if gone else batch
             if batch:
@@ -210,7 +211,7 @@ class Batcher:
 
     def _begin(self, work: Work) -> Work:
         self._running = self._busy = True
-        self._inflight = work.jobs or [*{e.job: None for e in work.batch}]  # what abort() must reach
+        self._inflight = work.jobs or _jobs_of(work.batch)  # what abort() must reach
         self._tok_wakeup.set()
         return work
 
@@ -387,3 +388,8 @@ class Batcher:
     def _depth_changed(self) -> None:
         if self.hooks is not None:
             self.hooks.on_depth(self.depth)
+
+
+def _jobs_of(batch: list[Entry]) -> list[Job]:
+    """The jobs of a batch's entries, each once, in order."""
+    return list(dict.fromkeys(e.job for e in batch))
