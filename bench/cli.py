@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
+from bench.args import ints, key_values, strs
 from bench.cells import Row, Sample
 from bench.facts import load_average, machine_facts
 from bench.noise import ForeignLoad, wait_for_calm
@@ -43,25 +44,17 @@ STANDARD_NOTES = [
 ]
 
 
-def _ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x.strip()]
-
-
-def _strs(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="models", metavar="DIR",
                    help="model package (or a folder with one); build it with `headwise export --out DIR`")
-    p.add_argument("--suites", type=_strs, default=list(SUITES),
+    p.add_argument("--suites", type=strs, default=list(SUITES),
                    help=f"comma list of {', '.join(SUITES)} (default: all)")
-    p.add_argument("--variants", type=_strs, default=None,
+    p.add_argument("--variants", type=strs, default=None,
                    help="fp32,int8,attention on CPU (default); fp16,attention on CUDA")
-    p.add_argument("--lengths", type=_ints, help="tokens per input, specials included (default 16,20,128,512)")
-    p.add_argument("--concurrency", type=_ints, help="HTTP clients (default 1,16,64)")
-    p.add_argument("--batches", type=_ints, help="ceiling batch sizes (default 1,8,16,32)")
-    p.add_argument("--st-batches", type=_ints, help="sentence-transformers batch sizes (default 1,8,32)")
+    p.add_argument("--lengths", type=ints, help="tokens per input, specials included (default 16,20,128,512)")
+    p.add_argument("--concurrency", type=ints, help="HTTP clients (default 1,16,64)")
+    p.add_argument("--batches", type=ints, help="ceiling batch sizes (default 1,8,16,32)")
+    p.add_argument("--st-batches", type=ints, help="sentence-transformers batch sizes (default 1,8,32)")
     p.add_argument("--reps", type=int, help="repetitions per cell, ≥ 3 for medians (default 3)")
     p.add_argument("--seconds", type=float, help="seconds per HTTP cell and repetition (default 3)")
     p.add_argument("--ceiling-seconds", type=float, help="seconds per in-process cell and repetition (default 1)")
@@ -170,7 +163,7 @@ class Run:
             if self.args.url:
                 self.servers["external"] = _External(self.args.url)
             else:
-                extra = dict(kv.split("=", 1) for kv in self.args.server_env)
+                extra = key_values(self.args.server_env)
                 for p in sorted({self.serving_precision(v) for v in self.http_variants()}):
                     self.servers[p] = start_headwise(self.w, p, self.args.provider, self.log_dir, extra)
         if "naive" in suites:

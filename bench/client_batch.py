@@ -14,13 +14,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from bench.args import ints
 from bench.http import load, sample_from, start_headwise
 from bench.workload import Workload
 from export import cpu as cpu_info
-
-
-def ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.args import ints, key_values
 from bench.ceiling import Ceiling
 from bench.facts import machine_facts
 from bench.http import measure, start_headwise
@@ -30,13 +31,9 @@ from bench.workload import Workload
 CEILING_BATCHES = (1, 8, 32, 64)
 
 
-def ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x]
-
-
 def parse_config(spec: str) -> tuple[str, dict]:
     name, _, rest = spec.partition("=")
-    return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+    return name, key_values(rest.split(","))
 
 
 def gpu_memory_mib() -> dict[int, float]:

@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench.args import key_values
 from bench.facts import machine_facts
 from bench.http import load, probe, sample_from, start_headwise
 from bench.noise import TICK, ForeignLoad, proc_ticks
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="headwise-profile-"))
     label = f"{args.precision}{'-attention' if args.attention else ''}-c{args.clients}-{args.tokens}tok"
     server = start_headwise(w, args.precision, args.provider, tmp,
-                            dict(kv.split("=", 1) for kv in args.server_env))
+                            key_values(args.server_env))
     try:
         server.wait_ready()
         probe(server.url + "/v1/embed", body, args.attention)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import standin
+from bench.args import ints, key_values
 from bench.facts import load_average, machine_facts
 from bench.http import (
     Server,
@@ -53,10 +54,6 @@ class Cell:
     tokens: int
     clients: int
     inputs: int  # per request
-
-
-def ints(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x]
 
 
 def plan(lengths: list[int], clients: list[int], inputs: list[int]) -> list[Cell]:
@@ -188,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     facts["load average at start (1/5/15 min)"] = load_average()
     runs: dict[Cell, list[dict]] = {c: [] for c in cells}
     t0 = time.monotonic()
-    server_env = dict(kv.split("=", 1) for kv in a.server_env)
+    server_env = key_values(a.server_env)
     facts["server settings"] = ", ".join(a.server_env) or "defaults"
     server = start(w.dir, a.table, Path(tempfile.mkdtemp(prefix="standin-")), server_env)
     try:
