@@ -61,7 +61,7 @@ def main() -> None:
             print(f"rep {rep} {name:12s} ceiling b16 {ceil:7.0f}/s  headwise {rate:6.0f}/s  "
                   f"{100 * rate / ceil:5.1f}%  p50 {res['p50'] / 1000:.2f} ms  batch {stats['mean_batch']:.1f}  "
                   f"run {stats['infer_ms']:.2f} ms + gap {gap:.2f} ms", flush=True)
-    from export import cpu as cpu_info
+    from headwise.export import cpu as cpu_info
 
     print(f"medians: {a.precision}, {a.tokens} tokens, {a.clients} clients, {a.reps} repetitions, "
           f"on {cpu_info.label()}")

@@ -17,12 +17,12 @@ import time
 import numpy as np
 import orjson
 
-from export import cpu as cpu_info
-from service.backends.onnxruntime import OrtBackend
-from service.engine.outputs import attention_payload
-from service.engine.params import AttentionSpec
-from service.package import load_package
-from service.settings import Settings
+from headwise.export import cpu as cpu_info
+from headwise.service.backends.onnxruntime import OrtBackend
+from headwise.service.engine.outputs import attention_payload
+from headwise.service.engine.params import AttentionSpec
+from headwise.service.package import load_package
+from headwise.service.settings import Settings
 
 
 def median_ms(fn, reps: int) -> float:

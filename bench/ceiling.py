@@ -11,7 +11,7 @@ from __future__ import annotations
 from bench.cells import Row, Sample, time_calls
 from bench.facts import usable_cores
 from bench.workload import Workload
-from service.backends.onnxruntime import CPU_DISABLED_OPTIMIZERS
+from headwise.service.backends.onnxruntime import CPU_DISABLED_OPTIMIZERS
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
@@ -33,7 +33,7 @@ class Ceiling:
         self.spin = spin
         self._sessions: dict = {}
         if provider == "cuda":  # the CUDA libraries, found as the service finds them
-            from service.backends import cuda
+            from headwise.service.backends import cuda
 
             found = cuda.probe(0)
             if not found.ok:
@@ -48,7 +48,7 @@ class Ceiling:
             so.log_severity_level = 3
             if not self.spin or self.provider == "cuda":
                 so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            if self.provider == "cuda":  # as the service's CUDA sessions (service/backends/onnxruntime.py)
+            if self.provider == "cuda":  # as the service's CUDA sessions (headwise/service/backends/onnxruntime.py)
                 so.intra_op_num_threads = 1
             providers = ([(CUDA, {"use_tf32": "0" if variant in ("fp32", "attention") else "1"}), CPU]
                          if self.provider == "cuda" else [CPU])
@@ -94,7 +94,7 @@ class Ceiling:
 def main() -> None:  # pragma: no cover - `python -m bench.ceiling DIR`: a quick look
     import sys
 
-    from export import cpu as cpu_info
+    from headwise.export import cpu as cpu_info
 
     w = Workload(sys.argv[1] if len(sys.argv) > 1 else "models")
     c = Ceiling(w)

@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.args import ints
 from bench.http import load, sample_from, start_headwise
 from bench.workload import Workload
-from export import cpu as cpu_info
+from headwise.export import cpu as cpu_info
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 def usable_cores() -> int:
     try:
-        from service.cpu import usable_cores as cores
+        from headwise.service.cpu import usable_cores as cores
 
         return cores()
     except ImportError:  # pragma: no cover - bench run outside the repo
@@ -30,7 +30,7 @@ def _version(mod: str) -> str:
 
 
 def machine_facts(provider: str) -> dict:
-    from export import cpu as cpu_info  # stdlib only: no torch, no onnx
+    from headwise.export import cpu as cpu_info  # stdlib only: no torch, no onnx
 
     cpu = cpu_info.label()
     # HEADWISE_BENCH_COMMIT: when run from an export of a commit (git archive), not a checkout
@@ -67,7 +67,7 @@ def tree_commit(commit: str | None = None, root: Path = ROOT) -> str:
     """The checkout's short commit (or `commit`, for an export that is no checkout), plus the
     files of the measured code with uncommitted changes."""
     commit = commit or _git("rev-parse", "--short", "HEAD", cwd=root) or "?"
-    dirty = _git("status", "--porcelain", "--", "service", "model", "export", "headwise", "bench", cwd=root)
+    dirty = _git("status", "--porcelain", "--", "headwise", "bench", cwd=root)
     if dirty:
         files = sorted(line[3:] for line in dirty.splitlines())
         commit += f" + uncommitted changes in {', '.join(files)}"

@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from export.stsb import find_stsb, load_pairs, sts_score
-from service.backends.onnxruntime import OrtBackend
-from service.engine.tokenizer import TextTokenizer
-from service.package import load_package
-from service.settings import Settings
+from headwise.export.stsb import find_stsb, load_pairs, sts_score
+from headwise.service.backends.onnxruntime import OrtBackend
+from headwise.service.engine.tokenizer import TextTokenizer
+from headwise.service.package import load_package
+from headwise.service.settings import Settings
 
 BATCH = 64
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime as ort
 
-    from service.backends import cuda
+    from headwise.service.backends import cuda
 
     pkg = load_package(args.package)
     tok = TextTokenizer(pkg.path / pkg.manifest["tokenizer"]["file"], pkg.max_len)

@@ -10,7 +10,7 @@ on CPU fp32, wrk at 16 clients with 1 input of 20 tokens per request, then 32 in
 tokens; the user + system CPU of the server's process tree (/proc) per input, its mean batch
 and padded length (its /metrics); then, with the server stopped, onnxruntime's CPU per input in
 this process for batches of that (rounded) size and padded length, with the service's own
-session (service/backends/onnxruntime.py). Host work = server CPU − onnxruntime CPU, per input.
+session (headwise/service/backends/onnxruntime.py). Host work = server CPU − onnxruntime CPU, per input.
 Prints every repetition and the medians; writes a markdown report (--out) and its raw JSON.
 """
 
@@ -66,7 +66,7 @@ def write_checkpoint(path: Path) -> None:
     import torch
     from transformers import BertConfig, BertModel
 
-    from model.sentence import default_checkpoint
+    from headwise.model.sentence import default_checkpoint
 
     src = default_checkpoint()
     weights = {"config.json", "model.safetensors", "pytorch_model.bin", "README.md"}
@@ -98,9 +98,9 @@ class OrtCost:
     options, fp32 fast graph, `threads` intra-op threads), timed by process CPU time."""
 
     def __init__(self, w: Workload, threads: int):
-        from service.backends.onnxruntime import OrtBackend
-        from service.package import load_package
-        from service.settings import Settings
+        from headwise.service.backends.onnxruntime import OrtBackend
+        from headwise.service.package import load_package
+        from headwise.service.settings import Settings
 
         self.w = w
         self.package = load_package(w.dir)
@@ -230,7 +230,7 @@ def report(command: str, facts: dict, servers: list, records: list[dict], a) -> 
               f"process tree (/proc) while wrk loaded it ({a.clients} clients, {a.seconds:g} s, after 1 s of "
               "warm-up), over the inputs completed. `ORT CPU` = this process's CPU time over back-to-back "
               f"runs of the package's fp32 fast graph with this checkout's service session ({a.threads} intra-op "
-              "threads, service/backends/onnxruntime.py), at the server's mean batch (rounded) and mean "
+              "threads, headwise/service/backends/onnxruntime.py), at the server's mean batch (rounded) and mean "
               "padded length (headwise_batch_size, headwise_batch_tokens), the server stopped. `host work` = "
               f"server CPU − ORT CPU. Medians of {a.reps} repetitions; servers alternate, the order rotating "
               "each repetition. Shapes: inputs per request × tokens per input ([CLS]/[SEP] included; the "

@@ -4,8 +4,8 @@
 
 Each scheme quantises the package's fast.onnx (fp32) into a temporary folder:
 - `dynamic per-tensor`: onnxruntime's quantize_dynamic (what headwise shipped before issue 15);
-- `per-token symmetric`, `per-token asymmetric`: export/quantize.py with one scheme everywhere;
-- `per-token, asymmetric after GELU`: export/quantize.py's default, what `headwise export` ships;
+- `per-token symmetric`, `per-token asymmetric`: headwise/export/quantize.py with one scheme everywhere;
+- `per-token, asymmetric after GELU`: headwise/export/quantize.py's default, what `headwise export` ships;
 - `weight-only int8 (MatMulNBits)`: onnxruntime's 8-bit block-wise weights, int8 compute.
 
 Quality: cosine to fp32 over every STS-B dev sentence and over export.verify's varied parity
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from export import cpu, runner, stsb
-from export.quantize import quantize_int8
-from export.speed import alternated_rates
-from export.verify import PARITY_SENTENCES as VARIED
+from headwise.export import cpu, runner, stsb
+from headwise.export.quantize import quantize_int8
+from headwise.export.speed import alternated_rates
+from headwise.export.verify import PARITY_SENTENCES as VARIED
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -86,7 +86,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--name", default="int8-schemes")
     a = ap.parse_args()
-    from model.sentence import default_checkpoint, load_sentence_model
+    from headwise.model.sentence import default_checkpoint, load_sentence_model
 
     pkg = a.models if (a.models / "manifest.json").is_file() else next(a.models.glob("*/manifest.json")).parent
     tokenizer = load_sentence_model(default_checkpoint()).tokenizer

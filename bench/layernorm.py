@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from export.optimize import CPU_DISABLED_OPTIMIZERS
+from headwise.export.optimize import CPU_DISABLED_OPTIMIZERS
 
 
 def _model(nodes, inputs, inits) -> bytes:
@@ -110,7 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="also time the package's int8 graph, fused and not")
     a = ap.parse_args()
-    from export import cpu as cpu_info
+    from headwise.export import cpu as cpu_info
 
     print(f"bench.layernorm on {cpu_info.label()}")
     one_node(threads=1)

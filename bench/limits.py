@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         "429 p99 < 50 ms under overload": o["p99_ms"] is not None and o["p99_ms"] < 50,
         "no errors under overload": o["load_errors"] == 0 and set(o["load_codes"]) <= {200, 429},
     }
-    from export import cpu as cpu_info
+    from headwise.export import cpu as cpu_info
 
     result["cpu"] = cpu_info.label()  # a figure holds only for the CPU that measured it
     text = json.dumps(result, indent=2)

@@ -76,7 +76,7 @@ def main() -> None:
     if a.serve:
         _serve(a.models, a.serve, a.floor)
         return
-    from export import cpu as cpu_info
+    from headwise.export import cpu as cpu_info
 
     print(f"bench.overhead on {cpu_info.label()}")
     runs = [measure(a.models, a.clients, a.seconds, a.floor, a.route) for _ in range(a.reps)]

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-    from export import cpu as cpu_info
+    from headwise.export import cpu as cpu_info
 
     result["cpu"] = cpu_info.label()  # a figure holds only for the CPU that measured it
     text = json.dumps(result, indent=2)

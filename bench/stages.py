@@ -155,8 +155,8 @@ class Sitting:
         self.prof = Profile(backend, len(texts), 0, served=served_by(self.rt.backend))
 
     async def run(self) -> Profile:
-        from service.engine.batching import Job
-        from service.engine.params import EmbedResult
+        from headwise.service.engine.batching import Job
+        from headwise.service.engine.params import EmbedResult
 
         inputs, params = await self.parse()
         job = Job(len(inputs), inputs=inputs, params=params)
@@ -175,8 +175,8 @@ class Sitting:
         the engine, for the inputs and params it hands over."""
         from starlette.requests import Request
 
-        from service.api.dependencies import disconnect_probe, get_engine
-        from service.api.routers import embed as router
+        from headwise.service.api.dependencies import disconnect_probe, get_engine
+        from headwise.service.api.routers import embed as router
 
         scope, receive = http_scope(PATH, self.body), body_receive(self.body)
         parse = need(router, "PARSE")
@@ -228,8 +228,8 @@ class Sitting:
 
     async def answer(self, result) -> None:
         """The route's own checks and params, its JSON, the write."""
-        from service.api.responses import budgeted_json
-        from service.api.routers import embed as router
+        from headwise.service.api.responses import budgeted_json
+        from headwise.service.api.routers import embed as router
 
         self.answering.result = result
         captured = Captured()
@@ -287,9 +287,9 @@ def serve(package_dir: Path, backend: str, provider: str):
     """The app `headwise serve` runs on this one package (the fast path installed), its engine's
     sessions made and warmed up; started later, on the running loop."""
     from bench.standin import Instant
-    from service import fastpath
-    from service.api.app import create_app
-    from service.settings import Settings
+    from headwise.service import fastpath
+    from headwise.service.api.app import create_app
+    from headwise.service.settings import Settings
 
     settings = Settings(models_dir=package_dir, provider=provider)
     app = fastpath.install(create_app(settings, backend_factory=Instant if backend == MODEL_FREE else None))

@@ -120,7 +120,7 @@ def batching(rt, role: str, job, entries):
     """A call doing what the batcher does with one job's entries, in a Batcher of its own built
     as the runtime builds its own: run them in the hop that tokenised them when they fit one
     batch (plan), else queue them and cut batches → [(entries, padded)]. On the running loop."""
-    from service.engine.batching import Batcher, Work
+    from headwise.service.engine.batching import Batcher, Work
 
     served = need(rt, "batchers")[role]
     scratch = Batcher(rt.limits(role), rt.buckets, pad_to_bucket=served.pad_to_bucket)
@@ -173,7 +173,7 @@ def route_call(app, path: str, values: dict):
     (`values`; those answering nothing, as the API key check, left out): request → awaitable."""
     from fastapi.routing import APIRoute
 
-    from service import fastpath
+    from headwise.service import fastpath
 
     routes = [r for r in need(fastpath, "_api_routes")(app.router.routes)
               if isinstance(r, APIRoute) and r.path == path and "POST" in r.methods]
@@ -207,7 +207,7 @@ def serialise_parts(build) -> dict:
     """What budgeted_json does, each on its own: the route's payload dict, then its JSON as one
     orjson call (an answer bounded at 64 KiB or less) or as serialize.dumps_chunks writes it (a
     larger one, on a worker thread: a walk of the payload for arrays over 64 KiB, then orjson)."""
-    from service.api import responses, serialize
+    from headwise.service.api import responses, serialize
 
     payload, option, chunks = build(), need(responses, "DUMPS"), need(serialize, "dumps_chunks")
     return {"build(): the route's payload dict": build,

@@ -10,7 +10,7 @@ import email.utils
 import logging
 
 from bench.stages_calls import StageGone
-from service.http_protocol import CoalescingTransport
+from headwise.service.http_protocol import CoalescingTransport
 
 HOST = "127.0.0.1"
 LOG = logging.getLogger("bench.stages")

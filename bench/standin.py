@@ -5,7 +5,7 @@ keeps a GPU.
     python -m bench.standin --models /tmp/models/all-minilm-l6-v2            # every cell, 3 reps
     python -m bench.standin --models DIR --lengths 20 --clients 64 --inputs 32 --reps 1 --seconds 2
 
-`StandIn` has the surface the service expects of a backend (service/backends/onnxruntime.py:
+`StandIn` has the surface the service expects of a backend (headwise/service/backends/onnxruntime.py:
 `Backend`): provider "cuda" and precision "fp16", so the service batches as on a GPU (pads to
 length buckets, warms up at its largest batches). Its `run` builds outputs of the right shapes
 (random sentence embeddings, zero hidden states, uniform attention), then sleeps (which releases the GIL) until the batch's time in the table has
@@ -105,7 +105,7 @@ class Counters:
 
 
 class Instant:
-    """The Backend surface (service/backends/onnxruntime.py), answering at once with outputs of
+    """The Backend surface (headwise/service/backends/onnxruntime.py), answering at once with outputs of
     the right shapes: random sentence embeddings, zero hidden states, uniform attention."""
 
     provider, precision = "cpu", "fp32"
@@ -170,9 +170,9 @@ class StandIn(Instant):
 def headwise_app(models: str, factory):
     """The real app with `factory`'s backend, as `headwise serve` builds it: with the fast path
     (HEADWISE_BENCH_PLAIN=1: the plain app)."""
-    from service import fastpath
-    from service.api.app import create_app
-    from service.settings import Settings
+    from headwise.service import fastpath
+    from headwise.service.api.app import create_app
+    from headwise.service.settings import Settings
 
     app = create_app(Settings(models_dir=models), backend_factory=factory)
     return app if os.environ.get("HEADWISE_BENCH_PLAIN") else fastpath.install(app)
@@ -183,7 +183,7 @@ def run_uvicorn(app, port: int, lifespan: str = "on") -> None:
     own protocol instead of headwise's)."""
     import uvicorn
 
-    from service.http_protocol import UVICORN_HTTP
+    from headwise.service.http_protocol import UVICORN_HTTP
 
     http = os.environ.get("HEADWISE_BENCH_HTTP", UVICORN_HTTP)
     uvicorn.run(app, host=HOST, port=port, loop="uvloop", http=http, access_log=False,

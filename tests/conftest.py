@@ -19,7 +19,7 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_package(tiny_checkpoint, tmp_path_factory) -> Path:
-    from export.package import build_package
+    from headwise.export.package import build_package
 
     out = tmp_path_factory.mktemp("pkg")
     return build_package(tiny_checkpoint, out, "tiny", progress=lambda m: None, quality=False)
@@ -41,6 +41,6 @@ def minilm_package(tmp_path_factory) -> Path:
     given = os.environ.get("HEADWISE_TEST_PACKAGE")
     if given:
         return Path(given)
-    from export.package import build_package
+    from headwise.export.package import build_package
 
     return build_package(None, tmp_path_factory.mktemp("models"), progress=lambda m: None)

@@ -50,7 +50,7 @@ def cos(u, v) -> float:
 def test_feature_extraction_equals_sentence_transformers_and_v1_embed(hub, server):
     from sentence_transformers import SentenceTransformer
 
-    from model.sentence import default_checkpoint
+    from headwise.model.sentence import default_checkpoint
 
     got = hub.feature_extraction([*TEXTS, LONG])
     assert got.dtype == np.float32 and got.shape == (len(TEXTS) + 1, 384)
@@ -83,7 +83,7 @@ def test_feature_extraction_options(hub, server):
 def test_sentence_similarity_is_the_cosine_of_v1_embeds_embeddings(hub, server):
     from sentence_transformers import SentenceTransformer, util
 
-    from model.sentence import default_checkpoint
+    from headwise.model.sentence import default_checkpoint
 
     source, others = TEXTS[0], [*TEXTS[1:], LONG]
     got = hub.sentence_similarity(source, other_sentences=others)

@@ -50,7 +50,7 @@ def container(image):
 def st_reference():
     from sentence_transformers import SentenceTransformer
 
-    from model.sentence import default_checkpoint
+    from headwise.model.sentence import default_checkpoint
 
     st = SentenceTransformer(str(default_checkpoint()), device="cpu")
     return st.encode(SENTENCES, convert_to_numpy=True, batch_size=8)

@@ -20,8 +20,8 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 from starlette.testclient import TestClient
 
-from service.api.app import create_app
-from service.settings import Settings
+from headwise.service.api.app import create_app
+from headwise.service.settings import Settings
 from tests.unit.fakes import FakeBackend, make_package
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory, tiny_package) -> Path:
-    from export.package import build_package
+    from headwise.export.package import build_package
     from tests.fixtures.tiny_generative import make_tiny_gpt2, make_tiny_marian
 
     ckpt = tmp_path_factory.mktemp("gen-ckpt")

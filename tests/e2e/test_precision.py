@@ -42,7 +42,7 @@ def int8_server(start_server):
 def st_reference():
     from sentence_transformers import SentenceTransformer
 
-    from model.sentence import default_checkpoint
+    from headwise.model.sentence import default_checkpoint
 
     st = SentenceTransformer(str(default_checkpoint()), device="cpu")
     return st.encode(SENTENCES, convert_to_numpy=True, batch_size=8)

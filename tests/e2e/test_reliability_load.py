@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from bench.limits import hammer, start_probe
-from service.cpu import usable_cores
+from headwise.service.cpu import usable_cores
 from tests.fixtures.metrics import total
 from tests.fixtures.procfs import proc_status
 

@@ -26,7 +26,7 @@ LONG = "attention " * 400  # over max_len: truncated
 def reference():
     import torch
 
-    from model.sentence import default_checkpoint, load_sentence_model
+    from headwise.model.sentence import default_checkpoint, load_sentence_model
 
     lm = load_sentence_model()
 

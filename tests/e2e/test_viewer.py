@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
 DOCS_IMG = REPO / "docs" / "img" / "viewer.png"
 SENTENCE = "Headwise shows what every attention head looks at, unbelievably."
-SPECIAL = {"[CLS]", "[SEP]", "<s>", "</s>"}  # as in service/static/embed.js
+SPECIAL = {"[CLS]", "[SEP]", "<s>", "</s>"}  # as in headwise/service/static/embed.js
 F16_ATOL = 1e-3  # float16 keeps 11 significant bits: |error| <= 2**-11 for weights <= 1
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -1,4 +1,4 @@
-"""Browser tests of the viewer's Analytics panel (service/static/analytics.js,
+"""Browser tests of the viewer's Analytics panel (headwise/service/static/analytics.js,
 analyticsviews.js): real chromium through Playwright (executable_path, tests/e2e/conftest.py)
 against a real `headwise serve`; what the page shows equals what the API returns."""
 

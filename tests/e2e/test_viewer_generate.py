@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def gen_server(start_server, tmp_path_factory):
-    from export.package import build_package
+    from headwise.export.package import build_package
     from tests.fixtures.tiny_generative import make_tiny_gpt2, make_tiny_marian
 
     ckpt = tmp_path_factory.mktemp("viewer-ckpt")

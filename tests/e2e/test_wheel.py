@@ -1,5 +1,6 @@
 """The built wheel is complete: it carries the viewer's files and the STS-B split with their
-licences, and `headwise serve` runs from it alone, away from the checkout (issue 16)."""
+licences, holds `headwise` as its only top-level package (issue 28), and `headwise serve` runs
+from it alone, away from the checkout (issue 16)."""
 
 from __future__ import annotations
 
@@ -29,14 +30,20 @@ def wheel(tmp_path_factory):
 
 def test_the_wheel_carries_the_viewer_the_data_and_the_licences(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    static = [f"service/static/{p.name}" for p in (REPO / "service" / "static").iterdir() if p.is_file()]
-    assert {"service/static/index.html", "service/static/app.js", "service/static/generate.js",
-            "service/static/style.css"} <= set(static)
-    for f in (*static, "export/data/stsb/sts-dev.csv", "export/data/stsb/LICENSE.txt"):  # every viewer module
+    static = [f"headwise/service/static/{p.name}" for p in (REPO / "headwise" / "service" / "static").iterdir() if p.is_file()]
+    assert {"headwise/service/static/index.html", "headwise/service/static/app.js", "headwise/service/static/generate.js",
+            "headwise/service/static/style.css"} <= set(static)
+    for f in (*static, "headwise/export/data/stsb/sts-dev.csv", "headwise/export/data/stsb/LICENSE.txt"):  # every viewer module
         assert f in names, f
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith("tests/") or n.endswith(".onnx") for n in names)
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    # One top-level name (issue 28): a user's own model.py or service/ cannot collide with ours,
+    # and the benchmarks stay in the checkout.
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"headwise"}
+    top = next(n for n in names if n.endswith(".dist-info/top_level.txt")) if any(
+        n.endswith("top_level.txt") for n in names) else None
+    assert top is None or zipfile.ZipFile(wheel).read(top).decode().split() == ["headwise"]
     assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(meta).decode()
 
 
@@ -58,9 +65,9 @@ def test_headwise_serve_runs_from_the_wheel(wheel, tiny_package, tmp_path):
                 pass
             assert proc.poll() is None, proc.stderr.read()[-3000:]
             subprocess.run(["sleep", "0.1"])
-        code = "import service, sys; print(service.__file__)"
+        code = "import headwise.service, sys; print(headwise.service.__file__)"
         where = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert where.stdout.startswith(str(site)), where  # not the checkout's service/
+        assert where.stdout.startswith(str(site)), where  # not the checkout's headwise/
         page = httpx.get(url + "/", timeout=10)
         assert page.status_code == 200 and "<html" in page.text.lower()
         assert httpx.get(url + "/static/app.js", timeout=10).status_code == 200

@@ -12,13 +12,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from service.engine import Engine
-from service.engine.classify import ClassifyParams
-from service.engine.params import EmbedParams
-from service.errors import InvalidRequest, TooLarge, Validation
-from service.metrics import Metrics
-from service.package import load_package
-from service.settings import Settings
+from headwise.service.engine import Engine
+from headwise.service.engine.classify import ClassifyParams
+from headwise.service.engine.params import EmbedParams
+from headwise.service.errors import InvalidRequest, TooLarge, Validation
+from headwise.service.metrics import Metrics
+from headwise.service.package import load_package
+from headwise.service.settings import Settings
 
 QUERY = "where is the cat"
 DOCS = ["the cat sat on the mat", "a dog", "", "hello world " * 40, "the quick brown fox jumps over the lazy dog"]

@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export.verify import ATTENTION_RTOL
-from model.sentence import load_sentence_model
+from headwise.export.verify import ATTENTION_RTOL
+from headwise.model.sentence import load_sentence_model
 from tests.integration.sentences import SENTENCES
 
 
@@ -76,7 +76,7 @@ def test_fast_graph_is_fused(minilm_package, manifest):
     assert manifest["fusion"] == {"Attention": 6, "LayerNormalization": 12, "EmbedLayerNormalization": 1, "BiasGelu": 6}
     assert "Softmax" not in ops
     int8 = ops_of(minilm_package / "fast.int8.onnx")
-    # per-token int8 (export/quantize.py): W_O and both FFN MatMuls; attention stays fp32
+    # per-token int8 (headwise/export/quantize.py): W_O and both FFN MatMuls; attention stays fp32
     assert int8.count("MatMulIntegerToFloat") == 18 and int8.count("MatMul") == 0
     assert int8.count("Attention") == 6 and int8.count("LayerNormalization") == 12
     assert "DynamicQuantizeLinear" not in int8 and "QAttention" not in int8

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from export.stsb import find_stsb, load_pairs, sts_score
-from model.sentence import default_checkpoint, load_sentence_model
+from headwise.export.stsb import find_stsb, load_pairs, sts_score
+from headwise.model.sentence import default_checkpoint, load_sentence_model
 from tests.integration.sentences import SENTENCES
 
 
@@ -50,7 +50,7 @@ def test_every_layer_attention_matches_transformers_eager(ours):
 
 def test_stsb_dev_spearman(ours):
     path = find_stsb()
-    assert path is not None, "STS Benchmark dev file not found (export/data/stsb/sts-dev.csv)"
+    assert path is not None, "STS Benchmark dev file not found (headwise/export/data/stsb/sts-dev.csv)"
     a, b, gold = load_pairs(path)
     assert len(gold) == 1500
 

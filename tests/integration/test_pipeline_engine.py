@@ -11,10 +11,10 @@ import random
 import numpy as np
 import pytest
 
-from service.engine import Engine
-from service.engine.params import EmbedParams
-from service.metrics import Metrics
-from service.settings import Settings
+from headwise.service.engine import Engine
+from headwise.service.engine.params import EmbedParams
+from headwise.service.metrics import Metrics
+from headwise.service.settings import Settings
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "quick", "brown", "foxes", "jumped", "over", "lazy", "dogs", "near", "rivers"]
 
@@ -66,7 +66,7 @@ def test_plain_embeddings_leave_token_strings_unbuilt(tiny_package):
 def test_a_truncated_long_input_keeps_no_overflow_alive(tiny_package):
     """Lazy strings hold the tokenizer's encoding: only where nothing overflowed, since a cut
     text's encoding keeps every overflowing piece."""
-    from service.engine.tokenizer import TextTokenizer
+    from headwise.service.engine.tokenizer import TextTokenizer
 
     tok = TextTokenizer(next(tiny_package.glob("tokenizer.json")), max_len=16)
     short, long = tok.encode_unchecked(["the cat sat", "the cat sat on the mat " * 40], truncate=True, lazy=True)

@@ -126,8 +126,8 @@ SECRET_TEXT = "zebra-unicorn-4711"  # never to be echoed in an error body
 def client_for(package, backend=FakeBackend, **settings):
     from fastapi.testclient import TestClient
 
-    from service.api.app import create_app
-    from service.settings import Settings
+    from headwise.service.api.app import create_app
+    from headwise.service.settings import Settings
 
     app = create_app(Settings(models_dir=package.parent, **settings), backend_factory=backend)
     return TestClient(app)
@@ -168,8 +168,8 @@ class DrivenBatcher:
         import functools
         from types import SimpleNamespace
 
-        from service.engine.batching import Batcher
-        from service.engine.encoder import EncoderRuntime
+        from headwise.service.engine.batching import Batcher
+        from headwise.service.engine.encoder import EncoderRuntime
 
         batcher = Batcher(limits, buckets, hooks, pad_to_bucket=pad_to_bucket, **kw)
         engine = SimpleNamespace(prepare=prepare, run_batch=lambda role, entries, padded: run(entries, padded))

@@ -30,7 +30,7 @@ def test_no_file_points_outside_the_repository():
 
 
 def test_the_stsb_dev_split_ships_with_its_licence():
-    from export.stsb import BUNDLED, find_stsb, load_pairs
+    from headwise.export.stsb import BUNDLED, find_stsb, load_pairs
 
     assert find_stsb() == BUNDLED
     licence = (BUNDLED.parent / "LICENSE.txt").read_text()

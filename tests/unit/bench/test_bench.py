@@ -336,7 +336,7 @@ def test_layernorm_refuse_undoes_the_export_rewrite(tmp_path):
     import onnx
 
     from bench.layernorm import refuse
-    from export.optimize import unfuse_skip_layernorm
+    from headwise.export.optimize import unfuse_skip_layernorm
     from tests.fixtures.graphs import graph_with_skip_layernorms, run
 
     original, path = tmp_path / "a.onnx", tmp_path / "b.onnx"

@@ -1,6 +1,6 @@
 """docker/grafana/dashboards/headwise.json: every PromQL expression parses (promtool) and
 names only the metrics docs/metrics.md lists; every panel issue 7 lists is there. And
-docs/metrics.md lists exactly what service/metrics.py registers (names, types, labels,
+docs/metrics.md lists exactly what headwise/service/metrics.py registers (names, types, labels,
 histogram buckets), so a metric added without documenting it fails here.
 
 The helpers at the top (`dashboard_queries`, `metric_names`) are also used by
@@ -141,7 +141,7 @@ def test_lexer_finds_metrics_and_not_functions():
 
 
 def test_metrics_md_lists_exactly_the_registered_metrics():
-    """docs/metrics.md's table and service/metrics.py's registry: the same metrics, with the
+    """docs/metrics.md's table and headwise/service/metrics.py's registry: the same metrics, with the
     same types, label names and histogram buckets."""
     documented, registered = documented_metrics(), registered_metrics()
     assert len(documented) >= 20, "docs/metrics.md: the table was not found or not parsed"
@@ -171,9 +171,9 @@ def test_metrics_md_lists_every_route_of_the_app(tmp_path):
     lists each route the app serves (the included routers' too), and none it does not."""
     from starlette.routing import Route
 
-    from service.api.app import create_app
-    from service.fastpath import _api_routes
-    from service.settings import Settings
+    from headwise.service.api.app import create_app
+    from headwise.service.fastpath import _api_routes
+    from headwise.service.settings import Settings
     from tests.fixtures.dashboard import METRICS_MD
 
     app = create_app(Settings(models_dir=tmp_path))
@@ -189,7 +189,7 @@ def test_metrics_md_lists_every_route_of_the_app(tmp_path):
 def test_an_undocumented_metric_is_caught():
     from prometheus_client import Counter, Histogram
 
-    from service.metrics import Metrics
+    from headwise.service.metrics import Metrics
 
     m = Metrics()
     m.extra = Counter("headwise_extra_total", "not documented", ["model"], registry=m.registry)

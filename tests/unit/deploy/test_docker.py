@@ -23,7 +23,7 @@ DOCKERFILES = {"cpu": DOCKER / "Dockerfile", "gpu": DOCKER / "Dockerfile.gpu"}
 # Linted too: Prometheus from Debian's package, for compose where prom/prometheus cannot be pulled.
 LINTED = {**DOCKERFILES, "prometheus": DOCKER / "Dockerfile.prometheus"}
 HADOLINT_CONFIG = ROOT / ".hadolint.yaml"
-GRACE_SECONDS = 25  # the default of HEADWISE_GRACE_SECONDS (service/settings.py)
+GRACE_SECONDS = 25  # the default of HEADWISE_GRACE_SECONDS (headwise/service/settings.py)
 
 
 def _program(name: str) -> str:
@@ -329,8 +329,8 @@ def test_image_commands_match_the_cli(kind, monkeypatch):
     image's settings (HEADWISE_* in its ENV) are accepted by `headwise serve`'s settings."""
     import argparse
 
-    from export import cli_export
-    from service.settings import load_settings
+    from headwise.export import cli_export
+    from headwise.service.settings import load_settings
 
     var = {"cpu": "IMAGE_EXPORT_ARGS", "gpu": "IMAGE_GPU_EXPORT_ARGS"}[kind]
     (export_args,) = re.findall(rf"^{var} \?= (.*)$", (ROOT / "Makefile").read_text(), re.M)

@@ -181,7 +181,7 @@ def test_inferenceservice_required_fields():
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
     assert isvc["metadata"]["name"]
     predictor = isvc["spec"]["predictor"]
-    # A custom predictor: containers, no model/framework block.
+    # A custom predictor: containers, no headwise/model/framework block.
     assert "model" not in predictor
     (c,) = predictor["containers"]
     assert c["name"] == "kserve-container"
@@ -212,7 +212,7 @@ def test_inferenceservice_pod_part_validates(version):
 def test_container_args_are_headwise_serve_arguments(kind):
     import argparse
 
-    from service import cli as serve_cli
+    from headwise.service import cli as serve_cli
 
     doc = _one(kind)
     spec = doc["spec"]["template"]["spec"] if kind == "Deployment" else doc["spec"]["predictor"]

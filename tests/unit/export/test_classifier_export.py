@@ -13,10 +13,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export.classifier import PARITY_INPUTS
-from export.package import build_package
-from model.tokenizer import Tokenizer
-from service.package import load_package
+from headwise.export.classifier import PARITY_INPUTS
+from headwise.export.package import build_package
+from headwise.model.tokenizer import Tokenizer
+from headwise.service.package import load_package
 from tests.fixtures.tiny import make_tiny_bert_classifier as make_classifier
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,6 +1,6 @@
-"""export/cpu.py: every speed figure names the CPU that measured it, with its relevant flags."""
+"""headwise/export/cpu.py: every speed figure names the CPU that measured it, with its relevant flags."""
 
-from export import cpu
+from headwise.export import cpu
 
 EPYC = """processor\t: 0
 vendor_id\t: AuthenticAMD

@@ -9,10 +9,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export.manifest import PackageError, read
-from export.package import build_package
-from export.verify import verify
-from model.sentence import load_sentence_model
+from headwise.export.manifest import PackageError, read
+from headwise.export.package import build_package
+from headwise.export.verify import verify
+from headwise.model.sentence import load_sentence_model
 
 
 def test_package_layout_and_hashes(tiny_package):

@@ -14,9 +14,9 @@ import onnx
 import pytest
 import torch
 
-from export.package import build_package
-from model.importers import load_checkpoint
-from model.transformer import position_ids_from_mask
+from headwise.export.package import build_package
+from headwise.model.importers import load_checkpoint
+from headwise.model.transformer import position_ids_from_mask
 from tests.fixtures.generative_onnx import (
     Package,
     encode_padded,

@@ -1,4 +1,4 @@
-"""export/quantize.py: per-token int8 keeps every row's answer to itself."""
+"""headwise/export/quantize.py: per-token int8 keeps every row's answer to itself."""
 
 import numpy as np
 import onnx
@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.quantize import quantize_int8
+from headwise.export.quantize import quantize_int8
 
 
 def matmul_model(path, w: np.ndarray, after_relu: bool) -> None:

@@ -1,12 +1,12 @@
-"""export.optimize.unfuse_skip_layernorm: SkipLayerNormalization → Add (+ bias) + LayerNormalization,
+"""headwise.export.optimize.unfuse_skip_layernorm: SkipLayerNormalization → Add (+ bias) + LayerNormalization,
 the same numbers in onnxruntime's faster CPU kernels."""
 
 import numpy as np
 import onnx
 import pytest
 
-from export.optimize import CPU_DISABLED_OPTIMIZERS, unfuse_skip_layernorm
-from service.backends.onnxruntime import CPU_DISABLED_OPTIMIZERS as SERVICE_DISABLED
+from headwise.export.optimize import CPU_DISABLED_OPTIMIZERS, unfuse_skip_layernorm
+from headwise.service.backends.onnxruntime import CPU_DISABLED_OPTIMIZERS as SERVICE_DISABLED
 from tests.fixtures.graphs import D, graph_with_skip_layernorms, run
 
 

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from model import MultiHeadAttention, TransformerConfig, attention
-from model.attention import FusedWeightsError
-from model.config import ConfigError
-from model.masks import causal_mask, combine, padding_mask, to_bias
-from model.transformer import Encoder
+from headwise.model import MultiHeadAttention, TransformerConfig, attention
+from headwise.model.attention import FusedWeightsError
+from headwise.model.config import ConfigError
+from headwise.model.masks import causal_mask, combine, padding_mask, to_bias
+from headwise.model.transformer import Encoder
 
 torch.manual_seed(0)
 

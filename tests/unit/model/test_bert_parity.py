@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.importers import CheckpointError, load_checkpoint
+from headwise.model.importers import CheckpointError, load_checkpoint
 from tests.fixtures.tiny import make_tiny_bert
 
 CONFIGS = [

@@ -5,9 +5,9 @@ texts and for pairs (segment ids matter), with the labels from config.json."""
 import pytest
 import torch
 
-from model.importers import CheckpointError, load_checkpoint
-from model.sentence import load_sentence_model
-from model.tokenizer import Tokenizer
+from headwise.model.importers import CheckpointError, load_checkpoint
+from headwise.model.sentence import load_sentence_model
+from headwise.model.tokenizer import Tokenizer
 from tests.fixtures.tiny import make_tiny_bert_classifier as make_classifier
 
 PAIRS = [("what is the capital of france", "paris is the capital of france"),

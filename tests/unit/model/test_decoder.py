@@ -2,7 +2,7 @@
 
 import torch
 
-from model import Decoder, EncoderDecoder, TransformerConfig
+from headwise.model import Decoder, EncoderDecoder, TransformerConfig
 
 CFG = TransformerConfig(vocab_size=40, d_model=16, n_heads=4, n_layers=2, d_ff=32, max_len=32, dropout=0.0)
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.importers import CheckpointError, load_checkpoint
-from model.importers.gpt2 import position_ids
+from headwise.model.importers import CheckpointError, load_checkpoint
+from headwise.model.importers.gpt2 import position_ids
 from tests.fixtures.tiny_generative import make_tiny_gpt2
 
 CONFIGS = [

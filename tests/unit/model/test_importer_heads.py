@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from model.importers import CheckpointError, load_checkpoint
+from headwise.model.importers import CheckpointError, load_checkpoint
 from tests.fixtures.tiny import make_tiny_bert, tiny_tokenizer
 
 

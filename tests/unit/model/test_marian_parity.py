@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model.importers import CheckpointError, load_checkpoint
-from model.positional import sinusoidal_table
+from headwise.model.importers import CheckpointError, load_checkpoint
+from headwise.model.positional import sinusoidal_table
 from tests.fixtures.tiny_generative import make_tiny_marian
 
 CONFIGS = [

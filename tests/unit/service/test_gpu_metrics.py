@@ -2,8 +2,8 @@
 
 from prometheus_client import generate_latest
 
-from service.gpu_metrics import GpuCollector, gpu_collector
-from service.metrics import Metrics
+from headwise.service.gpu_metrics import GpuCollector, gpu_collector
+from headwise.service.metrics import Metrics
 from tests.unit.fakes import FakeNvml
 
 

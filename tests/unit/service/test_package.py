@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from service import cli
-from service.package import PackageError, find_packages, load_package
+from headwise.service import cli
+from headwise.service.package import PackageError, find_packages, load_package
 from tests.unit.fakes import make_package
 
 
@@ -64,7 +64,7 @@ def test_bad_setting_from_the_cli(tmp_path, capsys, monkeypatch):
 
 
 def test_variant_facts_survive_an_odd_manifest():
-    from service.package import variant_facts
+    from headwise.service.package import variant_facts
 
     assert variant_facts({}, "fast") == {}
     assert variant_facts({"parity": None, "speed": None, "variants": None}, "fast") == {}

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from service.api.app import create_app
-from service.settings import Settings, SettingsError, load_settings
+from headwise.service.api.app import create_app
+from headwise.service.settings import Settings, SettingsError, load_settings
 
 
 def test_defaults(monkeypatch):
@@ -53,9 +53,9 @@ def test_validated_when_the_app_is_created(monkeypatch):
 def test_workers_auto_is_one_process_on_cpu_and_several_on_cuda(monkeypatch):
     """HEADWISE_WORKERS=auto (the default): `headwise serve` resolves it before any worker
     starts and exports the number for them; an app run any other way is one process."""
-    from service import cli
-    from service.backends import cuda
-    from service.settings import Settings, worker_processes
+    from headwise.service import cli
+    from headwise.service.backends import cuda
+    from headwise.service.settings import Settings, worker_processes
 
     monkeypatch.setenv("HEADWISE_WORKERS", "auto")  # restored after the test: resolve_workers exports it
     auto = Settings()
@@ -74,7 +74,7 @@ def test_workers_auto_is_one_process_on_cpu_and_several_on_cuda(monkeypatch):
 
 
 def test_auto_workers_follow_cores_and_gpu_memory():
-    from service.backends.cuda import auto_workers
+    from headwise.service.backends.cuda import auto_workers
 
     assert auto_workers(16, 80 << 30) == 8  # an H100 host: at most 8
     assert auto_workers(4, 80 << 30) == 2  # two cores per worker

@@ -209,7 +209,7 @@ def test_chunked_body_under_the_limit_is_read(package):
 
 
 def test_usable_cores_follow_the_cgroup_quota(tmp_path):
-    from service.cpu import usable_cores
+    from headwise.service.cpu import usable_cores
 
     (tmp_path / "cpu.max").write_text("150000 100000\n")
     assert usable_cores(tmp_path) == min(2, usable_cores(tmp_path / "none"))

@@ -7,8 +7,8 @@ import hmac
 
 from starlette.testclient import TestClient
 
-from service.api.app import create_app
-from service.settings import Settings, load_settings
+from headwise.service.api.app import create_app
+from headwise.service.settings import Settings, load_settings
 from tests.unit.fakes import FakeBackend, make_package
 
 

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from service.http_protocol import CoalescingTransport
+from headwise.service.http_protocol import CoalescingTransport
 
 
 class FakeTransport:
@@ -55,7 +55,7 @@ def test_close_sends_what_is_held_first_and_the_rest_passes_through():
 
 
 def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
-    """service/http_protocol.py overrides uvicorn's httptools protocol and reads its private
+    """headwise/service/http_protocol.py overrides uvicorn's httptools protocol and reads its private
     state. Written for these versions: a new one must be read against it before this moves."""
     from importlib.metadata import version
 
@@ -75,7 +75,7 @@ def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
 def test_a_refusal_is_a_complete_json_response_that_closes():
     import json
 
-    from service.http_protocol import refusal
+    from headwise.service.http_protocol import refusal
 
     raw = refusal(431, "request head over 65536 bytes")
     head, body = raw.split(b"\r\n\r\n", 1)

@@ -6,8 +6,8 @@ import numpy as np
 import orjson
 import pytest
 
-from service.api.routers.kserve_classify import _bound, _outputs, classification
-from service.errors import InvalidRequest
+from headwise.service.api.routers.kserve_classify import _bound, _outputs, classification
+from headwise.service.errors import InvalidRequest
 
 
 def test_classification_lists_the_k_highest_as_value_index_label():

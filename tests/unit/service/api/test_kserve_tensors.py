@@ -10,11 +10,11 @@ import orjson
 import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
-from service.api.compat import v2tensors as v2
-from service.api.compat.openapi import inline_schema, request_body
-from service.api.compat.schemas import EmbeddingsRequest, V2InferRequest
-from service.api.routers.openai import shorten
-from service.errors import InvalidRequest
+from headwise.service.api.compat import v2tensors as v2
+from headwise.service.api.compat.openapi import inline_schema, request_body
+from headwise.service.api.compat.schemas import EmbeddingsRequest, V2InferRequest
+from headwise.service.api.routers.openai import shorten
+from headwise.service.errors import InvalidRequest
 
 ITEMS = [b"hello", b"", "naïve 東京 🙂".encode(), b"\x00\xffraw"]
 

@@ -1,9 +1,9 @@
-"""service/serialize.py: a large answer written in pieces is the same JSON as in one call."""
+"""headwise/service/serialize.py: a large answer written in pieces is the same JSON as in one call."""
 
 import numpy as np
 import orjson
 
-from service.api.serialize import CHUNK_BYTES, DUMPS, PIECE_BYTES, dumps_chunks
+from headwise.service.api.serialize import CHUNK_BYTES, DUMPS, PIECE_BYTES, dumps_chunks
 
 
 def dumps_in_pieces(payload) -> bytes:

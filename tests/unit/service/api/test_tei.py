@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.api.compat import tei
-from service.api.errors import NATIVE, OPENAI, TEI, Empty, WrongModelKind
-from service.errors import InvalidRequest, NotReady, Validation
+from headwise.service.api.compat import tei
+from headwise.service.api.errors import NATIVE, OPENAI, TEI, Empty, WrongModelKind
+from headwise.service.errors import InvalidRequest, NotReady, Validation
 from tests.unit.fakes import (
     D_MODEL,
     SECRET_TEXT,
@@ -181,8 +181,8 @@ def test_auth_overload_not_ready_and_internal(package):
 def test_internal_error_is_backend(package, monkeypatch):
     from fastapi.testclient import TestClient
 
-    from service.api.app import create_app
-    from service.settings import Settings
+    from headwise.service.api.app import create_app
+    from headwise.service.settings import Settings
     from tests.unit.fakes import FakeBackend
 
     app = create_app(Settings(models_dir=package.parent), backend_factory=FakeBackend)
@@ -268,7 +268,7 @@ def _classifier(c, monkeypatch, labels, logits):
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from service.engine.classify import Classified, ClassifyResult, activate
+    from headwise.service.engine.classify import Classified, ClassifyResult, activate
 
     engine = c.app.state.engine
     tiny = engine.models["tiny"]

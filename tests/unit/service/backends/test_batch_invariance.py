@@ -5,10 +5,10 @@ beside 1, 15 and 63 other inputs of any length, and padded to each length bucket
 import numpy as np
 import pytest
 
-from service.backends.onnxruntime import OrtBackend, choose_variant
-from service.engine.batching import length_buckets
-from service.package import PackageError, load_package
-from service.settings import Settings
+from headwise.service.backends.onnxruntime import OrtBackend, choose_variant
+from headwise.service.engine.batching import length_buckets
+from headwise.service.package import PackageError, load_package
+from headwise.service.settings import Settings
 
 # fp32 and int8 within the bars; fp16 runs on CPU here, which is enough to prove the
 # graph itself has no cross-row term.

@@ -12,10 +12,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.backends.generative import GenerativeBackend
-from service.backends.onnxruntime import OrtBackend, run_bound
-from service.package import load_package
-from service.settings import Settings
+from headwise.service.backends.generative import GenerativeBackend
+from headwise.service.backends.onnxruntime import OrtBackend, run_bound
+from headwise.service.package import load_package
+from headwise.service.settings import Settings
 from tests.fixtures.tiny_generative import make_tiny_gpt2, make_tiny_marian
 
 RNG = np.random.default_rng(0)
@@ -60,7 +60,7 @@ def test_encoder_bound_equals_run_for_every_shape_and_output_order(encoder_pair,
 
 @pytest.fixture(scope="module")
 def generative(tmp_path_factory):
-    from export.package import build_package
+    from headwise.export.package import build_package
 
     out = {}
     for make, name in ((make_tiny_gpt2, "gpt2"), (make_tiny_marian, "marian")):

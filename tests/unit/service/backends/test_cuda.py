@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from service.backends import cuda
-from service.backends.onnxruntime import OrtBackend, check_precision, choose_variant
-from service.package import PackageError, load_package
-from service.settings import Settings
+from headwise.service.backends import cuda
+from headwise.service.backends.onnxruntime import OrtBackend, check_precision, choose_variant
+from headwise.service.package import PackageError, load_package
+from headwise.service.settings import Settings
 from tests.unit.fakes import FakeBackend, make_package
 
 
@@ -92,8 +92,8 @@ class CudaFake(FakeBackend):
 
 
 def test_warm_up_on_cuda_runs_the_largest_batch_of_each_length(tmp_path):
-    from service.engine import Engine
-    from service.metrics import Metrics
+    from headwise.service.engine import Engine
+    from headwise.service.metrics import Metrics
 
     make_package(tmp_path / "models")
     s = Settings(models_dir=tmp_path / "models", max_batch_size=16, max_batch_tokens=256,

@@ -1,10 +1,10 @@
-"""service/engine/analytics.py against straightforward numpy references: head mean, rollout
+"""headwise/service/engine/analytics.py against straightforward numpy references: head mean, rollout
 (Abnar & Zuidema 2020) and the exact token-pair split of a mean-pooled cosine."""
 
 import numpy as np
 import pytest
 
-from service.engine.analytics import head_mean, pair_contributions, rollout, top_pairs
+from headwise.service.engine.analytics import head_mean, pair_contributions, rollout, top_pairs
 from tests.fixtures.references import reference_rollout
 
 RNG = np.random.default_rng(0)

@@ -7,9 +7,9 @@ import base64
 import numpy as np
 import pytest
 
-from service.engine.outputs import attention_payload
-from service.engine.params import AttentionSpec
-from service.errors import Validation
+from headwise.service.engine.outputs import attention_payload
+from headwise.service.engine.params import AttentionSpec
+from headwise.service.errors import Validation
 from tests.fixtures.references import reference_rollout
 
 L, H, TP, T = 3, 4, 9, 7

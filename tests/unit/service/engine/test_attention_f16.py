@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.app import create_app
-from service.backends.onnxruntime import OrtBackend
-from service.settings import Settings
+from headwise.service.api.app import create_app
+from headwise.service.backends.onnxruntime import OrtBackend
+from headwise.service.settings import Settings
 
 TEXTS = ["the quick brown fox", "a cat sat on the mat and looked at the dog for a while", "hi"]
 

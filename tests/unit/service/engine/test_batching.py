@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
-from service.errors import Disconnected, Overloaded
+from headwise.service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
+from headwise.service.errors import Disconnected, Overloaded
 from tests.unit.fakes import DrivenBatcher
 
 
@@ -65,7 +65,7 @@ def waits(monkeypatch):
         seen.append(timeout)
         return await WAIT_FOR(aw, timeout)
 
-    monkeypatch.setattr("service.engine.batching.asyncio.wait_for", wait_for)
+    monkeypatch.setattr("headwise.service.engine.batching.asyncio.wait_for", wait_for)
     return seen
 
 

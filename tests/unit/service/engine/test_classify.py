@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from service.engine.classify import (
+from headwise.service.engine.classify import (
     ClassifyParams,
     activate,
     attention_bytes,
@@ -18,12 +18,12 @@ from service.engine.classify import (
     response_bytes,
     returned_bytes,
 )
-from service.engine.params import AttentionSpec, EmbedParams
-from service.engine.tokenizer import Encoded, TextTokenizer
-from service.errors import Validation
-from service.metrics import Metrics
-from service.package import PackageError, load_package
-from service.settings import Settings
+from headwise.service.engine.params import AttentionSpec, EmbedParams
+from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.errors import Validation
+from headwise.service.metrics import Metrics
+from headwise.service.package import PackageError, load_package
+from headwise.service.settings import Settings
 from tests.unit.fakes import FakeBackend, fake_hidden, make_package
 
 
@@ -80,7 +80,7 @@ def test_a_classification_manifest_needs_its_labels(tmp_path):
 
 
 def test_an_embedding_model_refuses_classification(tmp_path):
-    from service.engine import Engine
+    from headwise.service.engine import Engine
 
     make_package(tmp_path / "models")
     engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(gpu=None), FakeBackend)
@@ -117,7 +117,7 @@ class FakeClassifierBackend(FakeBackend):
 
 
 def _classifier_engine(tmp_path):
-    from service.engine import Engine
+    from headwise.service.engine import Engine
 
     mf = make_package(tmp_path / "models") / "manifest.json"
     m = json.loads(mf.read_text())
@@ -182,7 +182,7 @@ def test_pair_measures_count_the_planes_written(aggregate):
 def test_rerank_names_texts_by_passing_the_field_down(tmp_path):
     """The engine names the field (classify(..., field="texts")) rather than editing a caught
     error; a classifier's params declare the budget's per-input measure (RequestParams)."""
-    from service.engine.params import RequestParams
+    from headwise.service.engine.params import RequestParams
 
     params: RequestParams = ClassifyParams(truncate=False)
     assert params.padded_attention is False  # not a field: nothing a client could set

@@ -113,7 +113,7 @@ def test_the_response_bound_counts_the_matrices(tmp_path):
 
 
 def test_the_response_bound_holds_the_envelope(tmp_path):
-    from service.engine.explain import similarity_bytes
+    from headwise.service.engine.explain import similarity_bytes
 
     with app(tmp_path) as c:
         wait_ready(c)

@@ -5,9 +5,9 @@ import base64
 import numpy as np
 import pytest
 
-from service.engine.batching import length_buckets
-from service.engine.outputs import attention_payload, pool, select_attention, topk
-from service.engine.params import AttentionSpec
+from headwise.service.engine.batching import length_buckets
+from headwise.service.engine.outputs import attention_payload, pool, select_attention, topk
+from headwise.service.engine.params import AttentionSpec
 
 
 def spec(layers=None, heads=None, **kw):
@@ -81,8 +81,8 @@ def test_length_buckets():
 
 
 def test_huge_inputs_cost_what_a_long_sentence_costs(tmp_path):
-    from service.engine.tokenizer import PREFIX_TOKENS, TextTokenizer
-    from service.errors import Validation
+    from headwise.service.engine.tokenizer import PREFIX_TOKENS, TextTokenizer
+    from headwise.service.errors import Validation
     from tests.unit.fakes import make_package
 
     tok = TextTokenizer(make_package(tmp_path) / "tokenizer.json", 32)
@@ -106,7 +106,7 @@ def test_huge_inputs_cost_what_a_long_sentence_costs(tmp_path):
 
 
 def test_weights_to_f16_is_bit_identical_to_numpys_cast():
-    from service.engine.outputs import weights_to_f16
+    from headwise.service.engine.outputs import weights_to_f16
 
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 3, 40, 40)).astype(np.float32) * 6

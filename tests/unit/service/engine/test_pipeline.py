@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from service.engine.batching import Entry, Job, Limits
-from service.errors import Disconnected, NotReady
+from headwise.service.engine.batching import Entry, Job, Limits
+from headwise.service.errors import Disconnected, NotReady
 from tests.unit.fakes import DrivenBatcher
 
 BUCKETS = [8, 16, 32, 64]
@@ -92,7 +92,7 @@ def test_requests_arriving_during_a_batch_are_tokenised_beside_it():
 
 def test_a_few_inputs_wait_for_the_next_hop_rather_than_a_hop_of_their_own():
     """Under OVERLAP_MIN_INPUTS waiting inputs the thread hop would cost about what it saves."""
-    from service.engine.batching import OVERLAP_MIN_INPUTS
+    from headwise.service.engine.batching import OVERLAP_MIN_INPUTS
 
     device, tok = SlowDevice(0.03), Tokenizer()
 

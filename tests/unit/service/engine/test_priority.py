@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from service.engine.batching import Entry, Job, Limits
+from headwise.service.engine.batching import Entry, Job, Limits
 from tests.unit.fakes import DrivenBatcher
 
 BUCKETS = [8, 16, 32, 64]

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from service.engine.generation.runtime import GenerativeRuntime
-from service.engine.params import AttentionSpec, EmbedParams
-from service.errors import Validation
-from service.metrics import Metrics
-from service.package import load_package
-from service.settings import Settings
+from headwise.service.engine.generation.runtime import GenerativeRuntime
+from headwise.service.engine.params import AttentionSpec, EmbedParams
+from headwise.service.errors import Validation
+from headwise.service.metrics import Metrics
+from headwise.service.package import load_package
+from headwise.service.settings import Settings
 from tests.unit.fakes import FakeBackend, make_package
 
 
@@ -25,7 +25,7 @@ def test_attention_spec_checks_indices_and_fills_all():
 
 
 def test_an_encoder_refuses_generation_and_the_reverse(tmp_path):
-    from service.engine.encoder import EncoderRuntime
+    from headwise.service.engine.encoder import EncoderRuntime
 
     pkg = load_package(make_package(tmp_path / "models"))
     settings = Settings(models_dir=tmp_path / "models")
@@ -54,7 +54,7 @@ def test_a_generative_model_takes_its_sessions_from_the_factory(monkeypatch):
 
 
 def test_the_fake_backend_is_what_the_engine_uses(tmp_path):
-    from service.engine import Engine
+    from headwise.service.engine import Engine
 
     make_package(tmp_path / "models")
     engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend)

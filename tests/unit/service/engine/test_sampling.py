@@ -1,9 +1,9 @@
-"""Sampling in service/generation/sampling.py: greedy, seeded determinism, top-k and top-p masks."""
+"""Sampling in headwise/service/generation/sampling.py: greedy, seeded determinism, top-k and top-p masks."""
 
 import numpy as np
 import pytest
 
-from service.engine.generation.sampling import (
+from headwise.service.engine.generation.sampling import (
     SamplingParams,
     distribution,
     make_rng,

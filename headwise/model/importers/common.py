@@ -1,0 +1,139 @@
+"""Reading checkpoint directories and copying tensors in by an explicit key map."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be imported: unknown architecture, missing key, bad shape."""
+
+
+def read_config(path: Path) -> dict:
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        raise CheckpointError(f"{path}: no config.json (expected a Hugging Face checkpoint directory)")
+    return json.loads(cfg.read_text())
+
+
+def read_generation_config(path: Path) -> dict:
+    """generation_config.json when the checkpoint has one (special tokens, banned ids), else {}."""
+    f = path / "generation_config.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def weights_file(path: Path) -> Path:
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (path / name).is_file():
+            return path / name
+    raise CheckpointError(f"{path}: neither model.safetensors nor pytorch_model.bin found")
+
+
+def read_state_dict(path: Path) -> dict[str, Tensor]:
+    f = weights_file(path)
+    if f.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(f))
+    return torch.load(str(f), map_location="cpu", weights_only=True)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def strip_prefix(state: Mapping[str, Tensor], prefixes: tuple[str, ...]) -> dict[str, Tensor]:
+    """Checkpoints save either the bare model or a task head around it ('bert.', 'model.')."""
+    out = {}
+    for k, v in state.items():
+        for p in prefixes:
+            if k.startswith(p):
+                k = k[len(p):]
+                break
+        out[k] = v
+    return out
+
+
+def assign(
+    module: nn.Module,
+    state: Mapping[str, Tensor],
+    key_map: Mapping[str, str],
+    transforms: Mapping[str, Callable[[Tensor], Tensor]] | None = None,
+) -> None:
+    """Copy state[ckpt_key] into module's parameter/buffer `our_key` for every pair in key_map.
+
+    Every one of our parameters must be covered; every mapped checkpoint key must exist and
+    have the right shape. Errors name the key.
+    """
+    transforms = transforms or {}
+    ours = dict(module.named_parameters())
+    ours.update(dict(module.named_buffers()))
+    uncovered = [k for k in dict(module.named_parameters()) if k not in key_map]
+    if uncovered:
+        raise CheckpointError(f"no checkpoint key maps onto our parameter(s): {', '.join(uncovered[:5])}")
+    with torch.no_grad():
+        for our_key, ckpt_key in key_map.items():
+            if ckpt_key not in state:
+                raise CheckpointError(f"checkpoint is missing key {ckpt_key!r} (for {our_key})")
+            if our_key not in ours:
+                raise CheckpointError(f"internal key map names unknown parameter {our_key!r}")
+            src = state[ckpt_key]
+            if our_key in transforms:
+                src = transforms[our_key](src)
+            dst = ours[our_key]
+            if tuple(src.shape) != tuple(dst.shape):
+                raise CheckpointError(
+                    f"shape mismatch for checkpoint key {ckpt_key!r}: checkpoint has "
+                    f"{tuple(src.shape)}, the model expects {tuple(dst.shape)}"
+                )
+            dst.copy_(src.to(dst.dtype))
+
+
+def _importers() -> list:
+    from headwise.model.importers import bert, gpt2, marian
+
+    return [bert, gpt2, marian]
+
+
+def _importer_for(path: Path):
+    raw = read_config(path)
+    model_type = raw.get("model_type")
+    for importer in _importers():
+        if model_type in importer.MODEL_TYPES:
+            return importer
+    supported = sorted(t for importer in _importers() for t in importer.MODEL_TYPES)
+    raise CheckpointError(f"{path}: unknown architecture model_type={model_type!r}; supported: {supported}")
+
+
+def checkpoint_architecture(path: str | Path) -> str:
+    """"encoder" | "decoder" | "encoder-decoder", from config.json alone (no weights read)."""
+    return _importer_for(Path(path)).ARCHITECTURE
+
+
+def checkpoint_task(path: str | Path) -> str:
+    """"classification" for a sequence classifier (config.json's architectures names one,
+    e.g. BertForSequenceClassification: cross-encoders, classifiers), else "embedding" for
+    encoders and "generation" for the others."""
+    raw = read_config(Path(path))
+    if any(str(a).endswith("ForSequenceClassification") for a in raw.get("architectures") or []):
+        return "classification"
+    return "embedding" if checkpoint_architecture(path) == "encoder" else "generation"
+
+
+def load_checkpoint(path: str | Path):
+    """Import any supported checkpoint directory; returns (model, info dict).
+
+    info: family, architecture, and for generative models special_tokens (bos, eos, pad,
+    decoder_start) and suppress_token_ids."""
+    path = Path(path)
+    return _importer_for(path).load(path)

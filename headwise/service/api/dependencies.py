@@ -1,0 +1,42 @@
+"""FastAPI dependencies: the engine, the settings, the optional API key, the disconnect probe.
+
+All async, so FastAPI does not hop to a thread for them.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+from fastapi import Request
+
+from headwise.service.api.errors import Unauthorized
+from headwise.service.engine import Engine
+from headwise.service.settings import Settings
+
+
+async def disconnect_probe(request: Request) -> Callable[[], Awaitable[bool]]:
+    """What the batcher calls to learn that a client went away: the server's own view where the
+    app was given one (`app.state.disconnect_probe`, service.fastpath under `headwise serve`),
+    else Starlette's check."""
+    probe = getattr(request.app.state, "disconnect_probe", None)
+    return (probe and probe(request)) or request.is_disconnected
+
+
+async def get_engine(request: Request) -> Engine:
+    return request.app.state.engine
+
+
+async def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def require_api_key(request: Request) -> None:
+    key = request.app.state.settings.api_key
+    if key is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    # compare_digest on bytes: constant time whatever the token's content.
+    ok = hmac.compare_digest(token.strip().encode(), key.get_secret_value().encode())
+    if scheme.lower() != "bearer" or not ok:
+        raise Unauthorized("missing or wrong bearer token")

@@ -1,0 +1,141 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): body size
+limit, in-flight gauge and count (for draining), per-route request counts and latency,
+security headers on the viewer's page and files. `shortcuts` ((method, path) → an ASGI
+callable) are answered here rather than by the app's router: empty in the plain app; filled by
+the fast path `headwise serve` installs (service.fastpath)."""
+
+from __future__ import annotations
+
+import time
+
+from headwise.service.api.errors import NATIVE
+from headwise.service.metrics import Metrics
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+       "img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+PAGE_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff")]
+
+
+class Activity:
+    """HTTP requests being served right now, by their `receive`: what a SIGTERM drain waits for
+    is `busy()`, those not still waiting for their client to send the body."""
+
+    def __init__(self) -> None:
+        self.receives: set = set()
+        # whether a request is still waiting for its client to send the body: only the server
+        # knows (service.http_protocol.body_pending under `headwise serve`)
+        self.body_pending = lambda receive: False
+
+    def busy(self) -> int:
+        return sum(1 for r in self.receives if not self.body_pending(r))
+
+
+class ServiceMiddleware:
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int, activity: Activity | None = None,
+                 shortcuts: dict | None = None, routes: list | None = None):
+        self.app = app
+        self.routes = routes or []  # the app's, to find a refused request's protocol
+        self.shortcuts = shortcuts if shortcuts is not None else {}
+        self.metrics = metrics
+        self.max_body = max_body_bytes
+        self.activity = activity or Activity()
+        self._children: dict[tuple, tuple] = {}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        m = self.metrics
+        status = 500
+        t0 = time.perf_counter()
+        m.inflight.inc()
+        self.activity.receives.add(receive)
+        path = scope.get("path", "")
+        page = path == "/" or path.startswith("/static/")
+
+        async def send_wrapper(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if page:
+                    message = {**message, "headers": [*message.get("headers", ()), *PAGE_HEADERS]}
+            await send(message)
+
+        try:
+            too_large, receive = await self._limit_body(scope, receive)
+            if too_large:
+                status = 413
+                m.request_failures.labels(model="", reason="too_large").inc()
+                # in the route's protocol shape (KServe, OpenAI, native); and the connection
+                # closes, since the unread rest of the body must not be read as a next request
+                resp = self._protocol(scope).response(413, "too_large", f"request body over {self.max_body} bytes",
+                                                      {"Connection": "close"})
+                await resp(scope, receive, send)
+            elif (shortcut := self.shortcuts.get((scope["method"], path))) is not None:
+                await shortcut(scope, receive, send_wrapper)
+            else:
+                await self.app(scope, receive, send_wrapper)
+        finally:
+            m.inflight.dec()
+            self.activity.receives.discard(receive)
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            model = (scope.get("state") or {}).get("model", "")
+            count, duration = self._series(route, model, status)
+            count.inc()
+            duration.observe(time.perf_counter() - t0)
+
+    def _protocol(self, scope):
+        """The protocol of the route `scope` would reach (before routing: a refusal)."""
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match.name != "NONE":
+                return getattr(route, "protocol", NATIVE)
+        return NATIVE
+
+    def _series(self, route: str, model: str, status: int):
+        """The (counter, histogram) children for these labels; looked up once, then cached
+        (prometheus-client's `labels()` costs a lock and a tuple per call)."""
+        key = (route, model, status)
+        got = self._children.get(key)
+        if got is None:
+            m = self.metrics
+            got = (m.requests.labels(route=route, model=model, code=str(status)),
+                   m.request_duration.labels(route=route, model=model))
+            if len(self._children) < 4096:  # bounded: routes are templates, models a few, codes ~20
+                self._children[key] = got
+        return got
+
+    async def _limit_body(self, scope, receive):
+        """(over the limit?, receive to pass on). Chunked bodies are read here, up to the limit."""
+        length, framed = None, False
+        for name, value in scope.get("headers") or ():
+            if name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                framed = True  # any coding, any case ("Chunked"): the body is counted as it comes
+        if length is not None and not framed:
+            try:
+                return int(length) > self.max_body, receive
+            except ValueError:
+                return False, receive  # the server rejects a bad Content-Length itself
+        if not framed:
+            return False, receive
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return False, receive
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.max_body:
+                return True, receive
+        body, sent = b"".join(chunks), False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return False, replay

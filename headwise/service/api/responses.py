@@ -1,0 +1,114 @@
+"""Responses of the native and compatible routes: JSON bodies, and bodies counted against the
+process's in-flight response budget (service.engine.budget) until their last byte is sent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import orjson
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response, StreamingResponse
+
+from headwise.service.api.errors import Protocol
+from headwise.service.api.serialize import CHUNK_BYTES, dumps_chunks
+from headwise.service.engine.budget import Reservation, ResponseBudget, ShareOf
+from headwise.service.errors import NotReady, TooLarge
+
+DUMPS = orjson.OPT_SERIALIZE_NUMPY
+TEXT_BYTES = 6  # the most one character of a text takes in JSON (a \u00XX escape)
+TEXT_ITEM_BYTES = 16  # an echoed text's key, quotes and separators
+
+
+def json_response(payload: dict) -> Response:
+    return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
+
+
+def echoed_bytes(texts: list[str], n: int | None = None) -> int:
+    """A bound of the JSON bytes of echoing back `n` of `texts` (all when None), whichever n they
+    turn out to be (the n longest), every character escaped at worst. Known before inference."""
+    sizes = sorted((len(t) for t in texts), reverse=True)[:n]
+    return sum(TEXT_BYTES * k + TEXT_ITEM_BYTES for k in sizes)
+
+
+def check_response_bytes(cap: int, size: int, advice: str) -> None:
+    """TooLarge when an answer bound of `size` bytes is over HEADWISE_MAX_RESPONSE_BYTES (`cap`)."""
+    if size > cap:
+        raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
+                       f"({cap}); {advice}")
+
+
+def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response:
+    """A health probe's answer: `ok`, or `check`'s NotReady in the protocol's shape (not counted
+    as a failed request: a probe saying "not yet" is doing its job)."""
+    try:
+        check()
+    except NotReady as e:
+        return protocol.error(e)
+    return json_response(ok)
+
+
+async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offload=None) -> Response:
+    """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
+    `size` (the response's serialised bound) is over a chunk (serialize.CHUNK_BYTES), and counted against the process's
+    in-flight response budget until sent (Overloaded when it does not fit). `offload(fn)`:
+    where to build it whatever its size (analytics: their own thread, of the lowest priority)."""
+    with budget.reserve(size) as reservation:
+        if offload is not None:
+            body = await offload(lambda: dumps_chunks(build()))
+        elif size > CHUNK_BYTES:
+            body = await run_in_threadpool(lambda: dumps_chunks(build()))
+        else:  # one orjson call of at most a chunk: cheaper than a thread hop or a walk for pieces
+            body = orjson.dumps(build(), option=DUMPS)
+    return BudgetedResponse(body, reservation)
+
+
+CHUNK = 1 << 20  # bytes handed to the server per send
+
+
+class BudgetedResponse(Response):
+    """A response that gives its reservation back once its last byte has gone to the client's
+    connection. Its body is bytes, or the chunks of one (serialize.dumps_chunks: never joined
+    into one object, a copy that would hold the GIL). It is sent in pieces of at most CHUNK,
+    yielding to the event loop after each, so that the server's flow control (a client that
+    does not read fills the socket buffer, and the next send waits) keeps it, and its bytes,
+    counted for as long as the client makes it wait."""
+
+    def __init__(self, body: bytes | list[bytes], reservation: Reservation, media_type: str = "application/json"):
+        chunks = [body] if isinstance(body, bytes) else body
+        super().__init__(chunks[0] if len(chunks) == 1 else b"", media_type=media_type)
+        if len(chunks) > 1:
+            length = str(sum(len(c) for c in chunks)).encode()
+            self.raw_headers = [(k, length if k == b"content-length" else v) for k, v in self.raw_headers]
+        self.chunks = chunks
+        self.reservation = reservation
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            pieces = [memoryview(c)[at:at + CHUNK] for c in self.chunks for at in range(0, len(c), CHUNK)]
+            for i, piece in enumerate(pieces):
+                more = i + 1 < len(pieces)
+                await send({"type": "http.response.body", "body": piece, "more_body": more})
+                if more:
+                    await asyncio.sleep(0)
+            if not pieces:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.body = b""
+            self.chunks = []
+            self.reservation.release()
+
+
+class BudgetedStream(StreamingResponse):
+    """A streamed response that gives its reservation back when the stream ends, however it ends."""
+
+    def __init__(self, content, reservation: Reservation, **kw):
+        super().__init__(content, **kw)
+        self.reservation = reservation
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.reservation.release()

@@ -1,0 +1,94 @@
+"""POST /v1/similarity (cosines, optionally split over token pairs) and POST /v1/occlusion
+(each token's effect on the sentence embedding when masked out). docs/api.md, docs/analytics.md."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from headwise.service.api.body import json_body, openapi_body
+from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.responses import budgeted_json
+from headwise.service.api.schemas import error_responses
+from headwise.service.engine import Engine
+from headwise.service.engine.explain import similarity_bytes
+from headwise.service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES
+
+router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
+
+
+class SimilarityRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"source": "A man is playing a guitar.", "targets": ["Someone plays music.", "The stock market fell."]},
+        {"source": "The cat sat on the mat.", "targets": ["A cat is sitting."], "explain": True, "top_k": 5},
+    ]})
+
+    model: StrictStr | None = Field(None, description="model name; optional when one model is served")
+    source: StrictStr = Field(..., description="the text every target is compared with")
+    targets: list[StrictStr] = Field(..., description="1..MAX_CLIENT_BATCH − 1 texts")
+    explain: StrictBool = Field(False, description="split each score over token pairs (mean pooling only)")
+    top_k: StrictInt = Field(10, ge=1, le=1000, description="token pairs listed per target with explain")
+    truncate: StrictBool = Field(True, description="cut texts at max_len; false: 422 when longer")
+
+
+class OcclusionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"input": "The cat sat on the mat."}]})
+
+    model: StrictStr | None = Field(None, description="model name; optional when one model is served")
+    input: StrictStr = Field(..., description="one text; its T tokens cost T + 1 forward passes")
+    truncate: StrictBool = Field(True, description="cut the text at max_len; false: 422 when longer")
+
+
+BODY_MODELS = (SimilarityRequest, OcclusionRequest)
+SIMILARITY, OCCLUSION = json_body(SimilarityRequest), json_body(OcclusionRequest)
+
+
+@router.post("/v1/similarity", openapi_extra=openapi_body(SimilarityRequest),
+             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def similarity(request: Request, body: SimilarityRequest = Depends(SIMILARITY),
+                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """The cosine of the source's sentence embedding with each target's (the embeddings
+    /v1/embed returns); with `explain`, each score's exact split over token pairs."""
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    res = await engine.similarity(rt, body.source, body.targets, body.explain, body.truncate, body.top_k, probe)
+
+    def build() -> dict:
+        data = []
+        for i, (enc, score) in enumerate(zip(res.targets, res.scores, strict=True)):
+            item = {"index": i, "score": score}
+            if res.explained is not None:
+                ex = res.explained[i]
+                item.update(tokens=enc.tokens, offsets=enc.offsets, contributions=ex.contributions,
+                            top_pairs=[{"source": s, "target": t, "value": v} for s, t, v in ex.pairs])
+            data.append(item)
+        out = {"model": res.model, "data": data, "usage": {"prompt_tokens": res.n_tokens, "total_tokens": res.n_tokens}}
+        if res.explained is not None:
+            out["source"] = {"tokens": res.source.tokens, "offsets": res.source.offsets}
+        return out
+
+    size = similarity_bytes(res.model, res.source.length, [e.length for e in res.targets], body.explain, body.top_k)
+    return await budgeted_json(engine.analytics.responses, size, build, engine.analytics.run)
+
+
+@router.post("/v1/occlusion", openapi_extra=openapi_body(OcclusionRequest),
+             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def occlusion(request: Request, body: OcclusionRequest = Depends(OCCLUSION),
+                    engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Each token's effect on the sentence embedding: 1 − cos(embedding, embedding with that
+    token's attention_mask 0). T + 1 rows through the analytics batcher, after plain work,
+    admitted at (T + 1) · T tokens."""
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    res = await engine.occlusion(rt, body.input, body.truncate, probe)
+    enc = res.encoding
+
+    def build() -> dict:
+        n = enc.length
+        return {"model": res.model, "tokens": enc.tokens, "offsets": enc.offsets, "effects": res.effects,
+                "forward_passes": res.passes,
+                "usage": {"prompt_tokens": n, "total_tokens": n * res.passes}}
+
+    size = enc.length * (TOKEN_BYTES + JSON_VALUE_BYTES["float32"]) + 256
+    return await budgeted_json(engine.analytics.responses, size, build, engine.analytics.run)

@@ -1,0 +1,176 @@
+"""POST /v1/rerank and /v1/predict: classification packages (cross-encoders, classifiers),
+in the native API's shape (docs/api.md). One Engine.rerank or Engine.classify call each."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from headwise.service.api.body import json_body, openapi_body
+from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.responses import budgeted_json, check_response_bytes, echoed_bytes
+from headwise.service.api.schemas import AttentionOptions, Usage, error_responses
+from headwise.service.engine import Engine
+from headwise.service.engine.classify import ClassifyParams, response_bytes
+from headwise.service.engine.runtime import Runtime
+from headwise.service.errors import Validation
+
+router = APIRouter(tags=["classify"], dependencies=[Depends(require_api_key)])
+
+TOO_LARGE = "ask for fewer texts, top_n, or return_text: false"
+
+class RerankRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"query": "What is the capital of France?",
+         "texts": ["Paris is the capital of France.", "Berlin is in Germany."]},
+        {"query": "capital of France", "texts": ["Paris is the capital of France."], "return_text": True,
+         "top_n": 1, "attention": {"layers": [0], "heads": [0, 1], "dtype": "float16", "encoding": "base64"}},
+    ]})
+
+    model: StrictStr | None = Field(None, description="model name; optional when one model is served")
+    query: StrictStr = Field(..., description="the query, the first text of every pair")
+    texts: list[StrictStr] = Field(..., description="the documents to score against the query")
+    raw_scores: StrictBool = Field(False, description="the logit as it is; false: its sigmoid")
+    return_text: StrictBool = Field(False, description="echo each document's text in its result")
+    truncate: StrictBool = Field(True, description="cut each pair at max_len (longest text first); false: 422 "
+                                                   "when longer")
+    top_n: StrictInt | None = Field(None, ge=1, description="return only the n best results")
+    attention: AttentionOptions | None = Field(
+        None, description="per result, the attention between the query's and the document's tokens")
+
+
+class RerankResult(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+    attention: dict | None = None
+
+
+class RerankResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "model": "ms-marco-minilm", "results": [{"index": 0, "score": 0.998}, {"index": 1, "score": 0.0003}],
+        "usage": {"prompt_tokens": 31, "total_tokens": 31}}]})
+
+    model: str
+    results: list[RerankResult]
+    usage: Usage
+
+
+PredictItem = StrictStr | list[StrictStr]
+
+
+class PredictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"inputs": "I loved this film."},
+        {"inputs": ["A man is eating.", "Someone eats."]},
+        {"inputs": [["A man is eating.", "Someone eats."], "I loved this film.", ["One text"]],
+         "raw_scores": True},
+    ]})
+
+    model: StrictStr | None = Field(None, description="model name; optional when one model is served")
+    inputs: StrictStr | list[PredictItem] = Field(
+        ..., description="a text; a pair [a, b] (a list of exactly two texts is one pair); or a list whose "
+                         "items are texts, pairs [a, b] or [text]")
+    raw_scores: StrictBool = Field(False, description="logits as they are; false: softmax (sigmoid for one label)")
+    truncate: StrictBool = Field(True, description="cut at max_len; false: 422 when longer")
+
+
+class Prediction(BaseModel):
+    label: str
+    score: float
+
+
+class PredictResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "model": "tiny-sentiment",
+        "data": [[{"label": "positive", "score": 0.97}, {"label": "neutral", "score": 0.02},
+                  {"label": "negative", "score": 0.01}]],
+        "usage": {"prompt_tokens": 8, "total_tokens": 8}}]})
+
+    model: str
+    data: list[list[Prediction]]
+    usage: Usage
+
+
+BODY_MODELS = (RerankRequest, PredictRequest)  # parsed by json_body; documented by service.api.app
+
+
+def _spec(rt: Runtime, a: AttentionOptions | None):
+    if a is None:
+        return None
+    if a.aggregate != "none":  # the blocks are between two texts; no rollout or mean of them yet
+        raise Validation("attention.aggregate is for /v1/embed; /v1/rerank returns the query↔document blocks "
+                         "per layer and head (aggregate: none)", field="attention")
+    return rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype, encoding=a.encoding)
+
+
+def _usage(n: int) -> dict:
+    return {"prompt_tokens": n, "total_tokens": n}
+
+
+@router.post("/v1/rerank", response_model=RerankResponse, openapi_extra=openapi_body(RerankRequest),
+             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def rerank(request: Request, body: RerankRequest = Depends(json_body(RerankRequest)),
+                 engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Score every text against the query with a cross-encoder; results sorted by score, best
+    first; with `attention`, each result's query↔document attention blocks."""
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention))
+    cap = engine.settings.max_response_bytes
+    if body.return_text:  # the echoed texts alone, before any inference is spent on them
+        check_response_bytes(cap, 64 + echoed_bytes(body.texts, body.top_n), TOO_LARGE)
+    result = await engine.rerank(rt, body.query, body.texts, params, probe)
+    order = sorted(range(len(result.data)), key=lambda i: -float(result.data[i].scores[0]))  # stable: ties by index
+    if body.top_n is not None:
+        order = order[: body.top_n]
+    size = 64 + sum(response_bytes(params, result.data[i].encoding, result.labels) for i in order)
+    if body.return_text:  # with the attention blocks (each alone is held to the cap on the batch thread)
+        size += echoed_bytes([body.texts[i] for i in order])
+        check_response_bytes(cap, size, TOO_LARGE)
+
+    def build() -> dict:
+        results = []
+        for i in order:
+            c = result.data[i]
+            item = {"index": i, "score": float(c.scores[0])}
+            if body.return_text:
+                item["text"] = body.texts[i]
+            if c.attention is not None:
+                item["attention"] = c.attention
+            results.append(item)
+        return {"model": result.model, "results": results, "usage": _usage(result.n_tokens)}
+
+    return await budgeted_json(engine.responses, size, build)
+
+
+@router.post("/v1/predict", response_model=PredictResponse, openapi_extra=openapi_body(PredictRequest),
+             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def predict(request: Request, body: PredictRequest = Depends(json_body(PredictRequest)),
+                  engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Classify texts and pairs: per input every label with its score, best first."""
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores)
+    result = await engine.classify(rt, predict_inputs(body.inputs), params, probe)
+    size = 64 + sum(response_bytes(params, c.encoding, result.labels) for c in result.data)
+
+    def build() -> dict:
+        data = []
+        for c in result.data:
+            ranked = sorted(range(len(result.labels)), key=lambda j: -float(c.scores[j]))
+            data.append([{"label": result.labels[j], "score": float(c.scores[j])} for j in ranked])
+        return {"model": result.model, "data": data, "usage": _usage(result.n_tokens)}
+
+    return await budgeted_json(engine.responses, size, build)
+
+
+def predict_inputs(inputs) -> list:
+    """As TEI reads `inputs`: a text; a list of exactly two texts is one pair; any other list is
+    a batch whose items are texts, [a, b] pairs or [text]. A list of another length is left for
+    the engine to refuse."""
+    if isinstance(inputs, str):
+        return [inputs]
+    if len(inputs) == 2 and all(isinstance(x, str) for x in inputs):
+        return [tuple(inputs)]
+    return [x if isinstance(x, str) else x[0] if len(x) == 1 else tuple(x) for x in inputs]

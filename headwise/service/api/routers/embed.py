@@ -1,0 +1,50 @@
+"""POST /v1/embed: sentence or token embeddings, optionally with per-head attention."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+
+from headwise.service.api.body import json_body, openapi_body
+from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.responses import budgeted_json
+from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
+from headwise.service.engine import Engine
+from headwise.service.engine.params import EmbedParams, response_bytes
+
+router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
+
+PARSE = json_body(EmbedRequest)
+
+
+@router.post("/v1/embed", response_model=EmbedResponse, openapi_extra=openapi_body(EmbedRequest),
+             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def embed(request: Request, body: EmbedRequest = Depends(PARSE),
+               engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Embed one text or a list; with `attention`, also return every asked-for head's weights,
+    un-padded to each input's own token count."""
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    spec = None
+    if body.attention is not None:
+        a = body.attention
+        spec = rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype,
+                                 encoding=a.encoding, aggregate=a.aggregate)
+    tokens = body.output == "tokens"
+    params = EmbedParams(sentence=not tokens, tokens=tokens, normalize=body.normalize, truncate=body.truncate,
+                         attention=spec, token_strings=True)
+    result = await engine.embed(rt, texts, params, probe)
+
+    def build() -> dict:
+        data = []
+        for i, e in enumerate(result.data):
+            item = {"index": i, "embedding": e.tokens if tokens else e.sentence, "tokens": e.encoding.tokens,
+                    "offsets": e.encoding.offsets}
+            if e.attention is not None:
+                item["attention"] = e.attention
+            data.append(item)
+        n = result.n_tokens
+        return {"model": result.model, "data": data, "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    size = sum(response_bytes(params, e.encoding.length, rt.package.d_model) for e in result.data)
+    return await budgeted_json(engine.responses, size, build)

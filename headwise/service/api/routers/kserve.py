@@ -1,0 +1,285 @@
+"""KServe v2 / Open Inference Protocol (works unchanged with `tritonclient.http`), with Triton's
+binary tensor data extension for inputs and outputs.
+
+Inference goes through Engine.embed as POST /v1/embed does, so every output equals what
+/v1/embed returns for the same texts and attention request. `attentions` [N, L, H, T, T] and
+`last_hidden_state` [N, T, d] are zero-padded to the batch's longest input; `attention_mask`
+[N, T] says which positions are real. Classification packages (cross-encoders, classifiers)
+take `text` and `text_pair` and answer `logits` and `scores` (service.api.routers.kserve_classify).
+Errors: {"error": "..."} (service.errors).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from headwise.service.api.body import read_body
+from headwise.service.api.compat import v2tensors as v2
+from headwise.service.api.compat.openapi import request_body
+from headwise.service.api.compat.schemas import (
+    V2Error,
+    V2InferRequest,
+    V2InferResponse,
+    V2ModelMetadata,
+    V2ServerMetadata,
+)
+from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
+from headwise.service.api.responses import BudgetedResponse, json_response, probe
+from headwise.service.api.routers import kserve_classify
+from headwise.service.engine import EncoderRuntime, Engine
+from headwise.service.engine.params import AGGREGATES, JSON_VALUE_BYTES, EmbedParams, EmbedResult
+from headwise.service.errors import (
+    InvalidRequest,
+    NotFound,
+    TooLarge,
+)
+
+router = APIRouter(tags=["kserve v2"], route_class=route_class(KSERVE))
+AUTH = [Depends(require_api_key)]
+ERRORS = {c: {"model": V2Error} for c in (400, 401, 404, 413, 422, 429, 503)}
+INPUT = "text"
+ATTENTION_DTYPES = {"FP32": "float32", "FP16": "float16"}
+BINARY_DOC = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "description":
+              "binary tensor data extension: the JSON request (Inference-Header-Content-Length "
+              "bytes), then each binary input's bytes in order"}}
+
+
+def _runtime(engine: Engine, model: str, version: str | None) -> EncoderRuntime:
+    rt = engine.get(model)
+    if version is not None and version != rt.package.version:
+        raise NotFound(f"model {rt.name} has no version {version}; served: {rt.package.version}")
+    return rt
+
+
+def outputs_of(rt: EncoderRuntime) -> list[dict]:
+    p = rt.package
+    out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.d_model]},
+           {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
+    if "attention" in p.variants:
+        out.append({"name": "attentions", "datatype": "FP32", "shape": [-1, p.n_layers, p.n_heads, -1, -1]})
+    out.append({"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]})
+    return out
+
+
+# -- health and metadata ------------------------------------------------------------------
+
+@router.get("/v2", response_model=V2ServerMetadata, dependencies=AUTH, responses=ERRORS)
+async def server_metadata(request: Request):
+    return json_response({"name": "headwise", "version": request.app.version,
+                          "extensions": ["binary_tensor_data", "classification"]})
+
+
+@router.get("/v2/health/live", responses=ERRORS)
+async def live(engine: Engine = Depends(get_engine)):
+    return probe(KSERVE, engine.check_live, {"live": True})
+
+
+@router.get("/v2/health/ready", responses=ERRORS)
+async def ready(engine: Engine = Depends(get_engine)):
+    return probe(KSERVE, engine.check_ready, {"ready": True})
+
+
+@router.get("/v2/models/{model}/ready", responses=ERRORS)
+@router.get("/v2/models/{model}/versions/{version}/ready", responses=ERRORS)
+async def model_ready(model: str, request: Request, version: str | None = None,
+                      engine: Engine = Depends(get_engine)):
+    rt = _runtime(engine, model, version)
+    request.state.model = rt.name
+    return probe(KSERVE, lambda: engine.check_ready(rt), {"name": rt.name, "ready": True})
+
+
+@router.get("/v2/models/{model}", response_model=V2ModelMetadata, dependencies=AUTH, responses=ERRORS)
+@router.get("/v2/models/{model}/versions/{version}", response_model=V2ModelMetadata, dependencies=AUTH,
+            responses=ERRORS)
+async def model_metadata(model: str, request: Request, version: str | None = None,
+                         engine: Engine = Depends(get_engine)):
+    rt = _runtime(engine, model, version)
+    request.state.model = rt.name
+    if rt.package.task == "classification":
+        inputs, outputs = kserve_classify.inputs_of(rt), kserve_classify.outputs_of(rt)
+    elif rt.package.generative:  # no embeddings (422 when asked); its tokens' mask only
+        inputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}]
+        outputs = [o for o in outputs_of(rt) if o["name"] == "attention_mask"]
+    else:
+        inputs, outputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}], outputs_of(rt)
+    return json_response({"name": rt.name, "versions": [rt.package.version], "platform": "onnxruntime_onnx",
+                          "inputs": inputs, "outputs": outputs})
+
+
+# -- inference ----------------------------------------------------------------------------
+
+# The content types a browser may POST cross-site without asking first (a CORS "simple"
+# request): a page elsewhere must not drive inference. tritonclient sends no Content-Type.
+SIMPLE_TYPES = frozenset({"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+async def _body(request: Request) -> bytes:
+    """The body, inflated when Content-Encoding says so (tritonclient's request compression),
+    to at most the body limit. Refused (415) under a content type a cross-site form could send."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype in SIMPLE_TYPES:
+        raise UnsupportedMediaType(f"Content-Type {ctype} is not accepted: send application/json, "
+                                   "application/octet-stream or none")
+    body = await read_body(request)
+    enc = request.headers.get("content-encoding", "identity").strip().lower()
+    if enc in ("", "identity"):
+        return body
+    if enc not in ("gzip", "deflate"):
+        raise InvalidRequest(f"Content-Encoding {enc!r} is not supported (gzip, deflate)")
+    cap = request.app.state.settings.max_body_bytes
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS if enc == "gzip" else zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, cap + 1)
+    except zlib.error:
+        raise InvalidRequest(f"the body is not valid {enc} data") from None
+    if len(out) > cap:
+        raise TooLarge(f"request body over {cap} bytes once inflated")
+    return out
+
+
+def _indices(params: dict, key: str, n: int) -> list[int] | None:
+    """attention_layers / attention_heads: int, list of ints or "0,3" (protocol parameters are
+    scalars, so a string is the portable form)."""
+    v = params.get(key)
+    if v is None:
+        return None
+    try:
+        if isinstance(v, str):
+            v = [int(x) for x in v.split(",") if x.strip()]
+        elif type(v) is int:
+            v = [v]
+        elif not (isinstance(v, list) and all(type(x) is int for x in v)):
+            raise ValueError
+    except ValueError:
+        raise InvalidRequest(f"parameter {key}: an integer, a list of integers or a comma-separated string") from None
+    if not v or any(not 0 <= i < n for i in v):
+        raise InvalidRequest(f"parameter {key}: each must be in 0..{n - 1} and at least one given")
+    if len(set(v)) != len(v):
+        raise InvalidRequest(f"parameter {key}: each index at most once")
+    return v
+
+
+def _texts(header: dict, binary: memoryview) -> list[str]:
+    return v2.text_inputs(header, binary, (INPUT,), "one input, 'text' (BYTES)")[INPUT]
+
+
+def _outputs(header: dict, rt: EncoderRuntime, binary_default: bool) -> dict[str, bool]:
+    """→ {output name: as binary?}, in the requested order."""
+    out = {}
+    for name, params in v2.requested_outputs(header, [o["name"] for o in outputs_of(rt)],
+                                             "sentence_embedding").items():
+        if params.get("classification"):
+            raise InvalidRequest(f"output {name!r}: the classification extension is for classification models' "
+                                 "outputs (logits, scores)")
+        out[name] = v2.flag(params, "binary_data", binary_default)
+    return out
+
+
+def _pad_tokens(arrays: list[np.ndarray], t: int) -> np.ndarray:
+    """[T_i, d] per input → [N, t, d], zeros past each input's end."""
+    out = np.zeros((len(arrays), t, arrays[0].shape[-1]), dtype=np.float32)
+    for i, a in enumerate(arrays):
+        out[i, :len(a)] = a
+    return out
+
+
+def _pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
+    """[..., T_i, T_i] per input ([L, H], [L] or nothing before) → [N, ..., t, t], zeros past
+    each input's end."""
+    out = np.zeros((len(arrays), *arrays[0].shape[:-2], t, t), dtype=dtype)
+    for i, a in enumerate(arrays):
+        n = a.shape[-1]
+        out[i, ..., :n, :n] = a
+    return out
+
+
+def _respond(header: dict, want: dict[str, bool], lengths: list[int], result: EmbedResult | None,
+             att_dtype: str) -> tuple[bytes, int | None]:
+    t = max(lengths)
+    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)}
+    if "sentence_embedding" in want:
+        arrays["sentence_embedding"] = np.stack([e.sentence for e in result.data]).astype(np.float32)
+    if "last_hidden_state" in want:
+        arrays["last_hidden_state"] = _pad_tokens([e.tokens for e in result.data], t)
+    if "attentions" in want:
+        arrays["attentions"] = _pad_attention([e.attention["data"] for e in result.data], t, att_dtype)
+    outs, buffers = [], []
+    for name, binary in want.items():
+        o, raw = v2.output(name, v2.datatype_of(arrays[name]), arrays[name], binary)
+        outs.append(o)
+        if raw is not None:
+            buffers.append(raw)
+    head = {"model_name": header["model_name"], "model_version": header["model_version"], "outputs": outs}
+    if isinstance(header.get("id"), str):
+        head["id"] = header["id"]
+    return v2.encode_response(head, buffers)
+
+
+def _response_bound(rt: EncoderRuntime, want: dict[str, bool], lengths: list[int], spec) -> int:
+    """The bytes the padded output tensors take in the body: raw when binary, else as JSON."""
+    n, t, p = len(lengths), max(lengths), rt.package
+    cells = {"attention_mask": n * t, "sentence_embedding": n * p.d_model, "last_hidden_state": n * t * p.d_model,
+             "attentions": n * t * t * (spec.planes() if spec is not None else 0)}
+    return sum(cells[name] * (8 if binary else JSON_VALUE_BYTES["float32"]) for name, binary in want.items())
+
+
+@router.post("/v2/models/{model}/infer", response_model=V2InferResponse, dependencies=AUTH, responses=ERRORS,
+             openapi_extra=request_body(V2InferRequest, **BINARY_DOC))
+@router.post("/v2/models/{model}/versions/{version}/infer", response_model=V2InferResponse,
+             dependencies=AUTH, responses=ERRORS, openapi_extra=request_body(V2InferRequest, **BINARY_DOC))
+async def infer(model: str, request: Request, version: str | None = None, engine: Engine = Depends(get_engine)):
+    """Input `text` BYTES [N] → the outputs asked for by name (default sentence_embedding), as
+    JSON or, with `binary_data`, as raw little-endian bytes after the JSON header."""
+    rt = _runtime(engine, model, version)
+    request.state.model = rt.name
+    header, binary = v2.split_body(await _body(request), request.headers.get(v2.HEADER))
+    params = header.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise InvalidRequest("'parameters' must be an object")
+    if rt.package.task == "classification":
+        return await kserve_classify.infer(engine, rt, request, header, binary, params)
+    texts = _texts(header, binary)
+    want = _outputs(header, rt, v2.flag(params, "binary_data_output", False))
+    normalize, truncate = v2.flag(params, "normalize", True), v2.flag(params, "truncate", True)
+    spec, att_dtype = None, "float32"
+    if "attentions" in want:
+        p = rt.package
+        att_dtype = ATTENTION_DTYPES.get(str(params.get("attention_dtype", "FP32")).upper())
+        if att_dtype is None:
+            raise InvalidRequest("parameter attention_dtype must be FP32 or FP16")
+        aggregate = params.get("attention_aggregate", "none")
+        if aggregate not in AGGREGATES:
+            raise InvalidRequest("parameter attention_aggregate must be none, mean or rollout")
+        spec = rt.attention_spec(_indices(params, "attention_layers", p.n_layers),
+                                 _indices(params, "attention_heads", p.n_heads), dtype=att_dtype,
+                                 aggregate=aggregate)
+    result = None
+    if spec is not None or "sentence_embedding" in want or "last_hidden_state" in want:
+        # One engine call for every output; the attention budget counts the padded
+        # [N, L, H, T, T] tensor, which is what travels.
+        asked = EmbedParams(sentence="sentence_embedding" in want, tokens="last_hidden_state" in want,
+                            normalize=normalize, truncate=truncate, attention=spec, padded_attention=True)
+        result = await engine.embed(rt, texts, asked, await disconnect_probe(request))
+        lengths = [e.encoding.length for e in result.data]
+    else:  # the attention mask alone
+        lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
+    size = _response_bound(rt, want, lengths, spec)
+    if size > rt.settings.max_response_bytes:
+        raise TooLarge(f"the outputs asked for take up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
+                       f"({rt.settings.max_response_bytes}); ask for fewer inputs, layers or heads, or binary outputs")
+    header = {**header, "model_name": rt.name, "model_version": rt.package.version}
+    with engine.responses.reserve(size) as reservation:
+        if "attentions" in want or "last_hidden_state" in want:
+            body, n = await run_in_threadpool(_respond, header, want, lengths, result, att_dtype)
+        else:
+            body, n = _respond(header, want, lengths, result, att_dtype)
+    if n is None:
+        return BudgetedResponse(body, reservation)
+    response = BudgetedResponse(body, reservation, media_type="application/octet-stream")
+    response.headers["Inference-Header-Content-Length"] = str(n)
+    return response

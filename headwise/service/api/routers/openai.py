@@ -1,0 +1,67 @@
+"""POST /v1/embeddings, OpenAI-compatible: the `openai` client works unchanged against it.
+
+The same inference as POST /v1/embed with its defaults (pooled, normalised, truncated at
+max_len), so a float result equals /v1/embed's. Token-id inputs are used as they are, as TEI
+and vLLM do: no special tokens added, 1..max_len ids each in the vocabulary (no truncation).
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+
+from headwise.service.api.body import json_body
+from headwise.service.api.compat.openapi import request_body
+from headwise.service.api.compat.schemas import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
+from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.errors import OPENAI, route_class
+from headwise.service.api.responses import budgeted_json
+from headwise.service.engine import Engine
+from headwise.service.engine.params import EmbedParams, response_bytes
+from headwise.service.errors import InvalidRequest
+
+router = APIRouter(tags=["openai"], route_class=route_class(OPENAI), dependencies=[Depends(require_api_key)])
+PARSE = json_body(EmbeddingsRequest)
+
+
+def shorten(v: np.ndarray, n: int) -> np.ndarray:
+    """First n dimensions, re-normalised (what OpenAI's `dimensions` does)."""
+    if n >= len(v):
+        return v
+    w = np.asarray(v[:n], dtype=np.float64)
+    return (w / max(np.linalg.norm(w), 1e-12)).astype(np.float32)
+
+
+@router.post("/v1/embeddings", response_model=EmbeddingsResponse, openapi_extra=request_body(EmbeddingsRequest),
+             responses={c: {"model": OpenAIError} for c in (400, 401, 404, 413, 422, 429, 503)})
+async def embeddings(request: Request, body: EmbeddingsRequest = Depends(PARSE),
+                    engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Embeddings in OpenAI's shape; `dimensions` truncates and re-normalises."""
+    rt = engine.get(body.model)
+    request.state.model = rt.name
+    inputs = body.input
+    if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+        inputs = [inputs]
+    d = rt.package.d_model
+    if body.dimensions is not None and not 1 <= body.dimensions <= d:
+        raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", field="dimensions")
+    params = EmbedParams()
+    result = await engine.embed(rt, inputs, params, probe)
+
+    def build() -> dict:
+        data = []
+        for i, e in enumerate(result.data):
+            emb = e.sentence
+            if body.dimensions is not None:
+                emb = shorten(emb, body.dimensions)
+            if body.encoding_format == "base64":
+                emb = base64.b64encode(np.asarray(emb, dtype="<f4").tobytes()).decode("ascii")
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        n = result.n_tokens
+        return {"object": "list", "data": data, "model": result.model, "usage": {"prompt_tokens": n, "total_tokens": n}}
+
+    # counted in flight like /v1/embed's answers (an upper bound: it counts tokens it does not send)
+    size = sum(response_bytes(params, e.encoding.length, d) for e in result.data)
+    return await budgeted_json(engine.responses, size, build)

@@ -1,0 +1,312 @@
+"""text-embeddings-inference's routes (docs/api.md, TEI): `POST /embed`, `/embed_all`,
+`/similarity`, `/rerank`, `/predict`, `/tokenize`, `/decode`, `GET /info`, and `POST /`, which
+answers by the body's shape and the model's kind as TEI's does. TEI clients (huggingface_hub's
+InferenceClient pointed at this server, LangChain's HuggingFaceEndpointEmbeddings, ...) work
+unchanged; errors come in TEI's shape ({"error", "error_type"}).
+
+TEI serves one model; here a body's `model` picks one of several, and without it the route
+uses HEADWISE_DEFAULT_MODEL when that model can answer it, else the first served model, in
+name order, that can.
+"""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+from headwise.service.api.body import json_body, read_body
+from headwise.service.api.compat import tei
+from headwise.service.api.compat.openapi import inline_schema, request_body
+from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
+from headwise.service.api.responses import (
+    budgeted_json,
+    check_response_bytes,
+    echoed_bytes,
+    json_response,
+)
+from headwise.service.engine import Engine
+from headwise.service.engine.classify import ClassifyParams
+from headwise.service.engine.classify import response_bytes as classify_bytes
+from headwise.service.engine.encoder import EncoderRuntime
+from headwise.service.engine.engine import TOKENIZER_THREADS
+from headwise.service.engine.explain import similarity_bytes
+from headwise.service.engine.params import EmbedParams, response_bytes
+from headwise.service.engine.runtime import Runtime
+from headwise.service.errors import NotReady, Validation
+
+router = APIRouter(tags=["tei"], route_class=route_class(TEI), dependencies=[Depends(require_api_key)])
+probes = APIRouter(tags=["tei"], route_class=route_class(TEI))  # open, as /health/ready is
+ERRORS = {c: {"model": tei.TeiError} for c in (400, 401, 404, 413, 422, 424, 429, 503)}
+
+EMBEDDING, CLASSIFIER, RERANKER, GENERATOR = "embedding", "classifier", "reranker", "generator"
+ARTICLE = {EMBEDDING: "an embedding", CLASSIFIER: "a classifier", RERANKER: "a re-ranker", GENERATOR: "a generative"}
+
+
+def kind(rt: Runtime) -> str:
+    """TEI's model type: a classification package with one label is a re-ranker (TEI's rule)."""
+    pkg = rt.package
+    if pkg.task == "classification":
+        return RERANKER if len(pkg.labels) == 1 else CLASSIFIER
+    return GENERATOR if pkg.generative else EMBEDDING
+
+
+def pick(request: Request, engine: Engine, name: str | None, kinds: tuple[str, ...], route: str) -> Runtime:
+    """The model that answers: `name`'s, else the default (HEADWISE_DEFAULT_MODEL) when it is
+    of `kinds`, else the first served of `kinds` in name order (any kind when `kinds` is empty)."""
+    if name is not None:
+        rt = engine.get(name)
+        if kinds and kind(rt) not in kinds:
+            raise WrongModelKind(f"model {rt.name!r} is {ARTICLE[kind(rt)]} model; {route} needs "
+                                 f"{' or '.join(ARTICLE[k] for k in kinds)} model")
+    else:
+        default = request.app.state.settings.default_model
+        order = sorted(engine.models.values(), key=lambda r: (r.name != default, r.name))
+        rt = next((r for r in order if not kinds or kind(r) in kinds), None)
+        if rt is None:
+            served = ", ".join(f"{r.name} ({kind(r)})" for r in order)
+            raise WrongModelKind(f"model is not {' or '.join(ARTICLE[k] for k in kinds)} model: {route} "
+                                 f"has no model to answer it (served: {served})")
+    request.state.model = rt.name
+    return rt
+
+
+def _schemas(*models: type[BaseModel]) -> dict:
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"oneOf": [inline_schema(m) for m in models]}}}}}
+
+
+# -- the routes ------------------------------------------------------------------------------
+
+@router.post("/embed", response_model=list[list[float]], openapi_extra=request_body(tei.EmbedRequest),
+             responses=ERRORS)
+async def embed(request: Request, body: tei.EmbedRequest = Depends(json_body(tei.EmbedRequest)),
+                engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Pooled embeddings, one list per input (a single input too), as /v1/embed's."""
+    rt = pick(request, engine, body.model, (EMBEDDING,), "/embed")
+    truncate = tei.truncation(body)
+    tei.no_prompt(body.prompt_name)
+    inputs = _inputs(body.inputs)
+    tei.check_dimensions(body.dimensions, rt.package.d_model)
+    params = EmbedParams(normalize=body.normalize, truncate=truncate)
+    result = await engine.embed(rt, inputs, params, probe)
+    size = sum(response_bytes(params, e.encoding.length, rt.package.d_model) for e in result.data)
+    return await budgeted_json(engine.responses, size, lambda: [
+        tei.matryoshka(e.sentence, body.dimensions, body.normalize) for e in result.data])
+
+
+@router.post("/embed_all", response_model=list[list[list[float]]], openapi_extra=request_body(tei.EmbedAllRequest),
+             responses=ERRORS)
+async def embed_all(request: Request, body: tei.EmbedAllRequest = Depends(json_body(tei.EmbedAllRequest)),
+                    engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Every token's last hidden state, [T, d_model] per input, special tokens included."""
+    rt = pick(request, engine, body.model, (EMBEDDING,), "/embed_all")
+    truncate = tei.truncation(body)
+    tei.no_prompt(body.prompt_name)
+    params = EmbedParams(sentence=False, tokens=True, truncate=truncate)
+    result = await engine.embed(rt, _inputs(body.inputs), params, probe)
+    size = sum(response_bytes(params, e.encoding.length, rt.package.d_model) for e in result.data)
+    return await budgeted_json(engine.responses, size, lambda: [e.tokens for e in result.data])
+
+
+@router.post("/similarity", response_model=list[float], openapi_extra=request_body(tei.SimilarityRequest),
+             responses=ERRORS)
+async def similarity(request: Request, body: tei.SimilarityRequest = Depends(json_body(tei.SimilarityRequest)),
+                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """The cosine of source_sentence's embedding with each sentence's: Engine.similarity, as
+    /v1/similarity (/v1/embed's embeddings). In messages inputs[0] is source_sentence and
+    inputs[i] sentences[i - 1]."""
+    rt = pick(request, engine, body.model, (EMBEDDING,), "/similarity")
+    params = body.parameters or tei.SimilarityParameters()
+    truncate = tei.truncation(params)
+    tei.no_prompt(params.prompt_name)
+    if not body.inputs.sentences:
+        raise Empty("'inputs.sentences' is empty", field="inputs.sentences")
+    res = await engine.similarity(rt, body.inputs.source_sentence, body.inputs.sentences, False, truncate, 1, probe)
+    size = similarity_bytes(rt.name, res.source.length, [e.length for e in res.targets], False, 1)
+    return await budgeted_json(engine.responses, size, lambda: res.scores)
+
+
+@router.post("/rerank", response_model=list[tei.Rank], response_model_exclude_none=True,
+             openapi_extra=request_body(tei.RerankRequest), responses=ERRORS)
+async def rerank(request: Request, body: tei.RerankRequest = Depends(json_body(tei.RerankRequest)),
+                 engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Each text's relevance to the query (a cross-encoder's sigmoid, or its logit with
+    raw_scores), best first; `index` is the text's place in `texts`."""
+    rt = pick(request, engine, body.model, (RERANKER,), "/rerank")
+    truncate = tei.truncation(body)
+    if not body.texts:
+        raise Empty("'texts' is empty", field="texts")
+    params = ClassifyParams(truncate=truncate, raw_scores=body.raw_scores)
+    echoed = echoed_bytes(body.texts) if body.return_text else 0
+    if echoed:  # before any inference is spent on them
+        check_response_bytes(engine.settings.max_response_bytes, echoed, "send fewer texts, or return_text: false")
+    result = await engine.rerank(rt, body.query, body.texts, params, probe)
+    size = echoed + sum(classify_bytes(params, c.encoding, result.labels) for c in result.data)
+
+    def build() -> list:
+        ranks = [{"index": i, **({"text": body.texts[i]} if body.return_text else {}), "score": float(c.scores[0])}
+                 for i, c in enumerate(result.data)]
+        return tei.best_first(ranks, lambda r: r["score"])
+
+    return await budgeted_json(engine.responses, size, build)
+
+
+@router.post("/predict", response_model=list[tei.Prediction] | list[list[tei.Prediction]],
+             openapi_extra=request_body(tei.PredictRequest), responses=ERRORS)
+async def predict(request: Request, body: tei.PredictRequest = Depends(json_body(tei.PredictRequest)),
+                  engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Every label's score, best first: one list for a text or a pair, a list of lists for a batch."""
+    rt = pick(request, engine, body.model, (CLASSIFIER, RERANKER), "/predict")
+    truncate = tei.truncation(body)
+    if body.inputs == []:
+        raise Empty("'inputs' is empty", field="inputs")
+    items, single = tei.predict_inputs(body.inputs)
+    extra = body.parameters or tei.PredictParameters()
+    how = extra.function_to_apply
+    if body.raw_scores and how not in (None, "none"):
+        raise Validation(f"raw_scores: true and parameters.function_to_apply {how!r} disagree",
+                             field="raw_scores")
+    raw = body.raw_scores or how is not None
+    params = ClassifyParams(truncate=truncate, raw_scores=raw)
+    result = await engine.classify(rt, items, params, probe)
+    size = sum(classify_bytes(params, c.encoding, result.labels) for c in result.data)
+
+    def build() -> list:
+        out = []
+        for c in result.data:
+            scores = tei.activate(c.logits, how) if how is not None else c.scores
+            ranked = tei.best_first([{"score": float(s), "label": label}
+                                     for s, label in zip(scores, result.labels, strict=True)], lambda p: p["score"])
+            out.append(ranked[:extra.top_k] if extra.top_k else ranked)
+        return out[0] if single else out
+
+    return await budgeted_json(engine.responses, size, build)
+
+
+@router.post("/tokenize", response_model=list[list[tei.SimpleToken]], openapi_extra=request_body(tei.TokenizeRequest),
+             responses=ERRORS)
+async def tokenize(request: Request, body: tei.TokenizeRequest = Depends(json_body(tei.TokenizeRequest)),
+                   engine: Engine = Depends(get_engine)):
+    """Every token of each text (not cut at max_len), with UTF-8 byte offsets into it."""
+    rt = pick(request, engine, body.model, (), "/tokenize")
+    tei.no_prompt(body.prompt_name)
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    if not texts:
+        raise Empty("'inputs' is empty", field="inputs")
+    encs = await engine.tokenize(rt, texts, truncate=False, special_tokens=body.add_special_tokens, whole=True)
+    size = tei.tokens_bytes(texts, sum(e.length for e in encs))
+    check_response_bytes(engine.settings.max_response_bytes, size, "send fewer or shorter texts")
+    special = rt.tokenizer.special_ids
+    return await budgeted_json(engine.responses, size, lambda: [
+        tei.simple_tokens(t, e.ids, e.tokens, e.offsets, special) for t, e in zip(texts, encs, strict=True)])
+
+
+@router.post("/decode", response_model=list[str], openapi_extra=request_body(tei.DecodeRequest), responses=ERRORS)
+async def decode(request: Request, body: tei.DecodeRequest = Depends(json_body(tei.DecodeRequest)),
+                 engine: Engine = Depends(get_engine)):
+    """Token ids back to text, one string per list of ids."""
+    rt = pick(request, engine, body.model, (), "/decode")
+    seqs = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
+    if not seqs or any(not s for s in seqs):
+        raise Empty("'ids' is empty", field="ids")
+    texts = await engine.decode(rt, seqs, body.skip_special_tokens)
+    size = echoed_bytes(texts)
+    check_response_bytes(engine.settings.max_response_bytes, size, "send fewer ids")
+    return await budgeted_json(engine.responses, size, lambda: texts)
+
+
+@probes.get("/health", response_class=Response, responses={200: {"description": "healthy (no body)"}, 503: ERRORS[503]})
+async def health(engine: Engine = Depends(get_engine)):
+    """TEI's health probe: 200 with no body when every model takes requests, else 503 in TEI's
+    shape (`Unhealthy`); open without the API key, as /health/ready is."""
+    try:
+        engine.check_ready()
+    except NotReady as e:
+        return TEI.error(e)
+    return Response(status_code=200)
+
+
+@router.get("/info", response_model=tei.Info, responses={c: ERRORS[c] for c in (401, 404)})
+async def info(request: Request, model: str | None = None, engine: Engine = Depends(get_engine)):
+    """The model's and the server's facts, as TEI's /info; `?model=` picks one of several."""
+    rt = pick(request, engine, model, (), "/info")
+    s, k = engine.settings, kind(rt)
+    if k in (CLASSIFIER, RERANKER):
+        names = list(rt.package.labels)
+        model_type = {k: {"id2label": {str(i): n for i, n in enumerate(names)},
+                          "label2id": {n: i for i, n in enumerate(names)}}}
+    else:
+        model_type = {k: {"pooling": rt.package.pooling} if k == EMBEDDING else {}}
+    backend = getattr(rt, "backend", None)
+    precision = backend.precision if backend is not None else next(iter(rt.package.variants.values())).precision
+    # an encoder's (embedding or classification) batcher's own limit: on CPU the smaller of two settings
+    batch_tokens = rt.limits("embed").max_batch_tokens if isinstance(rt, EncoderRuntime) and backend is not None \
+        else s.max_batch_tokens
+    return json_response({
+        "model_id": rt.name, "model_sha": None,
+        "model_dtype": {"fp32": "float32", "fp16": "float16"}.get(precision, precision),
+        "served_model_name": rt.name, "model_type": model_type,
+        "max_concurrent_requests": s.max_queue, "max_input_length": rt.package.max_len,
+        "max_batch_tokens": batch_tokens, "max_batch_requests": s.max_batch_size,
+        "max_client_batch_size": s.max_client_batch, "auto_truncate": True,
+        "tokenization_workers": TOKENIZER_THREADS, "version": request.app.version, "sha": None,
+        "docker_label": None,
+    })
+
+
+@router.post("/", response_model=list, openapi_extra=_schemas(tei.EmbedRequest, tei.SimilarityRequest,
+                                                              tei.PredictRequest, tei.RerankRequest),
+             responses=ERRORS)
+async def root(request: Request, engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """TEI's `POST /`: {query, texts} is /rerank and inputs {source_sentence, sentences} is
+    /similarity; otherwise the model's kind decides: /embed for an embedding model, /predict
+    for a classifier or re-ranker. The model is the named one, else the default; but text
+    inputs with `parameters` (huggingface_hub's text_classification; /embed has no such field)
+    go to /predict when a classification model is served."""
+    body = await _json_object(request)
+    name = body.get("model") if isinstance(body.get("model"), str) else None
+    if "query" in body or "texts" in body:
+        return await rerank(request, _parse(tei.RerankRequest, body), engine, probe)
+    if isinstance(body.get("inputs"), dict):
+        return await similarity(request, _parse(tei.SimilarityRequest, body), engine, probe)
+    if name is None and "parameters" in body and any(kind(r) in (CLASSIFIER, RERANKER) for r in engine.models.values()):
+        k = CLASSIFIER
+    else:
+        k = kind(pick(request, engine, name, (), "/"))
+    if k == EMBEDDING:
+        return await embed(request, _parse(tei.EmbedRequest, body), engine, probe)
+    if k in (CLASSIFIER, RERANKER):
+        return await predict(request, _parse(tei.PredictRequest, body), engine, probe)
+    raise WrongModelKind("model is a generative model: POST / serves embedding and classification models "
+                         "(generation: POST /v1/generate)")
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _inputs(inputs) -> list:
+    if not inputs:
+        raise Empty("'inputs' is empty", field="inputs")
+    return tei.embed_inputs(inputs)
+
+
+async def _json_object(request: Request) -> dict:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    raw = await read_body(request)
+    if ctype == "application/json" or ctype.endswith("+json"):
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise RequestValidationError([{"loc": ("body",), "msg": "malformed JSON", "type": "json_invalid"}]) from None
+        if isinstance(body, dict):
+            return body
+    raise RequestValidationError([{"loc": ("body",), "msg": "not a JSON object", "type": "model_type"}])
+
+
+def _parse(model: type[BaseModel], body: dict):
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        raise RequestValidationError(e.errors(include_input=False, include_url=False)) from None

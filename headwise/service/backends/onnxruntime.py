@@ -1,0 +1,193 @@
+"""onnxruntime sessions for one model package: provider and variant choice, thread count, run.
+
+The engine sees only `Backend`: `provider`, `variants` (role → variant name and precision)
+and `run(role, feeds, outputs)`; tests swap in a fake with the same surface.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Protocol
+
+import numpy as np
+
+from headwise.service.backends import cuda
+from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread, usable_cores
+from headwise.service.package import ModelPackage, PackageError
+from headwise.service.settings import Settings, worker_processes
+
+log = logging.getLogger("headwise.service")
+
+CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+# CPU graphs carry Add + LayerNormalization where the fuser made SkipLayerNormalization, whose
+# CPU kernel is ~10× slower (headwise/export/optimize.py: unfuse_skip_layernorm); onnxruntime must not
+# fuse them back when it loads the graph.
+CPU_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+
+
+class Backend(Protocol):
+    provider: str  # "cuda" | "cpu"
+    # role ("embed" | "attention" | "analytics") → package variant name. "analytics", on CPU
+    # only: the embed variant again, in a session of its own (HEADWISE_ANALYTICS_THREADS)
+    variants: dict[str, str]
+    precision: str  # precision of the embed variant
+
+    def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
+
+
+PRECISION_VARIANTS = {"fp32": "fast", "int8": "fast.int8", "fp16": "fast.fp16"}
+
+
+def verified(package: ModelPackage, variant: str) -> bool:
+    """True when `headwise export`/`verify` recorded that the variant met its parity bar."""
+    return bool(package.manifest.get("parity", {}).get(variant, {}).get("passed"))
+
+
+def check_precision(packages: list[ModelPackage], precision: str, provider: str = "auto") -> None:
+    """Refuse, before anything starts, a HEADWISE_PRECISION that an encoder package cannot serve
+    (on HEADWISE_PROVIDER=cuda, int8 too)."""
+    for package in packages:
+        if not package.generative and precision != "auto":
+            choose_variant(package, "cuda" if provider == "cuda" else "cpu", precision)
+
+
+def choose_variant(package: ModelPackage, provider: str, precision: str) -> str:
+    """The embed variant for HEADWISE_PRECISION. `auto` is the model's own precision (fp32),
+    except fp16 on CUDA where the package's fp16 variant passed its parity bar. int8 and fp16
+    are served only when present: asking for a missing one fails, naming those there are."""
+    have = package.variants
+    if precision == "auto":
+        if provider == "cuda" and "fast.fp16" in have:
+            if verified(package, "fast.fp16"):
+                return "fast.fp16"
+            log.warning("model %s: fast.fp16 has not passed its parity bar (run `headwise verify`); "
+                        "serving fp32 on CUDA", package.name)
+        return "fast"
+    name = PRECISION_VARIANTS[precision]
+    if provider == "cuda" and name == "fast.int8":
+        raise PackageError("HEADWISE_PRECISION=int8 is for CPUs: its integer matrix products "
+                           "(MatMulIntegerToFloat) have no CUDA kernel in onnxruntime. On a GPU serve "
+                           "fp16 or fp32, or set HEADWISE_PROVIDER=cpu to serve int8 on the CPU")
+    if name not in have:
+        present = ", ".join(f"{v} ({have[v].precision})" for v in have)
+        raise PackageError(f"{package.path}: HEADWISE_PRECISION={precision} but the package has no {name} "
+                           f"variant; it has {present}")
+    return name
+
+
+class OrtBackend:
+    """One onnxruntime session per role. On CUDA, inputs are bound from host memory and outputs
+    on the device (IOBinding), then copied back; `binding` names the device to bind outputs on
+    ("cuda"; "cpu" runs the same code on a machine without a GPU, for tests), None for plain
+    `session.run`; "auto": "cuda" on CUDA, else None."""
+
+    def __init__(self, package: ModelPackage, settings: Settings, *, binding: str | None = "auto"):
+        import onnxruntime as ort
+
+        self._ort = ort
+        self.package = package
+        self.settings = settings
+        workers = worker_processes(settings)
+        self.provider = self._pick_provider(settings.provider)
+        # A CUDA session's host threads only launch kernels: one, not spinning, leaves the cores
+        # to the event loop and the tokenizer.
+        self.threads = 1 if self.provider == "cuda" else settings.threads or max(1, usable_cores() // workers)
+        self.binding = ("cuda" if self.provider == "cuda" else None) if binding == "auto" else binding
+        self.variants, self.precision = self._roles(settings.precision)
+        self._sessions = {role: self._session(package.variants[name], role) for role, name in self.variants.items()}
+        self._inputs = {r: [i.name for i in s.get_inputs()] for r, s in self._sessions.items()}
+        log.info("model %s: provider %s, %s threads, variants %s", package.name, self.provider,
+                 self.threads, self.variants)
+
+    def _roles(self, precision: str) -> tuple[dict[str, str], str]:
+        """(role → package variant, the embed variant's precision): what gets a session."""
+        package = self.package
+        roles = {"embed": choose_variant(package, self.provider, precision)}
+        if "attention" in package.variants:
+            roles["attention"] = "attention"
+        if self.provider == "cpu" and self.settings.analytics_threads and package.task != "classification":
+            roles["analytics"] = roles["embed"]
+        return roles, package.variants[roles["embed"]].precision
+
+    def _options(self, provider: str, threads: int | None = None):
+        so = self._ort.SessionOptions()
+        so.intra_op_num_threads = (threads or self.threads) if provider == "cpu" else 1
+        so.inter_op_num_threads = 1
+        so.execution_mode = self._ort.ExecutionMode.ORT_SEQUENTIAL
+        so.log_severity_level = 3
+        # onnxruntime caches a memory plan per input shape; the CPU batcher pads to each batch's
+        # own length (thousands of shapes), so there it plans as it goes instead.
+        so.enable_mem_pattern = provider == "cuda"
+        if provider == "cpu":
+            # Spin while a run lasts (each op's threads start at once), not after it: a pool
+            # still spinning would take a core from the event loop answering that batch and
+            # reading the next (bench/results/experiments-cpu.md).
+            so.add_session_config_entry("session.force_spinning_stop", "1")
+        else:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return so
+
+    def cuda_options(self, precision: str) -> dict[str, str]:
+        """The CUDA provider's options for a graph of this precision. TF32 rounds fp32 matrix
+        products to 10 mantissa bits: off wherever fp32 parity (1e-5) is promised."""
+        s = self.settings
+        opts = {"use_tf32": "0" if precision == "fp32" else "1", "arena_extend_strategy": "kSameAsRequested"}
+        if s.device_id:  # onnxruntime ≥ 1.26 warns, harmlessly, for every session given a device_id
+            opts["device_id"] = str(s.device_id)
+        if s.gpu_mem_limit:
+            opts["gpu_mem_limit"] = str(s.gpu_mem_limit)
+        return opts
+
+    def _session(self, variant, role: str):
+        provider = self.provider
+        providers = [(CUDA, self.cuda_options(variant.precision)), CPU] if provider == "cuda" else [CPU]
+        threads = self.settings.analytics_threads if role == "analytics" else self.threads
+        make = partial(self._ort.InferenceSession, str(variant.file), sess_options=self._options(provider, threads),
+                       providers=providers,
+                       disabled_optimizers=CPU_DISABLED_OPTIMIZERS if provider == "cpu" else None)
+        if role == "analytics":  # its pool threads inherit the lowest priority from the thread made here
+            with lowered_thread(niceness=ANALYTICS_NICENESS) as pool:
+                sess = pool.submit(make).result()
+        else:
+            sess = make()
+        if provider == "cuda" and CUDA not in sess.get_providers():
+            raise PackageError(f"{variant.file}: onnxruntime made a CPU session where CUDA was asked for "
+                               f"(providers {sess.get_providers()})")
+        return sess
+
+    def _pick_provider(self, wanted: str) -> str:
+        """`cuda` that cannot be had raises, naming what is missing; `auto` without CUDA warns
+        once, saying why, and serves on CPU."""
+        if wanted == "cpu":
+            return "cpu"
+        found = cuda.probe(self.settings.device_id)
+        if not found.ok:
+            if wanted == "cuda":
+                raise PackageError(f"HEADWISE_PROVIDER=cuda, but CUDA cannot be used here: {found.why()}")
+            cuda.warn_cpu_once(found)
+            return "cpu"
+        return "cuda"
+
+    def input_names(self, role: str) -> list[str]:
+        return self._inputs[role]
+
+    def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        sess = self._sessions[role]
+        feeds = {k: feeds[k] for k in self._inputs[role]}
+        if self.binding is None:
+            return dict(zip(outputs, sess.run(outputs, feeds), strict=True))
+        return run_bound(sess, feeds, outputs, self.binding, self.settings.device_id)
+
+
+def run_bound(sess, feeds: dict[str, np.ndarray], outputs: list[str], device: str,
+              device_id: int = 0) -> dict[str, np.ndarray]:
+    """One run with IOBinding: inputs from host memory, outputs left where the graph made them
+    on `device` (their shapes are dynamic), then copied to host."""
+    binding = sess.io_binding()
+    for name, arr in feeds.items():
+        binding.bind_cpu_input(name, arr)
+    for name in outputs:
+        binding.bind_output(name, device, device_id if device == "cuda" else 0)
+    sess.run_with_iobinding(binding)
+    return dict(zip(outputs, binding.copy_outputs_to_cpu(), strict=True))

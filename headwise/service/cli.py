@@ -1,0 +1,137 @@
+"""`headwise serve`: serve model packages with uvicorn (uvloop + httptools).
+
+Flags override HEADWISE_* variables; they are written back to the environment so that
+worker processes (--workers N) build the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+from headwise.service.backends import cuda
+from headwise.service.backends.onnxruntime import check_precision
+from headwise.service.cpu import usable_cores
+from headwise.service.package import PackageError, check_default_model, find_packages
+from headwise.service.settings import SettingsError, load_settings
+
+FLAGS = {"models": "HEADWISE_MODELS_DIR", "host": "HEADWISE_HOST", "port": "HEADWISE_PORT",
+         "workers": "HEADWISE_WORKERS"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", metavar="DIR", help="folder of model packages (default: models/)")
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default 8000)")
+    parser.add_argument("--workers", type=_workers, help="worker processes, or auto (the default: 1 on CPU, "
+                        "several on CUDA)")
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
+
+
+def _workers(value: str) -> int | str:
+    return value if value == "auto" else int(value)
+
+
+def resolve_workers(settings):
+    """`auto` → a number (service.backends.cuda.auto_workers on CUDA, else 1), exported as
+    HEADWISE_WORKERS for the worker processes; a number stays as it is."""
+    if isinstance(settings.workers, int):
+        return settings
+    on_cuda = settings.provider == "cuda" or (settings.provider == "auto" and cuda.probe(settings.device_id).ok)
+    n = cuda.auto_workers(usable_cores(), cuda.device_memory(settings.device_id)) if on_cuda else 1
+    os.environ["HEADWISE_WORKERS"] = str(n)
+    if on_cuda:
+        print(f"headwise serve: HEADWISE_WORKERS=auto: {n} worker processes share the GPU", file=sys.stderr)
+    return settings.model_copy(update={"workers": n})
+
+
+def _log_config(level: str) -> dict:
+    from uvicorn.config import LOGGING_CONFIG
+
+    cfg = copy.deepcopy(LOGGING_CONFIG)
+    cfg["loggers"]["headwise"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return cfg
+
+
+def _exit_if_stuck(code: int, wait_s: float = 1.0) -> None:
+    """A request hanging in onnxruntime past the grace period leaves a non-daemon worker
+    thread that the interpreter would wait for at exit; it must not keep the process alive."""
+    deadline = time.monotonic() + wait_s
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()
+             and not t.daemon]
+    if stuck:
+        print(f"headwise serve: exiting with thread(s) still busy: {', '.join(stuck)}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main(args: argparse.Namespace) -> int:
+    for flag, env in FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            os.environ[env] = str(value)
+    try:
+        settings = load_settings()
+        # Checked here too (hashes included) so a bad package stops us with a clear message
+        # before any worker starts; the app's start-up repeats it from a cache.
+        packages = find_packages(settings.models_dir)
+        check_precision(packages, settings.precision, settings.provider)
+        check_default_model(settings.default_model, [p.name for p in packages])
+        if settings.provider == "cuda":  # fail in seconds, naming what is missing
+            found = cuda.probe(settings.device_id)
+            if not found.ok:
+                raise PackageError(f"HEADWISE_PROVIDER=cuda, but CUDA cannot be used here: {found.why()}")
+        settings = resolve_workers(settings)
+    except (SettingsError, PackageError) as e:
+        print(f"headwise serve: error: {e}", file=sys.stderr)
+        return 2
+
+    made_dir = None
+    if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        made_dir = tempfile.mkdtemp(prefix="headwise-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = made_dir  # before prometheus_client is imported
+
+    import uvicorn
+
+    # uvicorn re-raises SIGTERM (or a second SIGINT) once it has drained; no-op handlers here
+    # make that an exit 0, with no KeyboardInterrupt traceback.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)
+    from headwise.service import fastpath
+    from headwise.service.http_protocol import UVICORN_HTTP
+
+    options = dict(host=settings.host, port=settings.port, loop="uvloop", http=UVICORN_HTTP,
+                   # the app's SIGTERM drain waits for requests in flight (service.api.app); this is
+                   # only what uvicorn waits after it, or on SIGINT
+                   lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
+                   log_level=args.log_level, access_log=args.access_log, log_config=_log_config(args.log_level))
+    try:
+        if settings.workers == 1:
+            from headwise.service.api.app import create_app
+
+            def stop() -> None:
+                server.should_exit = True
+
+            app = fastpath.install(create_app(settings, on_fatal=stop))
+            server = uvicorn.Server(uvicorn.Config(app, **options))
+            server.run()
+            code = 3 if not server.started or app.state.engine.failed else 0
+            _exit_if_stuck(code)
+            return code
+        uvicorn.run(fastpath.FACTORY, factory=True, workers=settings.workers, **options)
+        return 0
+    finally:
+        if made_dir:
+            shutil.rmtree(made_dir, ignore_errors=True)

@@ -1,0 +1,233 @@
+"""The engine: the served models and the whole operations routers call (docs/architecture.md).
+
+Routers call `Engine.embed`, `Engine.tokenize`, `Engine.classify`, `Engine.rerank` and
+`Engine.generate`, one call per request; those raise service.errors' domain errors for client
+mistakes and never touch HTTP. Each served model is a Runtime (service.engine.runtime): an
+EncoderRuntime, a ClassifierRuntime (classification packages) or a GenerativeRuntime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+from headwise.service.backends import open_backend
+from headwise.service.backends.onnxruntime import check_precision
+from headwise.service.cpu import lowered_thread
+from headwise.service.engine import explain as operations
+from headwise.service.engine.budget import ResponseBudget, ShareOf, TokenBudget
+from headwise.service.engine.classifier import ClassifierRuntime
+from headwise.service.engine.classify import ClassifyParams, ClassifyResult
+from headwise.service.engine.encoder import BackendFactory, EncoderRuntime
+from headwise.service.engine.explain import AnalyticsLane, Occlusion, Similarity
+from headwise.service.engine.generation import GenerativeRuntime
+from headwise.service.engine.generation.runtime import Generation
+from headwise.service.engine.generation.sequence import GenerateInput
+from headwise.service.engine.params import EmbedParams, EmbedResult
+from headwise.service.engine.runtime import Runtime
+from headwise.service.engine.tokenizer import Encoded
+from headwise.service.errors import (
+    FIELD,
+    InvalidRequest,
+    NotFound,
+    NotReady,
+    TooLarge,
+    Validation,
+)
+from headwise.service.metrics import Metrics
+from headwise.service.package import find_packages
+from headwise.service.settings import Settings
+
+log = logging.getLogger("headwise.service")
+
+TOKENIZER_THREADS = 2  # the pool that tokenises for /v1/tokenize (batches tokenise on their own thread)
+
+
+class Engine:
+    def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None):
+        self.settings = settings
+        self.metrics = metrics
+        self.responses = ResponseBudget(settings.max_inflight_response_bytes, metrics.response_bytes)
+        # Analytics answers are built on the lowest priority, so they may hold no more than half
+        # of the in-flight response bytes (and one whole answer at least): plain answers keep the rest.
+        share = max(settings.max_inflight_response_bytes // 2, settings.max_response_bytes)
+        self.analytics = AnalyticsLane(
+            TokenBudget(settings.analytics_tokens_inflight, settings.analytics_max_request_tokens,
+                        metrics.analytics_tokens),
+            ShareOf(self.responses, share, "analytics answers being built or sent"))
+        self.backend_factory = backend_factory or open_backend
+        self.models: dict[str, Runtime] = {}
+        self.ready = False
+        self.draining = False
+        self.failed: str | None = None
+        self._tok_pool = ThreadPoolExecutor(max_workers=TOKENIZER_THREADS, thread_name_prefix="headwise-tokenize")
+
+    def load_packages(self) -> None:
+        """Read and verify every package (hashes included); raises PackageError."""
+        packages = find_packages(self.settings.models_dir)
+        check_precision(packages, self.settings.precision, self.settings.provider)
+        for pkg in packages:
+            cls = (GenerativeRuntime if pkg.generative else
+                   ClassifierRuntime if pkg.task == "classification" else EncoderRuntime)
+            self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
+
+    def prepare(self) -> None:
+        """Create sessions and warm up (blocking: run it off the event loop), on a thread of
+        lower priority whose onnxruntime pools inherit it (see lower_thread_priority)."""
+        with lowered_thread() as pool:
+            pool.submit(self._prepare).result()
+
+    def _prepare(self) -> None:
+        for rt in self.models.values():
+            rt.load(self.backend_factory)
+            t0 = time.perf_counter()
+            rt.warm_up()
+            log.info("model %s warmed up in %.2fs", rt.name, time.perf_counter() - t0)
+
+    def start(self) -> None:
+        for rt in self.models.values():
+            rt.start()
+            rt.ready = True
+        self.ready = True
+
+    def abort(self) -> None:
+        """Grace period over: every request still waiting gets 503 now."""
+        for rt in self.models.values():
+            rt.abort(NotReady("server shutting down; the grace period is over"))
+
+    async def close(self, timeout: float = 5.0) -> None:
+        self.ready = False
+        for rt in self.models.values():
+            await rt.close(timeout)
+        self._tok_pool.shutdown(wait=False, cancel_futures=True)
+        self.analytics.close()
+
+    # -- used by routers -------------------------------------------------------------------
+    def check_live(self) -> None:
+        if self.failed:
+            raise NotReady("model failed to load; see the server log")
+
+    def check_ready(self, rt: Runtime | None = None) -> None:
+        """Raises NotReady unless the server (and `rt`, if given) takes requests now."""
+        if self.draining:
+            raise NotReady("draining")
+        if not self.ready:
+            raise NotReady("model not loaded or warming up")
+        if rt is not None and not rt.ready:
+            raise NotReady(f"model {rt.name} is not ready")
+
+    def get(self, name: str | None) -> Runtime:
+        if name is None:
+            if len(self.models) == 1:
+                return next(iter(self.models.values()))
+            raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
+        rt = self.models.get(name)
+        if rt is None:
+            raise NotFound(f"no model by that name; served: {', '.join(sorted(self.models))}")
+        return rt
+
+    def _check(self, texts: list, field: str = "inputs") -> None:
+        """Empty, too many inputs, a text (or either text of a pair) too long, not ready."""
+        if not texts:
+            raise InvalidRequest(f"'{FIELD}' is empty", field=field)
+        if len(texts) > self.settings.max_client_batch:
+            raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request")
+        cap = self.settings.max_input_chars
+        for i, t in enumerate(texts):  # before any tokenisation: a huge string costs a len()
+            for part in (t,) if isinstance(t, str) else t if isinstance(t, tuple) else ():
+                if isinstance(part, str) and len(part) > cap:
+                    raise TooLarge(f"{FIELD}[{i}] has {len(part)} characters; at most {cap} per input", field=field)
+        self._ready()
+
+    def _ready(self) -> None:
+        if not self.ready or self.draining:
+            raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
+
+    async def _encode(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
+                      whole: bool = False) -> list[Encoded]:
+        t0 = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        if whole:
+            work = partial(rt.tokenizer.encode_unchecked, texts, False, special_tokens)
+        else:
+            work = partial(rt.tokenizer.encode, texts, truncate, special_tokens)
+        encs = await loop.run_in_executor(self._tok_pool, work)
+        self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
+        return encs
+
+    async def tokenize(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
+                       whole: bool = False) -> list[Encoded]:
+        """Each text's tokens; `special_tokens=False` without [CLS]/[SEP]; `whole`: every token,
+        neither cut nor checked against max_len (TEI's /tokenize)."""
+        self._check(texts)
+        return await self._encode(rt, texts, truncate, special_tokens, whole)
+
+    async def decode(self, rt: Runtime, seqs: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """Token ids back to text (TEI's /decode); ids outside the vocabulary raise Validation."""
+        self._check(seqs, field="ids")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._tok_pool, rt.tokenizer.decode, seqs, skip_special_tokens)
+
+    async def embed(self, rt: Runtime, inputs: list, params: EmbedParams,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
+        """Every input's embedding (and attention) as `params` asks. `inputs` may be token-id
+        lists instead of texts, used as they are (no special tokens added)."""
+        self._check(inputs)
+        return await rt.embed(inputs, params, is_disconnected)
+
+    async def classify(self, rt: Runtime, inputs: list[str | tuple[str, str]], params: ClassifyParams,
+                       is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
+        """Every input's logits and scores (and attention), in input order. An input is a text
+        or an (a, b) pair (a list of two texts is taken as a pair)."""
+        items = [x if isinstance(x, str) else tuple(x) for x in inputs]
+        self._check(items)
+        if any(len(x) != 2 for x in items if isinstance(x, tuple)):
+            raise Validation(f"each of '{FIELD}' is a text or a pair of two texts", field="inputs")
+        return await rt.classify(items, params, is_disconnected)
+
+    async def rerank(self, rt: Runtime, query: str, texts: list[str], params: ClassifyParams,
+                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
+        """classify of the (query, text) pairs, in texts' order (routers sort). The query and
+        every text are held to max_input_chars; the pair to max_len tokens."""
+        self._check(texts, field="texts")
+        if len(query) > self.settings.max_input_chars:
+            raise TooLarge(f"{FIELD} has {len(query)} characters; at most {self.settings.max_input_chars}",
+                           field="query")
+        labels = rt.package.labels
+        if rt.package.task == "classification" and len(labels) != 1:
+            raise Validation(f"model {rt.name!r} is a classifier with {len(labels)} labels: reranking needs a "
+                             "cross-encoder (one label, a relevance score); use /v1/predict")
+        # pair i is texts[i]: its errors (too many tokens) name texts[i]
+        return await rt.classify([(query, t) for t in texts], params, is_disconnected, field="texts")
+
+    async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
+                         top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
+        """Cosines of the source's embedding with each target's (explained: split over token
+        pairs). The source and targets count as 1 + len(targets) inputs: inputs[0] is the
+        source, inputs[i] targets[i − 1] in messages."""
+        if not targets:
+            raise InvalidRequest("'targets' is empty", field="targets")
+        texts = [source, *targets]
+        self._check(texts)
+        rt.check_embeddings()
+        encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
+        return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, self.analytics,
+                                           is_disconnected)
+
+    async def occlusion(self, rt: Runtime, text: str, truncate: bool,
+                        is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
+        """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
+        self._check([text])
+        rt.check_embeddings()
+        encs = await self._encode(rt, [text], truncate)  # checked against max_len (TextTokenizer.encode)
+        return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, self.analytics,
+                                          is_disconnected)
+
+    async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
+        """A queued generation, its answer's bytes reserved until its response is sent."""
+        self._ready()
+        return await rt.generate(ask, self.responses)

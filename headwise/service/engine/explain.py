@@ -1,0 +1,162 @@
+"""Similarity (with its exact token-pair explanation) and occlusion: whole operations over an
+encoder runtime's analytics batcher (after plain work; on the served fast graph: fp32, int8 or
+fp16 alike), admitted at their token cost (AnalyticsLane.budget), post-processed off the
+event loop (AnalyticsLane.run).
+
+- similarity: the cosines of the source's sentence embedding with each target's, the very
+  embeddings /v1/embed returns (normalize true); with `explain`, each cosine split over token
+  pairs (service.engine.analytics.pair_contributions), exact for mean pooling only.
+- occlusion: for each position i of one input, 1 − cos(e, e₋ᵢ), e₋ᵢ the embedding with
+  attention_mask 0 at i (that token neither attended to nor pooled): T + 1 rows.
+
+Formulas and limits: docs/analytics.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread
+from headwise.service.engine.analytics import pair_contributions, top_pairs
+from headwise.service.engine.budget import ShareOf, TokenBudget
+from headwise.service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES, Embedded, EmbedParams
+from headwise.service.engine.runtime import Runtime
+from headwise.service.engine.tokenizer import Encoded
+from headwise.service.errors import TooLarge, Validation
+
+PAIR_BYTES = 64  # one top pair written as {"source": i, "target": j, "value": v}, generously
+SCORE_BYTES = 64  # one target's index and score, and its item's keys
+ENVELOPE_BYTES = 192  # the answer's own keys and usage counts, and explain's source object
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One target's split of its score: contributions [T_source, T_target] sum to it."""
+
+    contributions: np.ndarray  # float32
+    pairs: list[tuple[int, int, float]]  # (source index, target index, value), largest first
+
+
+@dataclass(frozen=True)
+class Similarity:
+    model: str
+    version: str
+    source: Encoded
+    targets: list[Encoded]
+    scores: list[float]
+    explained: list[Explained] | None
+
+    @property
+    def n_tokens(self) -> int:
+        return self.source.length + sum(e.length for e in self.targets)
+
+
+@dataclass(frozen=True)
+class Occlusion:
+    model: str
+    version: str
+    encoding: Encoded
+    effects: list[float]  # per position: 1 − cos(full, with that position masked out)
+
+    @property
+    def passes(self) -> int:
+        return self.encoding.length + 1
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """In float64; 0 when either vector is zero."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    n = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / n) if n > 0 else 0.0
+
+
+def similarity_bytes(model: str, source: int, targets: list[int], explain: bool, top_k: int) -> int:
+    """An upper bound of the JSON answer: its envelope (the model's name, usage), scores, and
+    with explain each target's tokens, offsets, [T_s, T_t] contributions and top pairs, and the
+    source's tokens."""
+    n = ENVELOPE_BYTES + 6 * len(model) + len(targets) * SCORE_BYTES
+    if explain:
+        n += source * TOKEN_BYTES
+        n += sum(t * TOKEN_BYTES + source * t * JSON_VALUE_BYTES["float32"] + min(top_k, source * t) * PAIR_BYTES
+                 for t in targets)
+    return n
+
+
+async def similarity(rt: Runtime, encs: list[Encoded], explain: bool, top_k: int, max_response_bytes: int,
+                     lane: AnalyticsLane, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
+    """encs: the source, then the targets, tokenised and checked for max_len. Their rows are
+    admitted against the analytics budget; the split runs off the event loop."""
+    if explain and rt.package.pooling != "mean":  # (generative and classification models: refused before)
+        raise Validation(f"explain needs mean pooling: model {rt.name!r} pools with {rt.package.pooling!r}, and a "
+                         "cosine of single-token (CLS) embeddings has no exact split over token pairs; "
+                         "ask without explain")
+    source, targets = encs[0], encs[1:]
+    size = similarity_bytes(rt.name, source.length, [e.length for e in targets], explain, top_k)
+    if size > max_response_bytes:
+        raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
+                       f"({max_response_bytes}); send fewer or shorter targets, or ask without explain")
+    params = EmbedParams(sentence=True, tokens=explain, normalize=True)
+    cost = sum(e.length for e in encs)
+    with lane.budget.admit(cost, f"similarity of {len(encs)} texts ({cost} tokens)").held():
+        data = await rt.run_encoded(encs, params, None, is_disconnected)
+        # held until the split is done: the rows' token embeddings are alive until then
+        scores, explained = await lane.run(_split, data, explain, top_k)
+    rt.series.analytic("similarity_explain" if explain else "similarity").inc()
+    return Similarity(rt.name, rt.package.version, source, targets, scores, explained)
+
+
+def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float], list[Explained] | None]:
+    """The source's (data[0]) cosine with each target's, and with `explain` its split."""
+    src = data[0]
+    scores = [cosine(src.sentence, d.sentence) for d in data[1:]]
+    if not explain:
+        return scores, None
+    explained = []
+    for d in data[1:]:
+        _, c = pair_contributions(src.tokens, d.tokens)
+        explained.append(Explained(c, top_pairs(c, top_k)))
+    return scores, explained
+
+
+async def occlusion(rt: Runtime, enc: Encoded, max_rows: int, lane: AnalyticsLane,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
+    """enc: the input, tokenised and checked; its T + 1 rows (the input whole, then one per
+    masked position) go through the analytics batcher as one job of T + 1 inputs, admitted
+    against the analytics budget at (T + 1) · T tokens."""
+    t = enc.length
+    if t + 1 > max_rows:
+        raise TooLarge(f"occlusion of {t} tokens runs {t + 1} forward passes, over the {max_rows} inputs one request "
+                       "may ask for (HEADWISE_MAX_CLIENT_BATCH); send a shorter input")
+    params = EmbedParams(sentence=True, normalize=True)
+    cost = (t + 1) * t
+    with lane.budget.admit(cost, f"occlusion of {t} tokens ({t + 1} rows of {t})").held():
+        data = await rt.run_encoded([enc] * (t + 1), params, list(range(-1, t)), is_disconnected)
+        effects = await lane.run(_effects, data)
+    rt.series.analytic("occlusion").inc()
+    return Occlusion(rt.name, rt.package.version, enc, effects)
+
+
+def _effects(data: list[Embedded]) -> list[float]:
+    full = data[0].sentence
+    return [1.0 - cosine(full, d.sentence) for d in data[1:]]
+
+
+class AnalyticsLane:
+    """What analytics need of the engine beside a runtime: the token budget they are admitted
+    against, and a thread of the lowest priority for their post-processing and responses
+    (`run`), so that none of it runs on the event loop."""
+
+    def __init__(self, budget: TokenBudget, responses: ShareOf):
+        self.budget = budget
+        self.responses = responses  # what analytics answers may hold of the in-flight response bytes
+        self.pool = lowered_thread("headwise-analytics-post", ANALYTICS_NICENESS)
+
+    async def run(self, fn: Callable, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)

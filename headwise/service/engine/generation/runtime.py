@@ -1,0 +1,260 @@
+"""A served generative model (architecture "decoder" or "encoder-decoder"): its tokenizer,
+graphs, scheduler and the checks a generation request passes before it is queued. It is a
+service.engine.runtime.Runtime, as an encoder model is."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from headwise.service.engine.budget import Reservation, ResponseBudget
+from headwise.service.engine.faults import FAULT
+from headwise.service.engine.generation.batch import Stepper
+from headwise.service.engine.generation.sampling import SamplingParams
+from headwise.service.engine.generation.scheduler import Scheduler
+from headwise.service.engine.generation.sequence import GenerateInput, GenParams, Sequence
+from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.tokenizer import TextTokenizer
+from headwise.service.errors import InvalidRequest, NotReady, TooLarge, Validation
+from headwise.service.metrics import Metrics
+from headwise.service.package import ModelPackage
+from headwise.service.settings import Settings
+
+DEFAULT_NEW_TOKENS = 16
+BackendFactory = Callable[[ModelPackage, Settings], object]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A queued generation: its sequence (events, result) and the bytes held for its answer
+    until the response has been sent."""
+
+    seq: Sequence
+    reservation: Reservation
+
+
+class GenerativeRuntime:
+    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
+        m = package.manifest
+        self.package = package
+        self.settings = settings
+        self.metrics = metrics
+        self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)  # /v1/tokenize
+        self.decoder = Tokenizer.from_file(str(package.tokenizer_file))
+        self.decoder.no_padding()
+        self.decoder.no_truncation()
+        self.special = dict(m["special_tokens"])
+        self.suppress_ids = tuple(int(i) for i in (m.get("generation") or {}).get("suppress_token_ids", ()))
+        self.d_head = int(m.get("d_head") or package.d_model // package.n_heads)
+        self.backend = None  # a GenerativeBackend, or what the engine's backend factory makes
+        self.scheduler: Scheduler | None = None
+        self.ready = False
+
+    @property
+    def name(self) -> str:
+        return self.package.name
+
+    @property
+    def source_field(self) -> str:
+        return "prompt" if self.package.architecture == "decoder" else "source"
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return min(self.settings.max_prompt_tokens or self.package.max_len, self.package.max_len)
+
+    def info(self) -> dict:
+        p, b = self.package, self.backend
+        return {
+            "name": p.name, "version": p.version, "family": p.family, "architecture": p.architecture,
+            "task": "generation", "n_layers": p.n_layers, "n_encoder_layers": int(p.manifest.get("n_encoder_layers") or 0),
+            "n_heads": p.n_heads, "d_model": p.d_model, "max_len": p.max_len,
+            "pooling": None, "normalize": False,
+            "provider": b.provider if b else None, "precision": b.precision if b else None,
+            "variants": {name: {"precision": v.precision, "outputs": list(v.outputs), "serving": b is not None}
+                         for name, v in p.variants.items()},
+            "attention": all(g + ".attention" in p.variants for g in self._graphs()),
+            "generate": {"input": self.source_field, "special_tokens": self.special,
+                         "suppress_token_ids": list(self.suppress_ids),
+                         "max_new_tokens": self.settings.max_new_tokens,
+                         "max_prompt_tokens": self.max_prompt_tokens},
+            "ready": self.ready,
+        }
+
+    def _graphs(self) -> tuple[str, str]:
+        return ("prefill", "decode") if self.package.architecture == "decoder" else ("encoder", "decoder_step")
+
+    def attention_spec(self, layers, heads, **how) -> AttentionSpec:
+        if not all(g + ".attention" in self.package.variants for g in self._graphs()):
+            raise Validation(f"model {self.name!r} has no attention graphs")
+        return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
+
+    async def embed(self, inputs, params, is_disconnected=None):
+        self.check_embeddings()
+
+    def check_embeddings(self) -> None:
+        raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
+                         "POST /v1/generate and has no embeddings")
+
+    async def classify(self, inputs, params, is_disconnected=None, field="inputs"):
+        raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
+                         "POST /v1/generate; /v1/rerank and /v1/predict serve classification packages")
+
+    async def run_encoded(self, encs, params, holes=None, is_disconnected=None):
+        await self.embed(encs, params, is_disconnected)
+
+    async def generate(self, ask: GenerateInput, budget: ResponseBudget) -> Generation:
+        """Check and tokenise the request, reserve its answer's bytes, queue it."""
+        field, other = self.source_field, ("source" if self.source_field == "prompt" else "prompt")
+        if getattr(ask, other) is not None:
+            raise Validation(f"model {self.name!r} is a {self.package.architecture} model: send the text in "
+                             f"'{field}', not '{other}'")
+        text = getattr(ask, field)
+        if text is None:
+            raise Validation(f"{field}: field required")
+        cap = self.settings.max_input_chars
+        if cap and len(text) > cap:
+            raise TooLarge(f"{field} has {len(text)} characters, over HEADWISE_MAX_INPUT_CHARS ({cap})")
+        if self.scheduler is None:
+            raise NotReady("model not loaded or warming up")
+        params = self._params(ask)
+        if len(text) > 4096:  # tokenising a long text off the event loop
+            seq = await asyncio.get_running_loop().run_in_executor(None, self.new_sequence, text, params)
+        else:
+            seq = self.new_sequence(text, params)
+        with budget.reserve(self.answer_bytes(seq)) as reservation:
+            self.scheduler.submit(seq)
+        return Generation(seq, reservation)
+
+    def _params(self, ask: GenerateInput) -> GenParams:
+        limit = self.settings.max_new_tokens
+        new = ask.max_new_tokens if ask.max_new_tokens is not None else min(DEFAULT_NEW_TOKENS, limit)
+        if new > limit:
+            raise Validation(f"max_new_tokens: at most {limit} (HEADWISE_MAX_NEW_TOKENS)")
+        if len(ask.stop) > 16 or any(not s or len(s) > 256 for s in ask.stop):
+            raise Validation("stop: at most 16 strings, each 1 to 256 characters")
+        return GenParams(new, ask.sampling, ask.seed, ask.stop, ask.stream, ask.attention)
+
+    def abort(self, exc: Exception) -> None:
+        if self.scheduler is not None:
+            self.scheduler.abort(exc)
+
+    async def close(self, timeout: float) -> None:
+        if self.scheduler is not None:
+            await self.scheduler.close(timeout)
+
+    # -- start-up ---------------------------------------------------------------------------
+    def load(self, factory: BackendFactory) -> None:
+        """Sessions for every graph."""
+        self.backend = factory(self.package, self.settings)
+        self.metrics.model_info.labels(model=self.name, version=self.package.version,
+                                       provider=self.backend.provider, precision=self.backend.precision).set(1)
+
+    def _stepper(self) -> Stepper:
+        inference = self.metrics.inference_duration
+        batch_size = self.metrics.batch_size
+
+        def on_run(variant, seconds, rows, tokens):
+            inference.labels(model=self.name, variant=variant).observe(seconds)
+            batch_size.labels(model=self.name, variant=variant).observe(rows)
+
+        return Stepper(self.backend, self.package.architecture, (self.package.n_layers, self.package.n_heads,
+                                                                  self.d_head), self.special, on_run)
+
+    def warm_up(self) -> None:
+        """Two tokens through every graph, plain and with attention (no metrics)."""
+        stepper = Stepper(self.backend, self.package.architecture,
+                          (self.package.n_layers, self.package.n_heads, self.d_head), self.special)
+        ids = np.asarray(self.decoder.encode("warm up").ids[: self.package.max_len - 2] or [0], np.int64)
+
+        for attention in (False, True):
+            sel = AttentionSpec((0,), (0,), False, False) if attention else None
+            params = GenParams(2, SamplingParams(), 0, (), False, sel)
+            seq = Sequence(model=self.name, source_field=self.source_field, prompt_ids=ids, prompt_tokens=[],
+                           params=params, limit=2, tokenizer=self.decoder, eos=None,
+                           suppress_ids=self.suppress_ids, metrics=_Quiet())
+            batch, _ = stepper.admit([seq])
+            if batch is not None:
+                stepper.step(batch)
+
+    def start(self) -> None:
+        self.scheduler = Scheduler(self._stepper(), self.name, self.settings.max_batch_size, self.settings.max_queue)
+        self.scheduler.start()
+
+    # -- requests -----------------------------------------------------------------------------
+    def new_sequence(self, text: str, params: GenParams) -> Sequence:
+        """Tokenise and check a request (call off the event loop? it is fast; the router runs it
+        in a thread for long texts). Raises 4xx errors."""
+        limit = self.max_prompt_tokens
+        enc = self.tokenizer.encode_unchecked([text], truncate=False)[0]
+        n = enc.length
+        if n == 0:
+            raise InvalidRequest(f"'{self.source_field}' is empty (no tokens)")
+        if n > limit:
+            raise Validation(f"{self.source_field} has {n} tokens or more, over the limit of {limit} "
+                             "(HEADWISE_MAX_PROMPT_TOKENS, and the model's max_len)")
+        room = self.package.max_len - (n if self.package.architecture == "decoder" else 1)
+        if room < 1:
+            raise Validation(f"{self.source_field} leaves no room to generate within max_len {self.package.max_len}")
+        new = min(params.max_new_tokens, room)
+        sel = params.attention
+        if sel is not None:
+            cells = self._attention_cells(n, new)
+            need = sel.values_bytes(cells)
+            if need > self.settings.attention_budget_bytes:
+                raise TooLarge(f"asked-for attention is up to {need} bytes, over the budget of "
+                               f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or tokens")
+            answer = sel.written_cells(cells)
+            if answer > self.settings.max_response_bytes:
+                raise TooLarge(f"the attention asked for takes up to {answer} bytes as written, over "
+                               f"HEADWISE_MAX_RESPONSE_BYTES ({self.settings.max_response_bytes}); ask for fewer "
+                               "layers, heads or tokens, or base64")
+        return Sequence(model=self.name, source_field=self.source_field, prompt_ids=enc.ids,
+                        prompt_tokens=list(enc.tokens), params=params, limit=new, tokenizer=self.decoder,
+                        eos=self.special.get("eos"), suppress_ids=self.suppress_ids, metrics=self.metrics,
+                        t_submit=time.perf_counter(), step_delay=self._fault_delay(text))
+
+    def _attention_cells(self, n: int, new: int) -> int:
+        """Attention weights (per layer and head) a generation of `new` tokens after `n` prompt
+        or source tokens returns: the prompt's self-attention and each step's row, plus each
+        step's cross-attention row for encoder-decoders."""
+        decoder = self.package.architecture == "decoder"
+        ctx = n if decoder else 1
+        cells = (n * n if decoder else 0) + sum(ctx + i for i in range(new))
+        return cells if decoder else cells + new * n
+
+    def answer_bytes(self, seq: Sequence) -> int:
+        """An upper bound of the result's size as written (the process-wide response budget's
+        measure): its attention, and each token's text and id, generously."""
+        sel = seq.params.attention
+        att = sel.written_cells(self._attention_cells(len(seq.prompt_ids), seq.limit)) if sel is not None else 0
+        return att + (len(seq.prompt_ids) + seq.limit) * 64 + 4096
+
+    def _fault_delay(self, text: str) -> float:
+        """Tests only (HEADWISE_FAULT_INJECTION=true): a text starting `__headwise_fault__:slow=S `
+        sleeps S seconds after each step of its batch, so disconnects and batching can be seen."""
+        if not getattr(self.settings, "fault_injection", False) or not text.startswith(FAULT + "slow="):
+            return 0.0
+        try:
+            return min(1.0, max(0.0, float(text[len(FAULT) + 5:].split()[0])))
+        except (ValueError, IndexError):
+            return 0.0
+
+class _Quiet:
+    """Metrics that record nothing (warm-up)."""
+
+    def __getattr__(self, name):
+        return self
+
+    def labels(self, **kw):
+        return self
+
+    def observe(self, v):
+        pass
+
+    def inc(self, v=1):
+        pass

@@ -1,0 +1,163 @@
+"""What a request asks for (EmbedParams, AttentionSpec), what an embedding answers
+(EmbedResult), and the bytes an answer takes: the measures the attention and response budgets
+count."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from headwise.service.engine.tokenizer import Encoded
+from headwise.service.errors import Validation
+
+DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+INDEX_DTYPE = np.dtype("<i4")
+# The most one value takes in the JSON orjson writes, its comma included ("-1.2345678e-5,"):
+# what the response budgets count, so that a check holds for the bytes really built.
+JSON_VALUE_BYTES = {"float32": 16, "float16": 11}
+JSON_INDEX_BYTES = 6  # an int32 key index below 100,000 and its comma
+TOKEN_BYTES = 48  # one token's string and [start, end] offsets in the JSON, generously
+AGGREGATES = ("none", "mean", "rollout")
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """Which attention weights a request asks for, and how they are written; the same for
+    embeddings (per input, [L, H, T, T]) and generation (per step, [L, H, 1, T]).
+
+    `aggregate` (embeddings only) folds the selected weights before they are written: `mean`
+    averages the selected heads of each selected layer ([L, T, T]); `rollout` multiplies the
+    selected layers' head means, in increasing layer order (service.engine.analytics.rollout,
+    [T, T]). Every measure below counts what is written: the aggregate."""
+
+    layers: tuple[int, ...]
+    heads: tuple[int, ...]
+    all_layers: bool
+    all_heads: bool
+    format: str = "dense"  # dense | topk (embeddings only)
+    top_k: int = 1
+    dtype: str = "float32"  # float32 | float16
+    encoding: str = "json"  # json | base64
+    aggregate: str = "none"  # none | mean | rollout (embeddings only)
+
+    @classmethod
+    def select(cls, n_layers: int, n_heads: int, layers: Sequence[int] | None, heads: Sequence[int] | None,
+               **how) -> AttentionSpec:
+        """The spec for a model of n_layers × n_heads; None: all. Raises Validation for an
+        index out of range, an empty list, or an index given twice (which would weigh its
+        layer twice in an aggregate: rollout would apply it twice)."""
+        for what, sel, n in (("layers", layers, n_layers), ("heads", heads, n_heads)):
+            if sel is not None and (not sel or any(not 0 <= i < n for i in sel)):
+                raise Validation(f"attention.{what}: each must be in 0..{n - 1} and the list non-empty")
+            if sel is not None and len(set(sel)) != len(sel):
+                raise Validation(f"attention.{what}: each index at most once")
+        if how.get("aggregate", "none") == "rollout" and layers is not None:
+            layers = sorted(layers)  # rollout composes layers in the model's order
+        return cls(layers=tuple(layers) if layers is not None else tuple(range(n_layers)),
+                   heads=tuple(heads) if heads is not None else tuple(range(n_heads)),
+                   all_layers=layers is None, all_heads=heads is None, **how)
+
+    def item_size(self) -> int:
+        return DTYPES[self.dtype].itemsize
+
+    def planes(self) -> int:
+        """How many [T, T] (or per-step) planes are written: L′·H′, L′ for mean, 1 for rollout."""
+        if self.aggregate == "rollout":
+            return 1
+        return len(self.layers) * (1 if self.aggregate == "mean" else len(self.heads))
+
+    def values_bytes(self, cells: int) -> int:
+        """Bytes of `cells` weights per plane, dense, in this dtype."""
+        return self.planes() * cells * self.item_size()
+
+    def nbytes(self, t: int) -> int:
+        """Bytes of the dense array this spec writes, [L, H, T, T] or its aggregate (the
+        budget's measure)."""
+        return self.values_bytes(t * t)
+
+    def returned_bytes(self, t: int) -> int:
+        if self.format == "dense":
+            return self.nbytes(t)
+        k = min(self.top_k, t)
+        return self.planes() * t * k * (self.item_size() + INDEX_DTYPE.itemsize)
+
+    def serialized_bytes(self, t: int) -> int:
+        """Bytes this input's attention takes in the response body."""
+        values = self.planes() * t * (t if self.format == "dense" else min(self.top_k, t))
+        return written_bytes(values, self.dtype, self.encoding, indices=values if self.format == "topk" else 0)
+
+    def written_cells(self, cells: int) -> int:
+        """Bytes `cells` dense weights per plane take in the response body."""
+        return written_bytes(self.planes() * cells, self.dtype, self.encoding)
+
+
+def written_bytes(values: int, dtype: str, encoding: str, indices: int = 0) -> int:
+    """Bytes `values` attention weights of `dtype` (and top-k's int32 `indices`) take in a
+    response body: JSON numbers, or base64 of the raw bytes."""
+    if encoding == "base64":
+        return -(-(values * DTYPES[dtype].itemsize + indices * INDEX_DTYPE.itemsize) * 4 // 3)
+    return values * JSON_VALUE_BYTES[dtype] + indices * JSON_INDEX_BYTES
+
+
+class RequestParams(Protocol):
+    """What an encoder runtime's batching reads of a request's params, whichever operation's
+    (EmbedParams, service.engine.classify.ClassifyParams)."""
+
+    @property
+    def truncate(self) -> bool: ...
+
+    @property
+    def attention(self) -> AttentionSpec | None: ...
+
+    @property
+    def padded_attention(self) -> bool: ...
+
+    @property
+    def token_strings(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class EmbedParams:
+    sentence: bool = True  # the pooled [d_model] embedding
+    tokens: bool = False  # the last hidden state, [T, d_model]
+    normalize: bool = True
+    truncate: bool = True
+    attention: AttentionSpec | None = None
+    # The attention budget counts the request's inputs padded to its longest ([N, L, H, T, T],
+    # as KServe returns them) rather than each input at its own length.
+    padded_attention: bool = False
+    # The answer carries each input's token strings and offsets (/v1/embed's does): they are
+    # built on the thread that tokenises, not when the answer is written.
+    token_strings: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """One input's answer."""
+
+    encoding: Encoded
+    sentence: np.ndarray | None  # [d_model] float32
+    tokens: np.ndarray | None  # [T, d_model] float32
+    attention: dict | None  # service.engine.outputs.attention_payload
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    model: str
+    version: str
+    data: list[Embedded]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(e.encoding.length for e in self.data)
+
+
+def response_bytes(params: EmbedParams, t: int, d_model: int) -> int:
+    """An upper bound of the bytes one input of `t` tokens takes in a JSON response: its
+    embedding (one vector, or one per token), its tokens and offsets, its attention."""
+    vectors = (t if params.tokens else 0) + (1 if params.sentence else 0)
+    attention = params.attention.serialized_bytes(t) if params.attention is not None else 0
+    return vectors * d_model * JSON_VALUE_BYTES["float32"] + t * TOKEN_BYTES + attention

@@ -1,0 +1,254 @@
+"""The package's tokenizer.json through `tokenizers`, with our own padding/truncation rules."""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from headwise.service.errors import FIELD, Validation
+
+# A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
+# token is at least one character), then four times longer while that is not enough. A cut
+# word's pieces can add tokens the whole text does not have: CUT_MARGIN of them are allowed.
+PREFIX_TOKENS = 8
+CUT_MARGIN = 128
+PAIR_CHARS = 1 << 21  # characters of pairs one encode_batch reads (beyond a single pair's own)
+
+
+class Encoded:
+    """One input's tokens: ids and type ids (T,) int64, and each token's string and character
+    offsets. A pair's `segments` say per token 0 (first text), 1 (second text) or -1 (special
+    token); None for a single text. Offsets of a pair's tokens are into their own text.
+
+    Made from the tokenizer's encoding (`source`), the strings and offsets are built on first
+    use: a plain embedding's answer never reads them (`materialize` builds them where one does,
+    on the thread that tokenised)."""
+
+    __slots__ = ("_offsets", "_source", "_tokens", "ids", "segments", "type_ids")
+
+    def __init__(self, ids: np.ndarray, type_ids: np.ndarray, tokens: list[str] | None = None,
+                 offsets: list[tuple[int, int]] | None = None, segments: np.ndarray | None = None,
+                 source=None):
+        if (tokens is None or offsets is None) and source is None:
+            raise ValueError("Encoded needs tokens and offsets, or the encoding they come from")
+        self.ids, self.type_ids, self.segments = ids, type_ids, segments
+        self._tokens, self._offsets, self._source = tokens, offsets, source
+
+    @property
+    def tokens(self) -> list[str]:
+        if self._tokens is None:
+            self._tokens = self._source.tokens
+        return self._tokens
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        if self._offsets is None:
+            self._offsets = self._source.offsets
+        return self._offsets
+
+    def materialize(self) -> Encoded:
+        """Build the strings and offsets now, and let the tokenizer's encoding go."""
+        if self._source is not None:
+            _ = self.tokens, self.offsets
+            self._source = None
+        return self
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
+
+
+class TextTokenizer:
+    def __init__(self, file: str | Path, max_len: int):
+        self.max_len = max_len
+        # The file may carry its own padding and truncation (all-MiniLM-L6-v2 pads to 128);
+        # they are switched off here and ours apply.
+        self._truncating = Tokenizer.from_file(str(file))
+        self._truncating.no_padding()
+        self._truncating.enable_truncation(max_length=max_len)
+        self._full = Tokenizer.from_file(str(file))
+        self._full.no_padding()
+        self._full.no_truncation()
+
+    def encode_unchecked(self, texts: list[str], truncate: bool = True, special_tokens: bool = True,
+                         lazy: bool = False) -> list[Encoded]:
+        """Encode, reading each text only as far as its answer needs: the tokenizer keeps
+        every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
+        with its string and offsets) and truncates only afterwards. So each text is first given
+        as a prefix of PREFIX_TOKENS × max_len characters; a prefix whose tokens pass max_len by
+        CUT_MARGIN is enough (its first max_len tokens are the text's: what truncation keeps,
+        or what shows the text is too long), and the others are given again, four times
+        longer, until they are whole. Memory then follows the tokens kept, not the input.
+        `special_tokens=False` leaves out what the post-processor adds ([CLS], [SEP]). `lazy`:
+        each token's string and offsets are built when first read (Encoded.materialize)."""
+        tok = self._truncating if truncate else self._full
+        out: list[Encoded | None] = [None] * len(texts)
+        todo, chars = list(range(len(texts))), PREFIX_TOKENS * self.max_len
+        while todo:
+            cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
+            # measured on the untruncated prefix: does it pass max_len by the margin?
+            encodings = tok.encode_batch(cut, add_special_tokens=special_tokens)
+            counts = ([len(e) for e in encodings] if not truncate else
+                      [len(e) + sum(len(o) for o in e.overflowing) for e in encodings])
+            again = []
+            for i, text, e, n in zip(todo, cut, encodings, counts, strict=True):
+                if len(text) == len(texts[i]) or n > self.max_len + CUT_MARGIN:
+                    enc = Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
+                                  source=e)
+                    # lazy only when nothing overflowed: the overflow would stay alive with its source
+                    out[i] = enc if lazy and n == len(e) else enc.materialize()
+                else:
+                    again.append(i)
+            todo, chars = again, chars * 4
+        return out  # type: ignore[return-value]
+
+    def encode_items(self, items: list, truncate: bool = True) -> list[Encoded]:
+        """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the
+        tokenizer's pair encoding (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to
+        max_len like transformers' default "longest_first": a token at a time off the end of
+        whichever text is then longer."""
+        out: list[Encoded | None] = [None] * len(items)
+        singles = [i for i, x in enumerate(items) if isinstance(x, str)]
+        if singles:
+            for i, e in zip(singles, self.encode_unchecked([items[i] for i in singles], truncate), strict=True):
+                out[i] = e
+        pairs = [i for i, x in enumerate(items) if not isinstance(x, str)]
+        if pairs:
+            for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate), strict=True):
+                out[i] = e
+        return out  # type: ignore[return-value]
+
+    def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool) -> list[Encoded]:
+        """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
+        given as prefixes, measured untruncated, four times longer while `_enough` says the whole
+        pair could answer otherwise. The settled prefixes are then encoded once more with
+        truncation, when asked, so that the answer is the tokenizer's own `encode(a, b)` cut by
+        longest_first. Pairs go to the tokenizer in groups of at most PAIR_CHARS characters:
+        sides read whole (two long texts of about equal length) keep every token until cut."""
+        settled: list[tuple[str, str] | None] = [None] * len(pairs)
+        full: list = [None] * len(pairs)
+        todo, chars = list(range(len(pairs))), PREFIX_TOKENS * self.max_len
+        while todo:
+            again = []
+            for group in _groups(todo, [min(len(pairs[i][0]), chars) + min(len(pairs[i][1]), chars) for i in todo]):
+                cut = [(pairs[i][0][:chars], pairs[i][1][:chars]) for i in group]
+                for i, (a, b), e in zip(group, cut, self._full.encode_batch(cut), strict=True):
+                    seq = e.sequence_ids
+                    whole = (len(a) == len(pairs[i][0]), len(b) == len(pairs[i][1]))
+                    if self._enough(whole, (seq.count(0), seq.count(1)), truncate):
+                        settled[i] = (a, b)
+                        full[i] = None if truncate else e
+                    else:
+                        again.append(i)
+            todo, chars = again, chars * 4
+        if truncate:
+            full = [e for group in _groups(range(len(pairs)), [len(a) + len(b) for a, b in settled])
+                    for e in self._truncating.encode_batch([settled[i] for i in group])]
+        return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64), e.tokens,
+                        e.offsets, np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8))
+                for e in full]
+
+    def _enough(self, whole: tuple[bool, bool], counts: tuple[int, int], truncate: bool) -> bool:
+        """Whether a pair's prefixes (`whole`: each side's is its whole text; `counts`: their
+        tokens, untruncated) answer as the whole texts. A cut side past max_len by CUT_MARGIN
+        begins with the whole text's tokens, and is too long either way. Cut by longest_first
+        (tokenizers' truncate_encodings), what each side keeps depends on which side is longer
+        (the shorter one, or the first of equals, keeps up to its whole length, and when both
+        are cut the longer keeps max_len's odd token): so a cut side must also be longer than
+        the other side for sure, that side whole and this one past its length by CUT_MARGIN."""
+        enough = self.max_len + CUT_MARGIN
+        (whole_a, whole_b), (na, nb) = whole, counts
+        if not truncate:
+            return (whole_a or na > enough) and (whole_b or nb > enough)
+        if whole_a and whole_b:
+            return True
+        if whole_a:
+            return nb > max(enough, na + CUT_MARGIN)
+        if whole_b:
+            return na > max(enough, nb + CUT_MARGIN)
+        return False
+
+    def check(self, encs: list[Encoded], field: str = "inputs") -> None:
+        """An input over max_len (only possible with truncate=False) raises Validation (422)
+        naming `field`[i]."""
+        for i, e in enumerate(encs):
+            if e.length > self.max_len:
+                raise Validation(
+                    f"{FIELD}[{i}] has {e.length} tokens or more, over this model's limit of "
+                    f"{self.max_len} (send truncate: true to cut it)", field=field)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._full.get_vocab_size(with_added_tokens=True)
+
+    def check_ids(self, seqs: list[list[int]]) -> None:
+        """Pre-tokenised inputs: each non-empty, at most max_len ids, each in the vocabulary."""
+        n = self.vocab_size
+        for i, s in enumerate(seqs):
+            if not s or len(s) > self.max_len:
+                raise Validation(f"{FIELD}[{i}] has {len(s)} token ids; this model takes 1..{self.max_len}", field="inputs")
+            if min(s) < 0 or max(s) >= n:
+                raise Validation(f"{FIELD}[{i}]: token ids must be in 0..{n - 1}", field="inputs")
+
+    def from_ids(self, seqs: list[list[int]]) -> list[Encoded]:
+        """Ids used as they are (no special tokens added), type ids 0, no character offsets."""
+        tok = self._full
+        return [Encoded(np.asarray(s, dtype=np.int64), np.zeros(len(s), dtype=np.int64),
+                        [tok.id_to_token(i) or "" for i in s], [(0, 0)] * len(s)) for s in seqs]
+
+    def encode(self, texts: list[str], truncate: bool = True, special_tokens: bool = True) -> list[Encoded]:
+        """Batch-encode; with truncate=False an input over max_len raises Validation (422)."""
+        encs = self.encode_unchecked(texts, truncate, special_tokens)
+        self.check(encs)
+        return encs
+
+    @cached_property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the special tokens: the added ones marked special ([PAD], [MASK], ...) and
+        those the post-processor adds ([CLS], [SEP])."""
+        added = {i for i, t in self._full.get_added_tokens_decoder().items() if t.special}
+        return frozenset(added | _processor_ids(json.loads(self._full.to_str()).get("post_processor")))
+
+    def decode(self, seqs: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """Token ids back to text, as the tokenizer's decoder joins them (WordPiece's "##"
+        pieces glued); ids outside the vocabulary raise Validation."""
+        n = self.vocab_size
+        for i, s in enumerate(seqs):
+            if s and (min(s) < 0 or max(s) >= n):
+                raise Validation(f"ids[{i}]: token ids must be in 0..{n - 1}", field="ids")
+        return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
+
+
+def _groups(items, sizes: list[int], budget: int = PAIR_CHARS):
+    """`items` in order, in groups whose `sizes` sum to at most `budget` (or of one item)."""
+    group, n = [], 0
+    for i, size in zip(items, sizes, strict=True):
+        if group and n + size > budget:
+            yield group
+            group, n = [], 0
+        group.append(i)
+        n += size
+    if group:
+        yield group
+
+
+def _processor_ids(node) -> set[int]:
+    """The token ids a post-processor's JSON names: TemplateProcessing's special_tokens' "ids",
+    BertProcessing's and RobertaProcessing's "cls"/"sep" [token, id], within Sequence too."""
+    out: set[int] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "ids" and isinstance(value, list) and all(isinstance(i, int) for i in value):
+                out.update(value)
+            elif key in ("cls", "sep") and isinstance(value, list) and len(value) == 2 and isinstance(value[1], int):
+                out.add(value[1])
+            else:
+                out |= _processor_ids(value)
+    elif isinstance(node, list):
+        for value in node:
+            out |= _processor_ids(value)
+    return out

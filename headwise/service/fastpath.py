@@ -1,0 +1,106 @@
+"""The fast path `headwise serve` adds to the app: the hot routes answered past FastAPI's
+routing and dependency solving, and uvicorn's own view of a request (service.http_protocol).
+
+The app `headwise.service.api.app.create_app` builds is plain FastAPI: every route is an ordinary
+endpoint with its dependencies declared through `Depends`, and that is what tests and any
+other ASGI server run. `install(app)` makes the same endpoints cheaper to reach: for a route
+in HOT whose dependencies are plain `async def f(request)` callables, ServiceMiddleware calls
+them and the endpoint itself (FastAPI's routing and dependency solving are a large share of a
+small request's server CPU: bench/results/experiments-cpu.md). Exceptions go to the handlers
+FastAPI would use (service.api.errors.handle); `scope["route"]` is set as routing would.
+
+This module and service.http_protocol are the only ones that rely on the internals of
+FastAPI (`APIRoute.dependant`), Starlette (`scope["route"]`) and uvicorn; only service.cli
+imports them (import-linter), and tests/unit/service/api/test_fastpath.py pins the versions they were
+written for and checks that both paths answer alike.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+
+from headwise.service.api import errors
+from headwise.service.api.app import create_app as create_plain_app
+from headwise.service.http_protocol import body_pending, uvicorn_disconnect_probe
+
+FACTORY = "headwise.service.fastpath:create_app"  # uvicorn's factory string (workers > 1)
+HOT = frozenset({("POST", "/v1/embed"), ("POST", "/v1/embeddings"), ("POST", "/embed")})  # the routes under load
+
+
+def _simple_calls(route: APIRoute):
+    """(request parameter name, [(name, async callable taking the request)]) when the route
+    needs nothing but the request and such dependencies; None otherwise."""
+    d = route.dependant
+    if d.path_params or d.query_params or d.header_params or d.cookie_params or d.body_params:
+        return None
+    calls = []
+    for sub in d.dependencies:
+        plain = not (sub.dependencies or sub.path_params or sub.query_params or sub.header_params
+                     or sub.cookie_params or sub.body_params)
+        if not plain or sub.request_param_name is None or not _is_async(sub.call):
+            return None
+        calls.append((sub.name, sub.request_param_name, sub.call))
+    return d.request_param_name, calls
+
+
+def _is_async(fn) -> bool:
+    return inspect.iscoroutinefunction(fn)
+
+
+def _api_routes(routes):
+    """Every APIRoute, as declared (FastAPI keeps an included router whole, as `original_router`)."""
+    for route in routes:
+        if isinstance(route, APIRoute):
+            yield route
+        elif (inner := getattr(route, "original_router", None)) is not None:
+            yield from _api_routes(inner.routes)
+
+
+def direct_routes(app: FastAPI) -> dict:
+    """(method, path) → an ASGI callable answering that route's requests directly."""
+    out = {}
+    for route in _api_routes(app.router.routes):
+        for method in route.methods:
+            if (method, route.path) in HOT and (plan := _simple_calls(route)) is not None:
+                out[(method, route.path)] = _direct(route, *plan)
+    return out
+
+
+def _direct(route: APIRoute, request_name: str | None, calls: list):
+    endpoint = route.dependant.call
+
+    async def answer(scope, receive, send) -> None:
+        scope["route"] = route  # for the metrics' label and the error shape, as routing would
+        request = Request(scope, receive)
+        try:
+            kwargs = {request_name: request} if request_name else {}
+            for name, arg, call in calls:
+                value = await call(**{arg: request})
+                if name is not None:
+                    kwargs[name] = value
+            response = await endpoint(**kwargs)
+            if not isinstance(response, Response):  # hot endpoints answer a Response themselves
+                raise TypeError(f"{route.path}: a direct route must return a Response")
+        except Exception as exc:  # what FastAPI's exception handlers would answer
+            response = await errors.handle(request, exc)
+        await response(scope, receive, send)
+
+    return answer
+
+
+def install(app: FastAPI) -> FastAPI:
+    """Answer the hot routes directly, and read disconnects and pending bodies from uvicorn."""
+    app.state.shortcuts.update(direct_routes(app))
+    app.state.disconnect_probe = uvicorn_disconnect_probe
+    app.state.activity.body_pending = body_pending
+    return app
+
+
+def create_app() -> FastAPI:
+    """uvicorn's factory for `headwise serve --workers N`: the app, with the fast path."""
+    return install(create_plain_app())

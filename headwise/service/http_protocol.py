@@ -1,0 +1,255 @@
+"""uvicorn's httptools protocol, with a response's writes sent together and a client's
+request head and body bounded in size and time.
+
+- uvicorn writes a response's head on `http.response.start` and its body on
+  `http.response.body`: two `send` syscalls and, with TCP_NODELAY, two packets the client
+  wakes for. Writes made in one turn of the event loop are joined here and leave as one at the
+  end of that turn. Measured with `python -m bench.overhead`: bench/results/experiments-cpu.md.
+- uvicorn (0.54) and httptools put no limit on a request's head: a 16 MB header, 10,000
+  headers, or a header line that never ends were all buffered. Here a head over
+  HEADWISE_MAX_HEAD_BYTES or HEADWISE_MAX_HEADERS gets 431 and the connection closes.
+- uvicorn times a connection out only after a first response (keep-alive). Here a connection
+  must send its request head within HEADWISE_HEAD_TIMEOUT_S of opening (or of its last
+  response), and its body within HEADWISE_BODY_TIMEOUT_S of the head, else 408 and close.
+- On shutdown, a request still waiting for its body gets 503 at once instead of holding the
+  server until its client sends the rest.
+- A connection past HEADWISE_MAX_CONNECTIONS open ones is answered 503 and closed at once, so
+  that no client holds file descriptors without bound (idle ones also close on the timeouts).
+
+This is the one module that relies on uvicorn's private protocol attributes (`cycle`,
+`parser`, `transport`, `_unset_keepalive_if_required`, `timeout_keep_alive_task`, the request
+cycle's `disconnected` and `more_body`); only `headwise serve` uses it (service.cli, through
+service.fastpath), and tests/unit/service/api/test_fastpath.py pins the versions it was written for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from dataclasses import dataclass
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from headwise.service.settings import load_settings
+
+UVICORN_HTTP = "headwise.service.http_protocol:HttpProtocol"  # uvicorn's `http` option (a string: workers > 1 too)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """HEADWISE_MAX_CONNECTIONS, _MAX_HEAD_BYTES, _MAX_HEADERS, _HEAD_TIMEOUT_S, _BODY_TIMEOUT_S (service.settings;
+    defaults as mainstream servers: nginx reads heads up to 4 × 8 KB, Node.js 16 KB, Go 1 MB;
+    100 headers is Go's and Node's count; 60 s is 4 MiB at 70 KB/s)."""
+
+    max_connections: int
+    max_head_bytes: int
+    max_headers: int
+    head_timeout_s: float
+    body_timeout_s: float
+
+
+@functools.cache
+def bounds() -> Bounds:
+    """Read once per process, at its first connection (the settings were validated when the app
+    was created; uvicorn builds protocols itself, so they are not passed in)."""
+    s = load_settings()
+    return Bounds(s.max_connections, s.max_head_bytes, s.max_headers, s.head_timeout_s, s.body_timeout_s)
+
+
+REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+
+
+class _Refused(Exception):
+    """Raised inside a parser callback to stop parsing a request that was refused."""
+
+
+JOIN_LIMIT = 1 << 16  # bytes: writes up to this are joined into one; larger ones are not copied
+
+
+class CoalescingTransport:
+    """A transport whose writes in one loop turn are sent as one; everything else passes through."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def writelines(self, chunks) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def flush(self) -> None:
+        held, self._held = self._held, []
+        if not held or self._transport.is_closing():
+            return
+        if len(held) == 1:
+            self._transport.write(held[0])
+        elif sum(map(len, held)) <= JOIN_LIMIT:
+            self._transport.write(b"".join(held))
+        else:  # a large body is not copied to save a packet
+            self._transport.writelines(held)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
+def refusal(status: int, message: str) -> bytes:
+    """A complete HTTP/1.1 response in the native error shape, closing the connection."""
+    body = json.dumps({"error": {"message": message, "type": REASONS[status].decode().lower().replace(" ", "_"),
+                                 "code": status}}).encode()
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % (status, REASONS[status], len(body))) + body
+
+
+class HttpProtocol(HttpToolsProtocol):
+    """`uvicorn.Config(http=HttpProtocol)`: httptools, with CoalescingTransport, bounded heads
+    and timeouts (module docstring)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(CoalescingTransport(transport, self.loop))
+        self._bounds = bounds()
+        self._in_head, self._head_bytes, self._n_headers = True, 0, 0
+        self._in_body = False
+        self._refused = False
+        self._timer: asyncio.TimerHandle | None = None
+        if len(self.connections) > self._bounds.max_connections:  # this one included
+            self._refuse(503, f"over {self._bounds.max_connections} open connections; retry shortly")
+            return
+        self._arm(self._bounds.head_timeout_s, "request head not received in time")
+
+    def _arm(self, seconds: float, why: str) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, self._refuse, 408, why)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer `status` and close, whatever the request was doing; the app's task, if one
+        runs, sees the client gone."""
+        self._disarm()
+        if self._refused or self.transport.is_closing():
+            return
+        self._refused = True
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.response_complete = True  # the app must not write after this answer
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        self.transport.write(refusal(status, message))
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            if isinstance(e.__context__, _Refused):
+                return
+            self._bad_request()
+            return
+        except httptools.HttpParserError:
+            self._bad_request()
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self._in_head and not self._refused:
+            # the whole chunk was head: the head is still not complete at its end
+            self._head_bytes += len(data)
+            if self._head_bytes > self._bounds.max_head_bytes:
+                self._refuse(431, f"request head over {self._bounds.max_head_bytes} bytes")
+
+    def _bad_request(self) -> None:
+        msg = "Invalid HTTP request received."
+        self.logger.warning(msg)
+        self._disarm()
+        self.send_400_response(msg)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._head_bytes, self._n_headers = True, 0, 0
+        if self._timer is None:
+            self._arm(self._bounds.head_timeout_s, "request head not received in time")
+
+    def on_url(self, url: bytes) -> None:
+        self._head_bytes += len(url)
+        if self._head_bytes > self._bounds.max_head_bytes:
+            self._refuse(431, f"request head over {self._bounds.max_head_bytes} bytes")
+            raise _Refused
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._n_headers += 1
+        self._head_bytes += len(name) + len(value) + 4
+        b = self._bounds
+        if self._n_headers > b.max_headers or self._head_bytes > b.max_head_bytes:
+            self._refuse(431, f"request head over {b.max_headers} headers or {b.max_head_bytes} bytes")
+            raise _Refused
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._in_body = True
+        self._arm(self._bounds.body_timeout_s, "request body not received in time")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._disarm()
+        super().on_message_complete()
+
+    def shutdown(self) -> None:
+        if self._in_body and self.cycle is not None and not self.cycle.response_complete:
+            self._refuse(503, "server shutting down: request body not complete")
+            return
+        super().shutdown()
+
+
+def uvicorn_disconnect_probe(request):
+    """A cheap disconnect check for the batcher: uvicorn's `receive` is a bound method of its
+    request cycle, whose `disconnected` flag its protocol sets when the connection is lost
+    (Starlette's `is_disconnected` opens and cancels an anyio scope per call). None under
+    any other server, or a wrapped `receive`."""
+    cycle = getattr(request.receive, "__self__", None)
+    if not isinstance(getattr(cycle, "disconnected", None), bool):
+        return None
+
+    async def disconnected() -> bool:
+        return cycle.disconnected
+
+    return disconnected
+
+
+def body_pending(receive) -> bool:
+    """Whether the request behind this ASGI `receive` is still waiting for its client to send
+    the rest of its body (uvicorn's request cycle; False under any other server)."""
+    cycle = getattr(receive, "__self__", None)
+    return getattr(cycle, "more_body", False) is True and not getattr(cycle, "disconnected", True)

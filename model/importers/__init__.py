@@ -1,8 +1,0 @@
-"""Checkpoint importers: map a local Hugging Face checkpoint directory onto model/ modules.
-
-Checkpoint vocabulary (hidden_size, LayerNorm, Conv1D layouts) stays inside these files.
-"""
-
-from model.importers.common import CheckpointError, load_checkpoint
-
-__all__ = ["CheckpointError", "load_checkpoint"]

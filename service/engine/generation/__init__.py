@@ -1,6 +1,0 @@
-"""Text generation for decoder (GPT-2) and encoder-decoder (Marian) packages: sessions,
-sampling, per-request sequences, the running batch and its scheduler (docs/generation.md)."""
-
-from service.engine.generation.runtime import GenerativeRuntime
-
-__all__ = ["GenerativeRuntime"]
