@@ -65,7 +65,7 @@ IMPORTS='
 import importlib, os, sys
 import onnxruntime as o
 assert "CUDAExecutionProvider" in o.get_available_providers(), f"onnxruntime {o.__version__} from {o.__file__} has no CUDA"
-import headwise.service.api.app, headwise.service.cli, headwise.service.backends.onnxruntime  # the whole service, fastapi and its imports included
+import headwise.service.api.app, headwise.service.server.serve, headwise.service.backends.onnxruntime  # the whole service, fastapi and its imports included
 site = os.path.realpath(os.environ["SITE"])
 for m in ("onnxruntime", "fastapi", "starlette", "uvicorn", "httptools", "pydantic", "pydantic_core",
           "pydantic_settings", "dotenv", "orjson", "opentelemetry", "uvloop"):

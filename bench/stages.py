@@ -5,7 +5,7 @@ server runs for a request, each timed on its own, for 1 input of 20 tokens and 3
     python -m bench.stages --models /tmp/models/all-minilm-l6-v2     # → bench/results/stages-cpu.md
     python -m bench.stages --models DIR --backends model-free --reps 50
 
-The app is built as `headwise serve` builds it (service.fastpath installed, the engine prepared
+The app is built as `headwise serve` builds it (server.fastpath installed, the engine prepared
 and started on a uvloop loop), with bench.standin.Instant (outputs of the right shapes at once)
 or the service's own onnxruntime backend and Settings. Each stage is called `--reps` times
 (fewer once `--budget` seconds have passed) on the same request: its median wall time, and the
@@ -287,8 +287,8 @@ def serve(package_dir: Path, backend: str, provider: str):
     """The app `headwise serve` runs on this one package (the fast path installed), its engine's
     sessions made and warmed up; started later, on the running loop."""
     from bench.standin import Instant
-    from headwise.service import fastpath
     from headwise.service.api.app import create_app
+    from headwise.service.server import fastpath
     from headwise.service.settings import Settings
 
     settings = Settings(models_dir=package_dir, provider=provider)

@@ -1,5 +1,5 @@
 """The HTTP ends of one request, in process, for bench.stages: a loopback TCP connection whose
-server end is wrapped as `headwise serve` wraps it (service.http_protocol.CoalescingTransport),
+server end is wrapped as `headwise serve` wraps it (server.http_protocol.CoalescingTransport),
 uvicorn's own request cycle on it (what its httptools protocol builds once a request's head
 and body are parsed), and the ASGI scope uvicorn would give the app."""
 
@@ -10,7 +10,7 @@ import email.utils
 import logging
 
 from bench.stages_calls import StageGone
-from headwise.service.http_protocol import CoalescingTransport
+from headwise.service.server.http_protocol import CoalescingTransport
 
 HOST = "127.0.0.1"
 LOG = logging.getLogger("bench.stages")

@@ -99,7 +99,7 @@ def facts(provider: str) -> dict:
 
 
 HOW = """\
-How: `bench/stages.py` builds the app as `headwise serve` does (service.fastpath installed, the
+How: `bench/stages.py` builds the app as `headwise serve` does (server.fastpath installed, the
 engine prepared and started on a uvloop loop) and calls, for one request, each function the
 server runs for it, one stage at a time: the median wall time per call, and the process's CPU
 time per call (every thread: tokenizers' and onnxruntime's pools work off the calling thread;

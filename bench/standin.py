@@ -183,9 +183,10 @@ def run_uvicorn(app, port: int, lifespan: str = "on") -> None:
     own protocol instead of headwise's)."""
     import uvicorn
 
-    from headwise.service.http_protocol import UVICORN_HTTP
+    from headwise.service.server.http_protocol import protocol
+    from headwise.service.settings import load_settings
 
-    http = os.environ.get("HEADWISE_BENCH_HTTP", UVICORN_HTTP)
+    http = os.environ.get("HEADWISE_BENCH_HTTP") or protocol(load_settings())
     uvicorn.run(app, host=HOST, port=port, loop="uvloop", http=http, access_log=False,
                 log_level="warning", lifespan=lifespan)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 COMMANDS = {
     "export": ("headwise.export.cli_export", "export a checkpoint to an ONNX model package"),
     "verify": ("headwise.export.cli_verify", "re-check a model package's hashes and parity"),
-    "serve": ("headwise.service.cli", "serve model packages over HTTP"),
+    "serve": ("headwise.service.server.serve", "serve model packages over HTTP"),
     "bench": ("bench.cli", "benchmark headwise against the onnxruntime ceiling and peers"),
 }
 

@@ -2,5 +2,5 @@
 
 api/ (HTTP: routers, schemas, error tables, middleware) → engine/ (models, tokenisation,
 batching, post-processing) → backends/ (onnxruntime sessions); `headwise.service.api.app.create_app`
-builds the app, `headwise.service.cli` is `headwise serve` (docs/architecture.md).
+builds the app, `headwise.service.server` is `headwise serve` (docs/architecture.md).
 """

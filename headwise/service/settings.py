@@ -136,5 +136,5 @@ def load_settings(**overrides) -> Settings:
 
 def worker_processes(settings: Settings) -> int:
     """HEADWISE_WORKERS as a number: `headwise serve` resolves `auto` before any worker starts
-    (service.cli); an app run any other way is one process."""
+    (server.serve); an app run any other way is one process."""
     return settings.workers if isinstance(settings.workers, int) else 1

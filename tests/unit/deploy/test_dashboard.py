@@ -172,7 +172,7 @@ def test_metrics_md_lists_every_route_of_the_app(tmp_path):
     from starlette.routing import Route
 
     from headwise.service.api.app import create_app
-    from headwise.service.fastpath import _api_routes
+    from headwise.service.server.fastpath import _api_routes
     from headwise.service.settings import Settings
     from tests.fixtures.dashboard import METRICS_MD
 

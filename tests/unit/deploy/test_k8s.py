@@ -212,7 +212,7 @@ def test_inferenceservice_pod_part_validates(version):
 def test_container_args_are_headwise_serve_arguments(kind):
     import argparse
 
-    from headwise.service import cli as serve_cli
+    from headwise.service.server import serve as serve_cli
 
     doc = _one(kind)
     spec = doc["spec"]["template"]["spec"] if kind == "Deployment" else doc["spec"]["predictor"]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from headwise.service import cli
+from headwise.service.server import serve as cli
 from headwise.service.package import PackageError, find_packages, load_package
 from tests.unit.fakes import make_package
 

@@ -20,8 +20,10 @@ from headwise.service.backends import cuda
 from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import usable_cores
 from headwise.service.package import PackageError, check_default_model, find_packages
+from headwise.service.server import versions
 from headwise.service.settings import SettingsError, load_settings
 
+PLAIN_FACTORY = "headwise.service.api.app:create_app"  # uvicorn's factory string without the fast path
 FLAGS = {"models": "HEADWISE_MODELS_DIR", "host": "HEADWISE_HOST", "port": "HEADWISE_PORT",
          "workers": "HEADWISE_WORKERS"}
 
@@ -109,14 +111,19 @@ def main(args: argparse.Namespace) -> int:
     # make that an exit 0, with no KeyboardInterrupt traceback.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
-    from headwise.service import fastpath
-    from headwise.service.http_protocol import UVICORN_HTTP
-
-    options = dict(host=settings.host, port=settings.port, loop="uvloop", http=UVICORN_HTTP,
+    options = dict(host=settings.host, port=settings.port, loop="uvloop",
                    # the app's SIGTERM drain waits for requests in flight (service.api.app); this is
                    # only what uvicorn waits after it, or on SIGINT
                    lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
                    log_level=args.log_level, access_log=args.access_log, log_config=_log_config(args.log_level))
+    fast = not (wrong := versions.mismatches())
+    if fast:
+        from headwise.service.server import fastpath, http_protocol
+
+        options["http"] = http_protocol.protocol(settings)
+    else:
+        print(versions.fallback_warning(wrong), file=sys.stderr)
+        options["http"] = "httptools"
     try:
         if settings.workers == 1:
             from headwise.service.api.app import create_app
@@ -124,13 +131,16 @@ def main(args: argparse.Namespace) -> int:
             def stop() -> None:
                 server.should_exit = True
 
-            app = fastpath.install(create_app(settings, on_fatal=stop))
+            app = create_app(settings, on_fatal=stop)
+            if fast:
+                fastpath.install(app)
             server = uvicorn.Server(uvicorn.Config(app, **options))
             server.run()
             code = 3 if not server.started or app.state.engine.failed else 0
             _exit_if_stuck(code)
             return code
-        uvicorn.run(fastpath.FACTORY, factory=True, workers=settings.workers, **options)
+        factory = fastpath.FACTORY if fast else PLAIN_FACTORY
+        uvicorn.run(factory, factory=True, workers=settings.workers, **options)
         return 0
     finally:
         if made_dir:

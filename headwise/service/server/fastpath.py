@@ -1,18 +1,18 @@
 """The fast path `headwise serve` adds to the app: the hot routes answered past FastAPI's
-routing and dependency solving, and uvicorn's own view of a request (service.http_protocol).
+routing and dependency solving, and uvicorn's own view of a request (server.http_protocol).
 
 The app `headwise.service.api.app.create_app` builds is plain FastAPI: every route is an ordinary
 endpoint with its dependencies declared through `Depends`, and that is what tests and any
 other ASGI server run. `install(app)` makes the same endpoints cheaper to reach: for a route
 in HOT whose dependencies are plain `async def f(request)` callables, ServiceMiddleware calls
 them and the endpoint itself (FastAPI's routing and dependency solving are a large share of a
-small request's server CPU: bench/results/experiments-cpu.md). Exceptions go to the handlers
+small request's server CPU, measured with bench/overhead.py). Exceptions go to the handlers
 FastAPI would use (service.api.errors.handle); `scope["route"]` is set as routing would.
 
-This module and service.http_protocol are the only ones that rely on the internals of
-FastAPI (`APIRoute.dependant`), Starlette (`scope["route"]`) and uvicorn; only service.cli
-imports them (import-linter), and tests/unit/service/api/test_fastpath.py pins the versions they were
-written for and checks that both paths answer alike.
+This module and server.http_protocol are the only ones that rely on the internals of
+FastAPI (`APIRoute.dependant`), Starlette (`scope["route"]`) and uvicorn; only server.serve
+imports them (import-linter), and only at the versions server.versions names;
+tests/unit/service/server/test_fastpath.py checks that both paths answer alike.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from starlette.responses import Response
 
 from headwise.service.api import errors
 from headwise.service.api.app import create_app as create_plain_app
-from headwise.service.http_protocol import body_pending, uvicorn_disconnect_probe
+from headwise.service.server.http_protocol import body_pending, uvicorn_disconnect_probe
 
-FACTORY = "headwise.service.fastpath:create_app"  # uvicorn's factory string (workers > 1)
+FACTORY = "headwise.service.server.fastpath:create_app"  # uvicorn's factory string (workers > 1)
 HOT = frozenset({("POST", "/v1/embed"), ("POST", "/v1/embeddings"), ("POST", "/embed")})  # the routes under load
 
 

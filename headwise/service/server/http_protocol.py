@@ -4,7 +4,7 @@ request head and body bounded in size and time.
 - uvicorn writes a response's head on `http.response.start` and its body on
   `http.response.body`: two `send` syscalls and, with TCP_NODELAY, two packets the client
   wakes for. Writes made in one turn of the event loop are joined here and leave as one at the
-  end of that turn. Measured with `python -m bench.overhead`: bench/results/experiments-cpu.md.
+  end of that turn. Measured with `python -m bench.overhead` (bench/results).
 - uvicorn (0.54) and httptools put no limit on a request's head: a 16 MB header, 10,000
   headers, or a header line that never ends were all buffered. Here a head over
   HEADWISE_MAX_HEAD_BYTES or HEADWISE_MAX_HEADERS gets 431 and the connection closes.
@@ -18,8 +18,8 @@ request head and body bounded in size and time.
 
 This is the one module that relies on uvicorn's private protocol attributes (`cycle`,
 `parser`, `transport`, `_unset_keepalive_if_required`, `timeout_keep_alive_task`, the request
-cycle's `disconnected` and `more_body`); only `headwise serve` uses it (service.cli, through
-service.fastpath), and tests/unit/service/api/test_fastpath.py pins the versions it was written for.
+cycle's `disconnected` and `more_body`); only `headwise serve` uses it (server.serve, through
+server.fastpath), and only at the versions server.versions names.
 """
 
 from __future__ import annotations
@@ -32,16 +32,12 @@ from dataclasses import dataclass
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from headwise.service.settings import load_settings
-
-UVICORN_HTTP = "headwise.service.http_protocol:HttpProtocol"  # uvicorn's `http` option (a string: workers > 1 too)
-
 
 @dataclass(frozen=True)
 class Bounds:
-    """HEADWISE_MAX_CONNECTIONS, _MAX_HEAD_BYTES, _MAX_HEADERS, _HEAD_TIMEOUT_S, _BODY_TIMEOUT_S (service.settings;
-    defaults as mainstream servers: nginx reads heads up to 4 × 8 KB, Node.js 16 KB, Go 1 MB;
-    100 headers is Go's and Node's count; 60 s is 4 MiB at 70 KB/s)."""
+    """HEADWISE_MAX_CONNECTIONS, _MAX_HEAD_BYTES, _MAX_HEADERS, _HEAD_TIMEOUT_S, _BODY_TIMEOUT_S
+    (headwise.service.settings; defaults as mainstream servers: nginx reads heads up to 4 × 8 KB,
+    Node.js 16 KB, Go 1 MB; 100 headers is Go's and Node's count; 60 s is 4 MiB at 70 KB/s)."""
 
     max_connections: int
     max_head_bytes: int
@@ -49,13 +45,17 @@ class Bounds:
     head_timeout_s: float
     body_timeout_s: float
 
+    @classmethod
+    def of(cls, settings) -> Bounds:
+        s = settings
+        return cls(s.max_connections, s.max_head_bytes, s.max_headers, s.head_timeout_s, s.body_timeout_s)
 
-@functools.cache
-def bounds() -> Bounds:
-    """Read once per process, at its first connection (the settings were validated when the app
-    was created; uvicorn builds protocols itself, so they are not passed in)."""
-    s = load_settings()
-    return Bounds(s.max_connections, s.max_head_bytes, s.max_headers, s.head_timeout_s, s.body_timeout_s)
+
+def protocol(settings) -> functools.partial:
+    """uvicorn's `http` option: HttpProtocol with these settings' bounds. uvicorn builds each
+    connection's protocol by calling it; a partial of a module-level class pickles, so the
+    worker processes of `--workers N` get it too."""
+    return functools.partial(HttpProtocol, bounds=Bounds.of(settings))
 
 
 REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
@@ -122,9 +122,12 @@ class HttpProtocol(HttpToolsProtocol):
     """`uvicorn.Config(http=HttpProtocol)`: httptools, with CoalescingTransport, bounded heads
     and timeouts (module docstring)."""
 
+    def __init__(self, *args, bounds: Bounds, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._bounds = bounds
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))
-        self._bounds = bounds()
         self._in_head, self._head_bytes, self._n_headers = True, 0, 0
         self._in_body = False
         self._refused = False

@@ -1,18 +1,17 @@
-"""headwise.service.fastpath: the hot routes answered past FastAPI's routing, as `headwise serve` runs
-the app, must answer exactly as the plain FastAPI app does; and the framework internals it
-and service.http_protocol rely on are the ones they were written for."""
+"""headwise.service.server.fastpath: the hot routes answered past FastAPI's routing, as `headwise
+serve` runs the app, must answer exactly as the plain FastAPI app does; and the framework
+versions installed are the ones it and server.http_protocol were written for."""
 
 import asyncio
-from importlib.metadata import version
 from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from headwise.service import fastpath
 from headwise.service.api.app import create_app
 from headwise.service.api.middleware import ServiceMiddleware
+from headwise.service.server import fastpath, versions
 from headwise.service.settings import Settings
 from tests.unit.fakes import SECRET_TEXT, FakeBackend, assert_error, wait_ready
 
@@ -20,19 +19,13 @@ KEY = "k" * 24
 BOOM = "boom"  # [CLS] [UNK] [SEP]: on that batch the backend below fails like a bug would
 UNK = 1
 
-# What headwise/service/fastpath.py and headwise/service/http_protocol.py were written against. Another version
-# may rename what they read (FastAPI's `APIRoute.dependant`, Starlette's `scope["route"]`,
-# uvicorn's protocol and request cycle): read them against it, then move these.
-WRITTEN_FOR = {"fastapi": "0.165.0", "starlette": "1.10.0", "uvicorn": "0.54.0", "httptools": "0.9.0"}
-
-
 def test_the_framework_versions_are_the_ones_the_fast_paths_were_written_for():
-    found = {name: version(name) for name in WRITTEN_FOR}
-    wrong = {name: v for name, v in found.items() if v != WRITTEN_FOR[name]}
-    assert not wrong, (
-        f"headwise/service/fastpath.py and headwise/service/http_protocol.py rely on private internals of "
-        f"{', '.join(wrong)}; written for {WRITTEN_FOR}, installed {found}. Read both modules "
-        "against the new versions (and run this file), then update WRITTEN_FOR.")
+    """constraints.txt installs what server.versions names; another version makes `headwise
+    serve` fall back to the plain app (test_serve.py), so an upgrade shows here first: read
+    fastpath.py and http_protocol.py against it, then move WRITTEN_FOR."""
+    assert versions.mismatches() == {}, (
+        f"headwise/service/server/fastpath.py and http_protocol.py rely on private internals; written "
+        f"for {versions.WRITTEN_FOR}, installed {versions.installed()}")
 
 
 class FailingBackend(FakeBackend):
@@ -229,7 +222,7 @@ def test_the_plain_app_has_no_shortcuts(package):
 
 
 def test_disconnect_probe_reads_uvicorns_flag_else_none():
-    from headwise.service.http_protocol import uvicorn_disconnect_probe
+    from headwise.service.server.http_protocol import uvicorn_disconnect_probe
 
     class Cycle:  # uvicorn's RequestResponseCycle: `receive` is its bound method
         disconnected = False

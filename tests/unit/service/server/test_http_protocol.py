@@ -2,7 +2,7 @@
 
 import asyncio
 
-from headwise.service.http_protocol import CoalescingTransport
+from headwise.service.server.http_protocol import CoalescingTransport
 
 
 class FakeTransport:
@@ -55,13 +55,13 @@ def test_close_sends_what_is_held_first_and_the_rest_passes_through():
 
 
 def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
-    """headwise/service/http_protocol.py overrides uvicorn's httptools protocol and reads its private
+    """headwise/service/server/http_protocol.py overrides uvicorn's httptools protocol and reads its private
     state. Written for these versions: a new one must be read against it before this moves."""
-    from importlib.metadata import version
-
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-    assert (version("uvicorn"), version("httptools")) == ("0.54.0", "0.9.0")
+    from headwise.service.server.versions import WRITTEN_FOR, installed
+
+    assert all(installed()[k] == WRITTEN_FOR[k] for k in ("uvicorn", "httptools")), installed()
     for name in ("_unset_keepalive_if_required", "_should_upgrade", "handle_websocket_upgrade",
                  "_unsupported_upgrade_warning", "send_400_response", "shutdown", "on_message_begin",
                  "on_url", "on_header", "on_headers_complete", "on_message_complete", "connection_lost"):
@@ -75,7 +75,7 @@ def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
 def test_a_refusal_is_a_complete_json_response_that_closes():
     import json
 
-    from headwise.service.http_protocol import refusal
+    from headwise.service.server.http_protocol import refusal
 
     raw = refusal(431, "request head over 65536 bytes")
     head, body = raw.split(b"\r\n\r\n", 1)
