@@ -22,8 +22,7 @@ from bench.args import ints, key_values, strs
 from bench.cells import Row, Sample
 from bench.facts import load_average, machine_facts
 from bench.noise import ForeignLoad, wait_for_calm
-from bench.report import VARIANT_ORDER, report_markdown, write_json
-from bench.targets import targets
+from bench.report import VARIANT_ORDER, rerender, write_json, write_report
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SUITES = ("ceiling", "http", "st", "naive")
@@ -395,54 +394,4 @@ def main(args: argparse.Namespace) -> int:
              "server runs one such call per request (bench/naive_server.py).",
              *STANDARD_NOTES]
     write_report(args.out, name, facts, cfg, rows, notes, command)
-    return 0
-
-
-def write_report(out: Path, name: str, facts: dict, cfg: dict, rows: list[Row], notes: list[str],
-                 command: str) -> None:
-    notes = list(notes)
-    plot_path = None
-    if rows:
-        try:
-            from bench.plot import plot
-
-            plot_path = plot(rows, out / f"{name}.png", f"headwise bench: {name} ({facts.get('cpu', '?')})")
-        except ImportError as e:  # matplotlib missing (e.g. the GPU machine): table only
-            notes.append(f"no plot: {e}")
-    md = report_markdown(f"headwise bench: {name}", facts, rows,
-                         plot_path.name if plot_path else None, command, notes)
-    (out / f"{name}.md").write_text(md)
-    write_json(out / f"{name}.raw.json", {"facts": facts, "config": cfg, "command": command,
-                                         "notes": [n for n in notes if not n.startswith("no plot")],
-                                         "rows": [r.to_json() for r in rows]})
-    print(f"\nwrote {out / (name + '.md')}" + (f" and {plot_path}" if plot_path else ""))
-    from bench.targets import targets_table
-
-    ts = targets(rows)
-    if ts:
-        print(targets_table(ts))
-
-
-def rows_from_json(data: list[dict]) -> list[Row]:
-    rows = []
-    for d in data:
-        row = Row(d["suite"], d["variant"], d["tokens"], d["effective_tokens"], d.get("batch"),
-                  d.get("concurrency"), note=d.get("note", ""))
-        row.samples = [Sample(**smp) for smp in d["samples"]]
-        rows.append(row)
-    return rows
-
-
-def rerender(args: argparse.Namespace) -> int:
-    """--from-raw: the report again (e.g. with another --disturbed-cores), nothing measured."""
-    import json
-
-    raw = json.loads(args.from_raw.read_text())
-    if not isinstance(raw, dict) or "rows" not in raw:
-        print(f"headwise bench: {args.from_raw} is a partial file (the run stopped early); "
-              "nothing to report", file=sys.stderr)
-        return 2
-    name = args.name or args.from_raw.name.removesuffix(".raw.json")
-    write_report(args.out, name, raw["facts"], raw.get("config", {}), rows_from_json(raw["rows"]),
-                 raw.get("notes", []), raw.get("command", "?"))
     return 0

@@ -3,13 +3,15 @@ JSON beside it."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bench import cells  # cells.DISTURBED_CORES: `headwise bench --disturbed-cores` sets it
-from bench.cells import Row, ceiling_for
+from bench.cells import Row, Sample, ceiling_for
 from bench.stats import spread
 from bench.targets import targets, targets_table
 
@@ -95,3 +97,49 @@ def report_markdown(title: str, facts: dict, rows: Sequence[Row], plot: str | No
 
 def write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=1, default=str))
+
+
+def write_report(out: Path, name: str, facts: dict, cfg: dict, rows: list[Row], notes: list[str],
+                 command: str) -> None:
+    notes = list(notes)
+    plot_path = None
+    if rows:
+        try:
+            from bench.plot import plot
+
+            plot_path = plot(rows, out / f"{name}.png", f"headwise bench: {name} ({facts.get('cpu', '?')})")
+        except ImportError as e:  # matplotlib missing (e.g. the GPU machine): table only
+            notes.append(f"no plot: {e}")
+    md = report_markdown(f"headwise bench: {name}", facts, rows,
+                         plot_path.name if plot_path else None, command, notes)
+    (out / f"{name}.md").write_text(md)
+    write_json(out / f"{name}.raw.json", {"facts": facts, "config": cfg, "command": command,
+                                         "notes": [n for n in notes if not n.startswith("no plot")],
+                                         "rows": [r.to_json() for r in rows]})
+    print(f"\nwrote {out / (name + '.md')}" + (f" and {plot_path}" if plot_path else ""))
+    ts = targets(rows)
+    if ts:
+        print(targets_table(ts))
+
+
+def rows_from_json(data: list[dict]) -> list[Row]:
+    rows = []
+    for d in data:
+        row = Row(d["suite"], d["variant"], d["tokens"], d["effective_tokens"], d.get("batch"),
+                  d.get("concurrency"), note=d.get("note", ""))
+        row.samples = [Sample(**smp) for smp in d["samples"]]
+        rows.append(row)
+    return rows
+
+
+def rerender(args: argparse.Namespace) -> int:
+    """--from-raw: the report again (e.g. with another --disturbed-cores), nothing measured."""
+    raw = json.loads(args.from_raw.read_text())
+    if not isinstance(raw, dict) or "rows" not in raw:
+        print(f"headwise bench: {args.from_raw} is a partial file (the run stopped early); "
+              "nothing to report", file=sys.stderr)
+        return 2
+    name = args.name or args.from_raw.name.removesuffix(".raw.json")
+    write_report(args.out, name, raw["facts"], raw.get("config", {}), rows_from_json(raw["rows"]),
+                 raw.get("notes", []), raw.get("command", "?"))
+    return 0

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from bench import cli
+from bench import cli, report
 from bench.cells import Row, Sample, ceiling_for
 from bench.http import batch_totals, parse_wrk, sample_from, server_stats
 from bench.report import markdown_table, report_markdown
@@ -314,7 +314,7 @@ def test_report_again_from_raw_json(rows, tmp_path, monkeypatch):
     raw = tmp_path / "run.raw.json"
     raw.write_text(json.dumps({"facts": {"cpu": "test"}, "config": {}, "command": "headwise bench --quick",
                                "notes": ["kept note"], "rows": [r.to_json() for r in rows]}))
-    again = cli.rows_from_json(json.loads(raw.read_text())["rows"])
+    again = report.rows_from_json(json.loads(raw.read_text())["rows"])
     assert [r.key for r in again] == [r.key for r in rows]
     assert [r.med("throughput") for r in again] == [r.med("throughput") for r in rows]
     args = _args("--from-raw", str(raw), "--out", str(tmp_path / "out"), "--disturbed-cores", "none")
