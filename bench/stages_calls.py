@@ -173,7 +173,7 @@ def route_call(app, path: str, values: dict):
     (`values`; those answering nothing, as the API key check, left out): request → awaitable."""
     from fastapi.routing import APIRoute
 
-    from headwise.service import fastpath
+    from headwise.service.server import fastpath
 
     routes = [r for r in need(fastpath, "_api_routes")(app.router.routes)
               if isinstance(r, APIRoute) and r.path == path and "POST" in r.methods]

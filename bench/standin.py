@@ -170,7 +170,7 @@ class StandIn(Instant):
 def headwise_app(models: str, factory):
     """The real app with `factory`'s backend, as `headwise serve` builds it: with the fast path
     (HEADWISE_BENCH_PLAIN=1: the plain app)."""
-    from headwise.service import fastpath
+    from headwise.service.server import fastpath
     from headwise.service.api.app import create_app
     from headwise.service.settings import Settings
 
