@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from headwise.export.manifest import PackageError
+    from headwise.export.manifest import PackageError, read
     from headwise.export.package import build_package
     from headwise.export.verify import parity_table
     from headwise.model.importers import CheckpointError
@@ -34,14 +34,8 @@ def main(args: argparse.Namespace) -> int:
     except (PackageError, CheckpointError, FileNotFoundError, ValueError) as e:
         print(f"headwise export: error: {e}", file=sys.stderr)
         return 1
-    from headwise.export.manifest import read
-
-    manifest = read(pkg)
-    if manifest["parity"] and manifest["architecture"] != "encoder":
-        from headwise.export.generative_verify import parity_table as generative_table
-
-        print("\nparity vs torch (max abs diff):\n" + generative_table(manifest["parity"]))
-    elif manifest["parity"]:
-        print("\nparity vs torch (max abs diff; STS-B Spearman x100):\n" + parity_table(manifest["parity"]))
+    parity = read(pkg)["parity"]
+    if parity:
+        print("\nparity vs torch (max abs diff; STS-B Spearman x100):\n" + parity_table(parity))
     print(f"\nwrote {pkg} in {time.perf_counter() - t0:.0f} s")
     return 0

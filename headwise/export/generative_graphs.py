@@ -18,10 +18,9 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from headwise.export.graphs import export_module
 from headwise.model.attention import MultiHeadAttention, attention
 from headwise.model.transformer import Decoder, EncoderDecoder, position_ids_from_mask
-
-OPSET = 17
 
 
 def _stack_cache(present) -> tuple[Tensor, Tensor]:
@@ -226,18 +225,7 @@ def _example(name: str, dtype: str, shape: list, vocab: int) -> Tensor:
 
 
 def to_onnx(model, graph: str, path, with_attention: bool) -> None:
-    """Export one graph with its dynamic axes (TorchScript exporter, as headwise/export/graphs.py)."""
-    import warnings
-
-    cls, inputs, outputs, extra = graph_table(model)[graph]
-    outputs = outputs + (extra if with_attention else [])
-    module = cls(model, with_attention).eval()
+    """Export one graph with its dynamic axes."""
+    cls, inputs, _, _ = graph_table(model)[graph]
     example = tuple(_example(n, t, s, model.config.vocab_size) for n, t, s in inputs)
-    axes = {n: {i: d for i, d in enumerate(s) if isinstance(d, str)} for n, _, s in inputs + outputs}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module, example, str(path), input_names=[n for n, _, _ in inputs],
-            output_names=[n for n, _, _ in outputs], dynamic_axes=axes, opset_version=OPSET,
-            dynamo=False, do_constant_folding=True,
-        )
+    export_module(cls(model, with_attention), example, path, *io_spec(model, graph, with_attention))

@@ -165,12 +165,3 @@ def verify_generative(pkg: Path, checkpoint: Path, progress: Callable[[str], Non
     if failures:
         raise mf.PackageError("parity check failed:\n  " + "\n  ".join(failures))
     return manifest["parity"]
-
-
-def parity_table(parity: dict) -> str:
-    cols = ["logits", "cache", "encoder_hidden_states", "attentions", "cross_attentions"]
-    head = f"{'variant':<24}" + "".join(f"{c[:21]:>23}" for c in cols)
-    rows = [head, "-" * len(head)]
-    for v, f in parity.items():
-        rows.append(f"{v:<24}" + "".join(f"{'-':>23}" if f.get(c) is None else f"{f[c]:>23.2e}" for c in cols))
-    return "\n".join(rows)

@@ -9,6 +9,12 @@ from headwise.model.importers.common import sha256_file
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
+# The fields every package's manifest has, whatever its kind (headwise/export/pipeline.py
+# writes them); headwise/service/package.py requires a subset.
+COMMON_FIELDS = ("schema_version", "name", "version", "task", "family", "architecture", "source",
+                 "n_layers", "n_heads", "d_model", "max_len", "vocab_size", "pooling", "normalize",
+                 "tokenizer", "inputs", "outputs", "variants", "parity", "opset", "exporter_version",
+                 "created_at")
 
 
 class PackageError(RuntimeError):

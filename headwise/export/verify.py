@@ -1,4 +1,6 @@
-"""Parity of every variant against the torch model, plus STS quality for int8 and fp16."""
+"""Parity of every variant of an encoder package (embedding or classification) against the
+torch model: each output, the attention weights and batch invariance; for embeddings also
+STS-B quality, which int8 and fp16 must keep. One table (parity_table) shows any package's."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import torch
 from headwise.export import manifest as mf
 from headwise.export import runner, stsb
 from headwise.export.graphs import INPUTS
-from headwise.model.sentence import LoadedModel, default_checkpoint, load_sentence_model
+from headwise.model.sentence import LoadedModel, default_checkpoint, load_encoder_model
 
 # A fixed, varied set: ASCII, accents, CJK, emoji, numbers, empty, and longer than max_len.
 PARITY_SENTENCES = [
@@ -31,9 +33,20 @@ PARITY_SENTENCES = [
     "The stock market fell sharply on Monday after the central bank raised rates.",
 ]
 
+# A classifier reads texts and pairs; a pair (a, b) is one sequence [CLS] a [SEP] b [SEP].
+PARITY_PAIRS: list = [
+    "Hello world", "", "A man is playing a guitar on stage while the crowd sings along.",
+    "東京は日本の首都です。", " ".join(["long"] * 400),
+    ("what is the capital of france", "Paris is the capital and largest city of France."),
+    ("how do transformers work", "Attention weighs every token against every other token."),
+    ("short", ""), ("", "an empty query"),
+]
+PARITY_INPUTS = {"embedding": PARITY_SENTENCES, "classification": PARITY_PAIRS}
+
 ATTENTION_RTOL = 1e-4
 
-# Thresholds a variant must meet (max abs diff vs torch, or quality figures).
+# Thresholds a variant must meet (max abs diff vs torch, or quality figures); a figure the
+# package does not have (logits of an embedding model) is not checked.
 LIMITS = {
     # attentions_excess: max(|diff| - 1e-4 * |torch|), i.e. np.allclose(atol=1e-5, rtol=1e-4).
     # A flat 1e-5 is below fp32 noise on peaked heads: torch fp32 itself is 3e-5 from a
@@ -41,9 +54,9 @@ LIMITS = {
     # batch_invariance: max |diff| between an input run alone and in the batch of all of them.
     # attentions_f16_mismatches: elements of the graph's float16 attentions that differ from
     # numpy's float16 cast of its float32 ones (none: the service sends either).
-    "fp32": {"sentence_embedding": 1e-4, "last_hidden_state": 1e-3, "attentions_excess": 1e-5,
+    "fp32": {"sentence_embedding": 1e-4, "logits": 1e-4, "last_hidden_state": 1e-3, "attentions_excess": 1e-5,
              "attentions_f16_mismatches": 0, "batch_invariance": 1e-5},
-    "fp16": {"sentence_embedding": 5e-3, "mean_cosine_to_fp32": 0.999, "stsb_drop": 0.2,
+    "fp16": {"sentence_embedding": 5e-3, "logits": 5e-2, "mean_cosine_to_fp32": 0.999, "stsb_drop": 0.2,
              "batch_invariance": 1e-3},
     "int8": {"mean_cosine_to_fp32": 0.998, "min_cosine_to_fp32": 0.99, "stsb_drop": 0.17,
              "batch_invariance": 1e-4},
@@ -53,8 +66,10 @@ FLOORS = ("mean_cosine_to_fp32", "min_cosine_to_fp32")
 
 
 def resolve_checkpoint(manifest: dict, checkpoint: Path | None) -> Path:
+    """The checkpoint to verify against: the one given, else the bundled one if the package
+    was exported from it."""
     if checkpoint is not None:
-        return checkpoint
+        return Path(checkpoint)
     default = default_checkpoint()
     if manifest["source"]["sha256"] == mf.sha256(default / "model.safetensors"):
         return default
@@ -64,15 +79,13 @@ def resolve_checkpoint(manifest: dict, checkpoint: Path | None) -> Path:
     )
 
 
-def torch_reference(loaded: LoadedModel, texts: list[str]) -> tuple[dict, np.ndarray]:
+def torch_reference(loaded: LoadedModel, texts: list) -> tuple[dict, np.ndarray]:
     b = loaded.tokenizer(texts)
     with torch.no_grad():
         out = loaded.model(b.input_ids, b.attention_mask, b.token_type_ids, need_weights=True, fused=False)
-    ref = {
-        "sentence_embedding": out.sentence_embedding.numpy(),
-        "last_hidden_state": out.last_hidden_state.numpy(),
-        "attentions": torch.stack(out.attentions, 1).numpy(),  # (B, L, H, T, T)
-    }
+    ref = {name: getattr(out, name).numpy() for name in ("sentence_embedding", "logits", "last_hidden_state")
+           if getattr(out, name) is not None}
+    ref["attentions"] = torch.stack(out.attentions, 1).numpy()  # (B, L, H, T, T)
     return ref, b.attention_mask.numpy()
 
 
@@ -114,6 +127,19 @@ def batch_invariance(sess, tokenizer, texts: list[str], batched: dict[str, np.nd
     return worst
 
 
+def stsb_figures(parity: dict, manifest: dict, embeddings: dict[str, np.ndarray]) -> None:
+    """Cosine to the fp32 embeddings and the drop in STS-B Spearman, for int8 and fp16."""
+    fp32 = embeddings["fast"]
+    for vname, v in manifest["variants"].items():
+        if v["precision"] in ("int8", "fp16"):
+            emb = embeddings[vname]
+            cos = (emb * fp32).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(fp32, axis=1))
+            f = parity[vname]
+            f["mean_cosine_to_fp32"] = round(float(cos.mean()), 6)
+            f["min_cosine_to_fp32"] = round(float(cos.min()), 6)
+            f["stsb_drop"] = round(parity["fast"]["stsb_spearman"] - f["stsb_spearman"], 4)
+
+
 def verify(
     pkg: Path,
     checkpoint: Path | None = None,
@@ -121,16 +147,20 @@ def verify(
     progress: Callable[[str], None] = print,
     quality: bool = True,
 ) -> dict:
-    """Re-check hashes, measure parity and quality, write them into manifest.parity.
-    Raises PackageError naming the file or the figure that fails. quality=False skips the
-    STS-B figures (meaningless for tiny random test models)."""
+    """Re-check hashes, measure parity (and for embeddings quality), write them into
+    manifest.parity. Raises PackageError naming the file or the figure that fails.
+    quality=False skips the STS-B figures (meaningless for tiny random test models)."""
     manifest = mf.read(pkg)
     mf.check_hashes(pkg, manifest)
     progress("hashes ok")
-    loaded = load_sentence_model(resolve_checkpoint(manifest, checkpoint))
-    ref, mask = torch_reference(loaded, PARITY_SENTENCES)
-    feeds = runner.feeds(loaded.tokenizer, PARITY_SENTENCES)
-    sts_file = stsb.find_stsb(stsb_path) if quality else None
+    loaded = load_encoder_model(resolve_checkpoint(manifest, checkpoint))
+    if loaded.task != manifest.get("task", "embedding"):
+        raise mf.PackageError(f"{manifest['name']!r} is a {manifest.get('task', 'embedding')} package, "
+                              f"its checkpoint a {loaded.task} model")
+    texts = PARITY_INPUTS[loaded.task]
+    ref, mask = torch_reference(loaded, texts)
+    feeds = runner.feeds(loaded.tokenizer, texts)
+    sts_file = stsb.find_stsb(stsb_path) if quality and loaded.task == "embedding" else None
     pairs = stsb.load_pairs(sts_file) if sts_file else None
     parity, failures, sts_emb = {}, [], {}
 
@@ -139,7 +169,7 @@ def verify(
         names = [o.name for o in sess.get_outputs()]
         got = dict(zip(names, sess.run(names, {k: feeds[k] for k in INPUTS if k in {i.name for i in sess.get_inputs()}}), strict=True))
         figures = max_diffs(got, ref, mask)
-        figures["batch_invariance"] = batch_invariance(sess, loaded.tokenizer, PARITY_SENTENCES, got)
+        figures["batch_invariance"] = batch_invariance(sess, loaded.tokenizer, texts, got)
         if pairs is not None:
             a, b, gold = pairs
             emb = runner.embed(sess, loaded.tokenizer, a + b)
@@ -148,16 +178,9 @@ def verify(
         parity[vname] = figures
 
     if "fast" in sts_emb:
-        fp32 = sts_emb["fast"]
-        for vname, v in manifest["variants"].items():
-            if v["precision"] in ("int8", "fp16"):
-                emb = sts_emb[vname]
-                cos = (emb * fp32).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(fp32, axis=1))
-                f = parity[vname]
-                f["mean_cosine_to_fp32"] = round(float(cos.mean()), 6)
-                f["min_cosine_to_fp32"] = round(float(cos.min()), 6)
-                f["stsb_drop"] = round(parity["fast"]["stsb_spearman"] - f["stsb_spearman"], 4)
-    elif quality and any(v["precision"] != "fp32" for v in manifest["variants"].values()):
+        stsb_figures(parity, manifest, sts_emb)
+    elif pairs is None and quality and loaded.task == "embedding" and any(
+            v["precision"] != "fp32" for v in manifest["variants"].values()):
         progress("STS Benchmark data not found (--stsb or $HEADWISE_STSB): int8/fp16 quality not measured")
 
     for vname, v in manifest["variants"].items():
@@ -184,19 +207,25 @@ def _failing(figures: dict, limits: dict) -> list[str]:
     return out
 
 
-# (figure, column title, format): max abs diffs in e-notation, quality figures as decimals.
-TABLE = [("sentence_embedding", "embedding", ".2e"), ("last_hidden_state", "hidden", ".2e"),
-         ("attentions", "attentions", ".2e"), ("batch_invariance", "batch_inv", ".2e"),
-         ("stsb_spearman", "stsb", ".4f"), ("mean_cosine_to_fp32", "mean_cos", ".4f"),
-         ("min_cosine_to_fp32", "min_cos", ".4f")]
+# (figure, column title, format) of every kind of package: max abs diffs in e-notation,
+# quality figures as decimals. A table shows the columns its package has.
+TABLE = [("sentence_embedding", "embedding", ".2e"), ("logits", "logits", ".2e"),
+         ("last_hidden_state", "hidden", ".2e"), ("encoder_hidden_states", "enc_hidden", ".2e"),
+         ("cache", "cache", ".2e"), ("attentions", "attentions", ".2e"), ("cross_attentions", "cross_att", ".2e"),
+         ("batch_invariance", "batch_inv", ".2e"), ("stsb_spearman", "stsb", ".4f"),
+         ("mean_cosine_to_fp32", "mean_cos", ".4f"), ("min_cosine_to_fp32", "min_cos", ".4f"),
+         ("passed", "passed", "")]
 
 
 def parity_table(parity: dict) -> str:
     """Max abs diff vs torch, batch invariance (alone vs batched), STS-B Spearman × 100 and
-    cosine to fp32 over the STS-B sentences; `-` where not measured."""
-    head = f"{'variant':<11}" + "".join(f"{title:>12}" for _, title, _ in TABLE)
+    cosine to fp32 over the STS-B sentences, whether the bars held; `-` where not measured."""
+    columns = [c for c in TABLE if any(c[0] in f for f in parity.values())]
+    width = max([len("variant"), *map(len, parity)]) + 2
+    head = f"{'variant':<{width}}" + "".join(f"{title:>12}" for _, title, _ in columns)
     rows = [head, "-" * len(head)]
     for v, f in parity.items():
-        cells = "".join(f"{'-':>12}" if f.get(k) is None else f"{f[k]:>12{fmt}}" for k, _, fmt in TABLE)
-        rows.append(f"{v:<11}" + cells)
+        cells = "".join(f"{'-' if f.get(k) is None else format(f[k], fmt) if fmt else str(f[k]):>12}"
+                        for k, _, fmt in columns)
+        rows.append(f"{v:<{width}}" + cells)
     return "\n".join(rows)

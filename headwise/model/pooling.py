@@ -53,15 +53,4 @@ def pool(last_hidden_state: Tensor, attention_mask: Tensor, cfg: PoolingConfig) 
     return out
 
 
-def max_seq_length(path: Path, model_max_len: int) -> int:
-    """The sequence length the checkpoint was trained to use (sentence_bert_config.json),
-    bounded by the position table."""
-    f = path / "sentence_bert_config.json"
-    if f.is_file():
-        n = json.loads(f.read_text()).get("max_seq_length")
-        if isinstance(n, int) and n > 0:
-            return min(n, model_max_len)
-    return model_max_len
-
-
-__all__ = ["PoolingConfig", "max_seq_length", "pool"]
+__all__ = ["PoolingConfig", "pool"]

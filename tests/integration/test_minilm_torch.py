@@ -21,7 +21,7 @@ def test_sentence_embeddings_match_sentence_transformers(ours):
     assert len(SENTENCES) >= 50
     want = st.encode(SENTENCES, batch_size=16, convert_to_numpy=True)
     b = ours.tokenizer(SENTENCES)
-    assert b.input_ids.shape[1] == ours.model.max_len == 256  # the long ones are truncated
+    assert b.input_ids.shape[1] == ours.max_len == 256  # the long ones are truncated
     with torch.no_grad():
         got = ours.model(b.input_ids, b.attention_mask, b.token_type_ids).sentence_embedding.numpy()
     assert np.abs(got - want).max() < 1e-5

@@ -6,12 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwise.model.config import TransformerConfig
+from headwise.model.encoder_model import EncoderModel
+from headwise.model.heads import ClassificationHead
 from headwise.model.importers.common import (
     CheckpointError,
-    assign,
-    read_config,
-    read_state_dict,
-    strip_prefix,
+    activation,
+    check_model_type,
+    loaded,
+    read_checkpoint,
+    sizes,
+    weights_and_biases,
 )
 from headwise.model.transformer import Encoder
 
@@ -20,32 +24,24 @@ ARCHITECTURE = "encoder"
 # Weights a bare encoder checkpoint may carry that headwise does not use: the pooler (BertModel
 # always saves it; sentence models pool themselves) and the position-id buffer.
 UNUSED = {"pooler.dense.weight", "pooler.dense.bias", "embeddings.position_ids"}
+# What every BERT is; the sizes and the rest come from config.json.
+FAMILY = {"norm_first": False, "positional": "learned", "scale_embedding": False, "embedding_layer_norm": True}
+SIZES = {"vocab_size": "vocab_size", "d_model": "hidden_size", "n_heads": "num_attention_heads",
+         "n_layers": "num_hidden_layers", "d_ff": "intermediate_size", "max_len": "max_position_embeddings"}
 _ACT = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu"}
 
 
 def config_from_hf(raw: dict) -> TransformerConfig:
-    if raw.get("model_type") not in MODEL_TYPES:
-        raise CheckpointError(f"not a BERT checkpoint: model_type={raw.get('model_type')!r}")
+    check_model_type(raw, MODEL_TYPES, "BERT")
     if raw.get("position_embedding_type", "absolute") != "absolute":
         raise CheckpointError(f"unsupported position_embedding_type {raw['position_embedding_type']!r}")
-    act = raw.get("hidden_act", "gelu")
-    if act not in _ACT:
-        raise CheckpointError(f"unsupported hidden_act {act!r}")
     return TransformerConfig(
-        vocab_size=raw["vocab_size"],
-        d_model=raw["hidden_size"],
-        n_heads=raw["num_attention_heads"],
-        n_layers=raw["num_hidden_layers"],
-        d_ff=raw["intermediate_size"],
-        max_len=raw["max_position_embeddings"],
+        **sizes(raw, SIZES),
+        **FAMILY,
+        activation=activation(raw, "hidden_act", "gelu", _ACT),
         dropout=raw.get("hidden_dropout_prob", 0.1),
-        norm_first=False,
-        positional="learned",
-        activation=_ACT[act],
         layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
-        scale_embedding=False,
         type_vocab_size=raw.get("type_vocab_size", 2),
-        embedding_layer_norm=True,
         pad_token_id=raw.get("pad_token_id", 0),
     )
 
@@ -70,9 +66,7 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
             "ff.w_2": "output.dense",
             "ff_residual.norm": "output.LayerNorm",
         }
-        for a, b in pairs.items():
-            for p in ("weight", "bias"):
-                m[f"{ours}{a}.{p}"] = f"{theirs}{b}.{p}"
+        m |= weights_and_biases(ours, theirs, pairs)
     return m
 
 
@@ -104,35 +98,25 @@ def labels_of(raw: dict) -> list[str]:
     return [names.get(i, f"LABEL_{i}") for i in range(n)]
 
 
-def load_classifier(path: Path):
-    """A BertForSequenceClassification checkpoint (a cross-encoder or a classifier) as
-    model.classifier.SequenceClassifier; info adds task "classification" and the labels."""
-    from headwise.model.classifier import SequenceClassifier
-
-    raw = read_config(path)
+def load_classifier(path: Path, raw: dict, state: dict) -> tuple[EncoderModel, dict]:
+    """A BertForSequenceClassification checkpoint (a cross-encoder or a classifier) as an
+    EncoderModel with a ClassificationHead; info adds task "classification" and the labels."""
     cfg = config_from_hf(raw)
-    state = strip_prefix(read_state_dict(path), ("bert.", "model."))
     keys = {f"encoder.{k}": v for k, v in key_map(cfg).items()} | HEAD_KEYS
     extra = sorted(k for k in state if k not in set(keys.values()) and k not in UNUSED)
     if extra:
         raise CheckpointError(f"{path}: {CLASSIFIER} checkpoint with weights headwise does not know: "
                               f"{', '.join(extra[:4])}")
     labels = labels_of(raw)
-    model = SequenceClassifier(Encoder(cfg), len(labels), labels)
-    assign(model, state, keys)
-    model.eval()
+    model = loaded(EncoderModel(Encoder(cfg), ClassificationHead(cfg.d_model, labels)), state, keys)
     return model, {"family": "bert", "architecture": "encoder", "task": "classification", "labels": labels}
 
 
 def load(path: Path):
-    raw = read_config(path)
+    raw, _, state = read_checkpoint(path, ("bert.", "model."))
     if raw.get("architectures") == [CLASSIFIER]:
-        return load_classifier(path)
+        return load_classifier(path, raw, state)
     cfg = config_from_hf(raw)
-    state = strip_prefix(read_state_dict(path), ("bert.", "model."))
     keys = key_map(cfg)
     check_no_task_head(path, raw, state, set(keys.values()))
-    model = Encoder(cfg)
-    assign(model, state, keys)
-    model.eval()
-    return model, {"family": "bert", "architecture": "encoder", "task": "embedding"}
+    return loaded(Encoder(cfg), state, keys), {"family": "bert", "architecture": "encoder", "task": "embedding"}

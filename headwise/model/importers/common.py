@@ -99,41 +99,45 @@ def assign(
             dst.copy_(src.to(dst.dtype))
 
 
-def _importers() -> list:
-    from headwise.model.importers import bert, gpt2, marian
-
-    return [bert, gpt2, marian]
-
-
-def _importer_for(path: Path):
-    raw = read_config(path)
-    model_type = raw.get("model_type")
-    for importer in _importers():
-        if model_type in importer.MODEL_TYPES:
-            return importer
-    supported = sorted(t for importer in _importers() for t in importer.MODEL_TYPES)
-    raise CheckpointError(f"{path}: unknown architecture model_type={model_type!r}; supported: {supported}")
+def read_checkpoint(path: Path, prefixes: tuple[str, ...]) -> tuple[dict, dict, dict[str, Tensor]]:
+    """config.json, generation_config.json ({} without one) and the weights, with the prefix
+    a task wrapper saves them under stripped (see `strip_prefix`)."""
+    return read_config(path), read_generation_config(path), strip_prefix(read_state_dict(path), prefixes)
 
 
-def checkpoint_architecture(path: str | Path) -> str:
-    """"encoder" | "decoder" | "encoder-decoder", from config.json alone (no weights read)."""
-    return _importer_for(Path(path)).ARCHITECTURE
+def sizes(raw: dict, names: Mapping[str, str]) -> dict:
+    """TransformerConfig's sizes from config.json by a map of our name → the checkpoint's."""
+    return {ours: raw[theirs] for ours, theirs in names.items()}
 
 
-def checkpoint_task(path: str | Path) -> str:
-    """"classification" for a sequence classifier (config.json's architectures names one,
-    e.g. BertForSequenceClassification: cross-encoders, classifiers), else "embedding" for
-    encoders and "generation" for the others."""
-    raw = read_config(Path(path))
-    if any(str(a).endswith("ForSequenceClassification") for a in raw.get("architectures") or []):
-        return "classification"
-    return "embedding" if checkpoint_architecture(path) == "encoder" else "generation"
+def weights_and_biases(ours: str, theirs: str, modules: Mapping[str, str]) -> dict[str, str]:
+    """our key → checkpoint key for the weight and the bias of every module in `modules`
+    (our name → theirs), under the prefixes `ours` and `theirs`."""
+    return {f"{ours}{a}.{p}": f"{theirs}{b}.{p}" for a, b in modules.items() for p in ("weight", "bias")}
 
 
-def load_checkpoint(path: str | Path):
-    """Import any supported checkpoint directory; returns (model, info dict).
+def check_model_type(raw: dict, model_types: set[str], family: str) -> None:
+    if raw.get("model_type") not in model_types:
+        raise CheckpointError(f"not a {family} checkpoint: model_type={raw.get('model_type')!r}")
 
-    info: family, architecture, and for generative models special_tokens (bos, eos, pad,
-    decoder_start) and suppress_token_ids."""
-    path = Path(path)
-    return _importer_for(path).load(path)
+
+def activation(raw: dict, key: str, default: str, names: Mapping[str, str]) -> str:
+    """The checkpoint's activation name (config.json `key`) as TransformerConfig's."""
+    act = raw.get(key, default)
+    if act not in names:
+        raise CheckpointError(f"unsupported {key} {act!r}")
+    return names[act]
+
+
+def generation_setting(raw: dict, gen: dict, key: str, default=None):
+    """generation_config.json wins over config.json, as in transformers' generate(); of a
+    list (several eos ids) the first."""
+    value = gen.get(key, raw.get(key, default))
+    return value[0] if isinstance(value, list) else value
+
+
+def loaded(model: nn.Module, state: Mapping[str, Tensor], key_map: Mapping[str, str],
+           transforms: Mapping[str, Callable[[Tensor], Tensor]] | None = None) -> nn.Module:
+    """model with every key_map entry assigned from state (see `assign`), in eval mode."""
+    assign(model, state, key_map, transforms)
+    return model.eval()

@@ -18,29 +18,23 @@ from pathlib import Path
 from torch import Tensor
 
 from headwise.model.config import TransformerConfig
-from headwise.model.importers.common import (
-    CheckpointError,
-    assign,
-    read_config,
-    read_generation_config,
-    read_state_dict,
-    strip_prefix,
-)
+from headwise.model.importers import common
+from headwise.model.importers.common import CheckpointError, generation_setting
 from headwise.model.transformer import Decoder, position_ids_from_mask
 
 MODEL_TYPES = {"gpt2"}
 ARCHITECTURE = "decoder"
+# What every GPT-2 is: pre-LN with ln_f on top, learned positions, unscaled embeddings.
+FAMILY = {"norm_first": True, "final_layer_norm": True, "positional": "learned", "scale_embedding": False}
+SIZES = {"vocab_size": "vocab_size", "d_model": "n_embd", "n_heads": "n_head", "n_layers": "n_layer",
+         "max_len": "n_positions"}
 _ACT = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu", "silu": "silu"}
 
 position_ids = position_ids_from_mask
 
 
 def config_from_hf(raw: dict) -> TransformerConfig:
-    if raw.get("model_type") not in MODEL_TYPES:
-        raise CheckpointError(f"not a GPT-2 checkpoint: model_type={raw.get('model_type')!r}")
-    act = raw.get("activation_function", "gelu_new")
-    if act not in _ACT:
-        raise CheckpointError(f"unsupported activation_function {act!r}")
+    common.check_model_type(raw, MODEL_TYPES, "GPT-2")
     # Variants model/ does not implement: say so rather than import something else.
     if not raw.get("scale_attn_weights", True):
         raise CheckpointError("scale_attn_weights=false (unscaled attention) is not supported")
@@ -50,37 +44,24 @@ def config_from_hf(raw: dict) -> TransformerConfig:
         raise CheckpointError("GPT-2 with add_cross_attention=true is not supported")
     if not raw.get("tie_word_embeddings", True):
         raise CheckpointError("GPT-2 with an untied lm_head (tie_word_embeddings=false) is not supported")
-    d_model = raw["n_embd"]
     return TransformerConfig(
-        vocab_size=raw["vocab_size"],
-        d_model=d_model,
-        n_heads=raw["n_head"],
-        n_layers=raw["n_layer"],
-        d_ff=raw.get("n_inner") or 4 * d_model,
-        max_len=raw["n_positions"],
+        **common.sizes(raw, SIZES),
+        **FAMILY,
+        d_ff=raw.get("n_inner") or 4 * raw["n_embd"],
+        activation=common.activation(raw, "activation_function", "gelu_new", _ACT),
         dropout=raw.get("resid_pdrop", 0.1),
-        norm_first=True,
-        positional="learned",
-        activation=_ACT[act],
         layer_norm_eps=raw.get("layer_norm_epsilon", 1e-5),
-        scale_embedding=False,
-        final_layer_norm=True,
         # GPT-2 has no padding token; its eos pads batches (the masks make that harmless).
         pad_token_id=special_tokens(raw, {})["pad"],
     )
 
 
 def special_tokens(raw: dict, gen: dict) -> dict[str, int | None]:
-    """generation_config.json wins over config.json, as in transformers' generate()."""
-
-    def pick(key: str, default=None):
-        value = gen.get(key, raw.get(key, default))
-        return value[0] if isinstance(value, list) else value
-
-    eos = pick("eos_token_id", 50256)
-    pad = pick("pad_token_id")
-    return {"bos": pick("bos_token_id", eos), "eos": eos, "pad": pad if pad is not None else eos,
-            "decoder_start": None}
+    """bos, eos, pad and decoder_start (none: GPT-2 starts from the prompt)."""
+    eos = generation_setting(raw, gen, "eos_token_id", 50256)
+    pad = generation_setting(raw, gen, "pad_token_id")
+    return {"bos": generation_setting(raw, gen, "bos_token_id", eos), "eos": eos,
+            "pad": pad if pad is not None else eos, "decoder_start": None}
 
 
 def _conv1d(w: Tensor) -> Tensor:
@@ -114,25 +95,17 @@ def key_map(cfg: TransformerConfig) -> tuple[dict[str, str], dict]:
                 key = f"{ours}self_attn.{name}.{p}"
                 m[key] = f"{theirs}attn.c_attn.{p}"
                 tf[key] = _column(part, cfg.d_model)
-        for a, b in {"self_attn.w_o": "attn.c_proj", "ff.w_1": "mlp.c_fc", "ff.w_2": "mlp.c_proj"}.items():
-            m[f"{ours}{a}.weight"] = f"{theirs}{b}.weight"
-            tf[f"{ours}{a}.weight"] = _conv1d
-            m[f"{ours}{a}.bias"] = f"{theirs}{b}.bias"
-        for a, b in {"attn_residual.norm": "ln_1", "ff_residual.norm": "ln_2"}.items():
-            for p in ("weight", "bias"):
-                m[f"{ours}{a}.{p}"] = f"{theirs}{b}.{p}"
+        conv1d = {"self_attn.w_o": "attn.c_proj", "ff.w_1": "mlp.c_fc", "ff.w_2": "mlp.c_proj"}
+        m |= common.weights_and_biases(ours, theirs, conv1d)
+        tf |= {f"{ours}{a}.weight": _conv1d for a in conv1d}
+        m |= common.weights_and_biases(ours, theirs, {"attn_residual.norm": "ln_1", "ff_residual.norm": "ln_2"})
     return m, tf
 
 
 def load(path: Path) -> tuple[Decoder, dict]:
-    raw = read_config(path)
-    cfg = config_from_hf(raw)
     # GPT2LMHeadModel saves "transformer.h.0...", GPT2Model saves "h.0..."; lm_head is wte.
-    state = strip_prefix(read_state_dict(path), ("transformer.",))
-    model = Decoder(cfg, cross_attention=False)
-    keys, transforms = key_map(cfg)
-    assign(model, state, keys, transforms)
-    model.eval()
-    info = {"family": "gpt2", "architecture": ARCHITECTURE,
-            "special_tokens": special_tokens(raw, read_generation_config(path)), "suppress_token_ids": []}
-    return model, info
+    raw, gen, state = common.read_checkpoint(path, ("transformer.",))
+    cfg = config_from_hf(raw)
+    info = {"family": "gpt2", "architecture": ARCHITECTURE, "task": "generation",
+            "special_tokens": special_tokens(raw, gen), "suppress_token_ids": []}
+    return common.loaded(Decoder(cfg, cross_attention=False), state, *key_map(cfg)), info

@@ -17,28 +17,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwise.model.config import TransformerConfig
-from headwise.model.importers.common import (
-    CheckpointError,
-    assign,
-    read_config,
-    read_generation_config,
-    read_state_dict,
-    strip_prefix,
-)
+from headwise.model.importers import common
+from headwise.model.importers.common import CheckpointError, generation_setting
 from headwise.model.transformer import EncoderDecoder
 
 MODEL_TYPES = {"marian"}
 ARCHITECTURE = "encoder-decoder"
+# What every Marian is: post-LN, the paper's fixed sinusoids in the split layout.
+FAMILY = {"norm_first": False, "positional": "sinusoidal", "sinusoidal_layout": "split",
+          "layer_norm_eps": 1e-5}  # Hugging Face builds nn.LayerNorm(d_model): the default eps
+SIZES = {"vocab_size": "vocab_size", "d_model": "d_model", "n_heads": "encoder_attention_heads",
+         "n_layers": "encoder_layers", "d_ff": "encoder_ffn_dim", "max_len": "max_position_embeddings"}
 _ACT = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh",
         "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 def config_from_hf(raw: dict) -> TransformerConfig:
-    if raw.get("model_type") not in MODEL_TYPES:
-        raise CheckpointError(f"not a Marian checkpoint: model_type={raw.get('model_type')!r}")
-    act = raw.get("activation_function", "gelu")
-    if act not in _ACT:
-        raise CheckpointError(f"unsupported activation_function {act!r}")
+    common.check_model_type(raw, MODEL_TYPES, "Marian")
     # model/ has one n_heads, one d_ff and one shared vocabulary for both stacks.
     same = {
         "encoder_attention_heads": "decoder_attention_heads",
@@ -52,38 +47,23 @@ def config_from_hf(raw: dict) -> TransformerConfig:
         raise CheckpointError("share_encoder_decoder_embeddings=false is not supported")
     if not raw.get("tie_word_embeddings", True):
         raise CheckpointError("an untied lm_head (tie_word_embeddings=false) is not supported")
-    n_layers, n_dec = raw["encoder_layers"], raw["decoder_layers"]
+    n_dec = raw["decoder_layers"]
     return TransformerConfig(
-        vocab_size=raw["vocab_size"],
-        d_model=raw["d_model"],
-        n_heads=raw["encoder_attention_heads"],
-        n_layers=n_layers,
-        n_decoder_layers=n_dec if n_dec != n_layers else None,
-        d_ff=raw["encoder_ffn_dim"],
-        max_len=raw["max_position_embeddings"],
+        **common.sizes(raw, SIZES),
+        n_decoder_layers=n_dec if n_dec != raw["encoder_layers"] else None,
+        **FAMILY,
+        activation=common.activation(raw, "activation_function", "gelu", _ACT),
         dropout=raw.get("dropout", 0.1),
-        norm_first=False,
-        positional="sinusoidal",
-        sinusoidal_layout="split",
-        activation=_ACT[act],
-        layer_norm_eps=1e-5,  # Hugging Face builds nn.LayerNorm(d_model): the default eps
         scale_embedding=bool(raw.get("scale_embedding", False)),
         pad_token_id=raw.get("pad_token_id", raw["vocab_size"] - 1),
     )
 
 
 def special_tokens(raw: dict, gen: dict) -> dict:
-    """generation_config.json wins over config.json, as in transformers' generate()."""
-
-    def pick(key: str, default=None):
-        return gen.get(key, raw.get(key, default))
-
-    pad = pick("pad_token_id", raw["vocab_size"] - 1)
-    eos = pick("eos_token_id", 0)
-    if isinstance(eos, list):
-        eos = eos[0]
-    return {"bos": pick("bos_token_id"), "eos": eos, "pad": pad,
-            "decoder_start": pick("decoder_start_token_id", pad)}
+    """bos, eos, pad and decoder_start (OPUS-MT: its pad token)."""
+    pad = generation_setting(raw, gen, "pad_token_id", raw["vocab_size"] - 1)
+    return {"bos": generation_setting(raw, gen, "bos_token_id"), "eos": generation_setting(raw, gen, "eos_token_id", 0),
+            "pad": pad, "decoder_start": generation_setting(raw, gen, "decoder_start_token_id", pad)}
 
 
 def suppressed_tokens(gen: dict) -> list[int]:
@@ -109,21 +89,13 @@ def key_map(cfg: TransformerConfig, state: dict) -> tuple[dict[str, str], dict]:
             if stack == "decoder":
                 pairs |= {f"cross_attn.{a}": f"encoder_attn.{b}" for a, b in attn.items()}
                 pairs["cross_residual.norm"] = "encoder_attn_layer_norm"
-            for a, b in pairs.items():
-                for p in ("weight", "bias"):
-                    m[f"{ours}{a}.{p}"] = f"{theirs}{b}.{p}"
+            m |= common.weights_and_biases(ours, theirs, pairs)
     return m, tf
 
 
 def load(path: Path) -> tuple[EncoderDecoder, dict]:
-    raw = read_config(path)
-    gen = read_generation_config(path)
+    raw, gen, state = common.read_checkpoint(path, ("model.",))
     cfg = config_from_hf(raw)
-    state = strip_prefix(read_state_dict(path), ("model.",))
-    model = EncoderDecoder(cfg)
-    keys, transforms = key_map(cfg, state)
-    assign(model, state, keys, transforms)
-    model.eval()
-    info = {"family": "marian", "architecture": ARCHITECTURE, "special_tokens": special_tokens(raw, gen),
-            "suppress_token_ids": suppressed_tokens(gen)}
-    return model, info
+    info = {"family": "marian", "architecture": ARCHITECTURE, "task": "generation",
+            "special_tokens": special_tokens(raw, gen), "suppress_token_ids": suppressed_tokens(gen)}
+    return common.loaded(EncoderDecoder(cfg), state, *key_map(cfg, state)), info

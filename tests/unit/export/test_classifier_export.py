@@ -13,8 +13,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from headwise.export.classifier import PARITY_INPUTS
 from headwise.export.package import build_package
+from headwise.export.verify import PARITY_PAIRS as PARITY_INPUTS
 from headwise.model.tokenizer import Tokenizer
 from headwise.service.package import load_package
 from tests.fixtures.tiny import make_tiny_bert_classifier as make_classifier

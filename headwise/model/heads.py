@@ -1,0 +1,45 @@
+"""Heads: what an encoder's last hidden states become. One Encoder (transformer.py) carries
+one head (encoder_model.py), so a sentence-embedding model and a classifier differ in their
+head alone.
+
+- PoolingHead: a sentence embedding, the mean of the token states or the [CLS] state, L2
+  normalised when the checkpoint says (Reimers & Gurevych 2019, "Sentence-BERT", §3).
+- ClassificationHead: BERT's sequence-classification head (Devlin et al. 2019, "BERT", §4.1 and
+  Figure 4): the [CLS] state through the pooler (dense + tanh), then a linear map to one logit
+  per label. A cross-encoder is one with a single label, a relevance score for a query–text
+  pair (what a reranker sorts by).
+
+Each head names the output it adds (`output`), the field of EncoderModelOutput it fills.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from headwise.model.pooling import PoolingConfig, pool
+
+
+class PoolingHead(nn.Module):
+    output = "sentence_embedding"
+
+    def __init__(self, config: PoolingConfig):
+        super().__init__()
+        self.config = config
+
+    def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
+        return pool(last_hidden_state, attention_mask, self.config)  # (B, D)
+
+
+class ClassificationHead(nn.Module):
+    output = "logits"
+
+    def __init__(self, d_model: int, labels: list[str]):
+        super().__init__()
+        self.labels = list(labels)
+        self.pooler = nn.Linear(d_model, d_model)
+        self.classifier = nn.Linear(d_model, len(labels))
+
+    def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
+        cls = last_hidden_state[:, 0]  # (B, D): the [CLS] token
+        return self.classifier(torch.tanh(self.pooler(cls)))  # (B, n_labels)

@@ -1,0 +1,43 @@
+"""Which importer reads a checkpoint directory, from config.json's model_type alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headwise.model.importers import bert, gpt2, marian
+from headwise.model.importers.common import CheckpointError, read_config
+
+IMPORTERS = (bert, gpt2, marian)
+
+
+def importer_for(path: Path):
+    model_type = read_config(path).get("model_type")
+    for importer in IMPORTERS:
+        if model_type in importer.MODEL_TYPES:
+            return importer
+    supported = sorted(t for importer in IMPORTERS for t in importer.MODEL_TYPES)
+    raise CheckpointError(f"{path}: unknown architecture model_type={model_type!r}; supported: {supported}")
+
+
+def checkpoint_architecture(path: str | Path) -> str:
+    """"encoder" | "decoder" | "encoder-decoder", from config.json alone (no weights read)."""
+    return importer_for(Path(path)).ARCHITECTURE
+
+
+def checkpoint_task(path: str | Path) -> str:
+    """"classification" for a sequence classifier (config.json's architectures names one,
+    e.g. BertForSequenceClassification: cross-encoders, classifiers), else "embedding" for
+    encoders and "generation" for the others."""
+    raw = read_config(Path(path))
+    if any(str(a).endswith("ForSequenceClassification") for a in raw.get("architectures") or []):
+        return "classification"
+    return "embedding" if checkpoint_architecture(path) == "encoder" else "generation"
+
+
+def load_checkpoint(path: str | Path):
+    """Import any supported checkpoint directory; returns (model, info dict).
+
+    info: family, architecture, task, and for generative models special_tokens (bos, eos, pad,
+    decoder_start) and suppress_token_ids; for classifiers labels."""
+    path = Path(path)
+    return importer_for(path).load(path)
