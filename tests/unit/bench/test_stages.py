@@ -26,7 +26,9 @@ def test_every_stage_is_reported_and_positive(profiles):
             "parse", "validate", "tokenise", "validate", "pad and batch", "pad and batch", "device run",
             "post-process", "serialise", "write"]
         assert all(r.timing.wall_us > 0 and r.timing.reps >= stages.MIN_REPS for r in p.rows + p.whole)
-        assert all(r.timing.cpu_us > 0 for r in p.rows if not r.part)
+        # CPU counts every thread of the process: a cheap stage may round to nothing under load
+        assert all(r.timing.cpu_us >= 0 for r in p.rows if not r.part)
+        assert sum(r.timing.cpu_us for r in p.rows if not r.part) > 0
         assert [r.stage for r in p.whole] == ["hop", "engine", "request"]
         assert p.body_bytes[0] > 0 and p.body_bytes[1] >= p.body_bytes[0]
     by_shape = {(p.backend, p.inputs): p for p in profiles}
