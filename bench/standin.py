@@ -170,8 +170,8 @@ class StandIn(Instant):
 def headwise_app(models: str, factory):
     """The real app with `factory`'s backend, as `headwise serve` builds it: with the fast path
     (HEADWISE_BENCH_PLAIN=1: the plain app)."""
-    from headwise.service.server import fastpath
     from headwise.service.api.app import create_app
+    from headwise.service.server import fastpath
     from headwise.service.settings import Settings
 
     app = create_app(Settings(models_dir=models), backend_factory=factory)

@@ -73,5 +73,5 @@ def hand_over_gil_within(ms: float) -> None:
     needs it back before it can hand the batch on, and a busy event loop may keep it until the
     interpreter's switch interval is over. A shorter interval shortens that wait but makes every
     thread switch more often: on an H100 host 0.5 ms served single-input requests slower than
-    Python's 5 ms (bench/results/gpu-h100-issue27.md), which stays the default."""
+    Python's 5 ms (bench/results/gpu-h100.md), which stays the default."""
     sys.setswitchinterval(ms / 1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 REQUIRED = ("name", "version", "architecture", "n_layers", "n_heads", "d_model", "max_len",
@@ -56,6 +57,17 @@ class ModelPackage:
     @property
     def generative(self) -> bool:
         return self.architecture != "encoder"
+
+    @property
+    def created(self) -> int:
+        """The export time (manifest `created_at`, ISO 8601) in Unix seconds, as OpenAI's
+        `created` (a time without zone read as UTC); 0 when the manifest has none or an
+        unreadable one."""
+        try:
+            when = datetime.fromisoformat(str(self.manifest["created_at"]))
+        except (KeyError, ValueError):
+            return 0
+        return int((when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)).timestamp())
 
 
 _hash_cache: dict[tuple[str, int, int], str] = {}

@@ -217,7 +217,7 @@ def test_the_attention_budget_counts_the_blocks_returned(models):
 def test_what_each_model_refuses(models, classifier_packages):
     async def fn(engine):
         rt = engine.get("tiny-classifier")
-        info = rt.info()
+        info = rt.card()
         assert info["task"] == "classification" and info["labels"] == ["negative", "neutral", "positive"]
         with pytest.raises(Validation, match=r"is a classification model .* /v1/rerank or /v1/predict"):
             await engine.embed(rt, ["a text"], EmbedParams())
@@ -229,7 +229,7 @@ def test_what_each_model_refuses(models, classifier_packages):
             await engine.rerank(rt, "q" * 81, ["a"], ClassifyParams())
         with pytest.raises(TooLarge, match=r"texts\[1\] has 81 characters"):
             await engine.rerank(rt, "q", ["a", "b" * 81], ClassifyParams())
-        with pytest.raises(Validation, match="a classifier with 3 labels: reranking needs a cross-encoder"):
+        with pytest.raises(Validation, match=r"a classification model \(3 labels\): reranking needs a cross-encoder"):
             await engine.rerank(rt, QUERY, ["a"], ClassifyParams())
         with pytest.raises(Validation, match=r"texts\[1\] has \d+ tokens or more") as exc:
             await engine.rerank(engine.get("tiny-reranker"), "q", ["a", "b" * 70], ClassifyParams(truncate=False))

@@ -93,6 +93,15 @@ class FakeBackend:
         return {k: out[k] for k in outputs}
 
 
+class FakeClassifierBackend(FakeBackend):
+    """FakeBackend answering `logits` too: the first n_labels values of the [CLS] hidden state."""
+
+    def run(self, role, feeds, outputs):
+        out = super().run(role, feeds, [o for o in outputs if o != "logits"] + ["last_hidden_state"])
+        out["logits"] = out["last_hidden_state"][:, 0, :len(self.package.labels)]
+        return {k: out[k] for k in outputs}
+
+
 class FakeNvml:
     """The part of `pynvml` that service.gpu_metrics reads: two devices, the second failing
     when `broken` is set."""

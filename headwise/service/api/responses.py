@@ -13,11 +13,12 @@ from starlette.responses import Response, StreamingResponse
 from headwise.service.api.errors import Protocol
 from headwise.service.api.serialize import CHUNK_BYTES, dumps_chunks
 from headwise.service.engine.budget import Reservation, ResponseBudget, ShareOf
-from headwise.service.errors import NotReady, TooLarge
+from headwise.service.errors import NotReady
 
 DUMPS = orjson.OPT_SERIALIZE_NUMPY
 TEXT_BYTES = 6  # the most one character of a text takes in JSON (a \u00XX escape)
 TEXT_ITEM_BYTES = 16  # an echoed text's key, quotes and separators
+ENVELOPE_BYTES = 64  # a native answer's own keys around what the engine counted
 
 
 def json_response(payload: dict) -> Response:
@@ -29,13 +30,6 @@ def echoed_bytes(texts: list[str], n: int | None = None) -> int:
     turn out to be (the n longest), every character escaped at worst. Known before inference."""
     sizes = sorted((len(t) for t in texts), reverse=True)[:n]
     return sum(TEXT_BYTES * k + TEXT_ITEM_BYTES for k in sizes)
-
-
-def check_response_bytes(cap: int, size: int, advice: str) -> None:
-    """TooLarge when an answer bound of `size` bytes is over HEADWISE_MAX_RESPONSE_BYTES (`cap`)."""
-    if size > cap:
-        raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
-                       f"({cap}); {advice}")
 
 
 def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response:

@@ -110,7 +110,8 @@ class TokenizeResponse(BaseModel):
 
 
 class ModelCard(BaseModel):
-    """OpenAI's model object (id, object, created, owned_by) with headwise's facts beside it."""
+    """OpenAI's model object (id, object, created, owned_by) with headwise's facts beside it:
+    what a runtime's `card()` says, for every kind. Keys a kind lacks are left out."""
 
     id: str = Field(..., description="the model's name (OpenAI's `id`)")
     object: Literal["model"] = "model"
@@ -120,18 +121,20 @@ class ModelCard(BaseModel):
     version: str
     family: str
     architecture: str
-    task: str | None = Field(None, description="embedding | classification | generation")
+    task: Literal["embedding", "classification", "generation"]
     labels: list[str] | None = Field(None, description="a classification model's labels, in logit order")
     n_layers: int
+    n_encoder_layers: int | None = Field(None, description="an encoder-decoder's encoder layers (generative models)")
     n_heads: int
     d_model: int
     max_len: int
-    pooling: str
+    pooling: str | None = Field(..., description="an encoder's pooling; null for generative models")
     normalize: bool
     provider: str | None
     precision: str | None
     variants: dict[str, dict]
     attention: bool
+    generate: dict | None = Field(None, description="a generative model's input field, special tokens and limits")
     ready: bool
 
 

@@ -150,7 +150,7 @@ def warn_cpu_once(found: CudaProbe) -> None:
 
 
 # A worker is one process with its own CUDA context, sessions and memory arena (about 1.9 GiB
-# for all-MiniLM-L6-v2 after warm-up on an H100: bench/results/gpu-h100-issue27.md); 4 GiB
+# for all-MiniLM-L6-v2 after warm-up on an H100: bench/results/gpu-h100.md); 4 GiB
 # leaves room for larger models. Past 8 workers the H100 host gained nothing more there.
 GIB_PER_WORKER = 4
 MAX_AUTO_WORKERS = 8

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from headwise.service.cpu import INFERENCE_NICENESS, lowered_thread
-from headwise.service.engine.work import Done, Entry, Job, Limits, Work, length_buckets
+from headwise.service.engine.work import Done, Entry, Job, Limits, Outcome, Work, length_buckets
 from headwise.service.errors import Disconnected, NotReady, Overloaded
 
 log = logging.getLogger("headwise.service")
@@ -39,7 +39,7 @@ IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come 
 # Tokenising beside a running batch costs a thread hop and a third thread contending for the
 # GIL with the event loop and the inference thread: worth it for a batch's worth of waiting
 # inputs (a few large requests), not for single-input requests trickling in, which the next hop
-# tokenises as without overlap (bench/results/gpu-h100-issue27.md).
+# tokenises as without overlap (bench/results/gpu-h100.md).
 OVERLAP_MIN_INPUTS = 32
 
 
@@ -233,7 +233,7 @@ class Batcher:
             self._wakeup.set()
             self._idle_changed()
 
-    def tokenised(self, jobs: list[Job], outcome) -> None:
+    def tokenised(self, jobs: list[Job], outcome: Sequence[Outcome]) -> None:
         """Event loop: queue what the tokenizer thread made of `jobs` (or fail them)."""
         try:
             self._settle(jobs, outcome, admit=True)
@@ -242,7 +242,7 @@ class Batcher:
             self._wakeup.set()
             self._idle_changed()
 
-    def plan(self, work: Work, outcome) -> tuple[list[Entry], int] | None:
+    def plan(self, work: Work, outcome: Sequence[Outcome]) -> tuple[list[Entry], int] | None:
         """Inference thread, after tokenising `work.jobs` with run: the batch to run in the same
         hop, or None when it does not fit one batch (its entries are then queued)."""
         batch = sorted((e for res in outcome if not isinstance(res, BaseException) for e in res),
@@ -287,7 +287,7 @@ class Batcher:
         self._depth_changed()
         return jobs
 
-    def _settle(self, jobs: list[Job], outcome, admit: bool) -> None:
+    def _settle(self, jobs: list[Job], outcome: Sequence[Outcome], admit: bool) -> None:
         """Fail each job `prepare` refused; queue the others' entries if `admit`."""
         for job, res in zip(jobs, outcome, strict=True):
             if job.done:

@@ -14,6 +14,7 @@ from headwise.service.engine.params import (
     JSON_VALUE_BYTES,
     TOKEN_BYTES,
     AttentionSpec,
+    Counted,
     written_bytes,
 )
 from headwise.service.engine.tokenizer import Encoded
@@ -41,15 +42,12 @@ class Classified:
 
 
 @dataclass(frozen=True)
-class ClassifyResult:
+class ClassifyResult(Counted):
     model: str
     version: str
     labels: list[str]  # id2label order
     data: list[Classified]  # in input order
-
-    @property
-    def n_tokens(self) -> int:
-        return sum(c.encoding.length for c in self.data)
+    answer_bytes: int = 0  # the bound of every input's answer as written, counted when they were tokenised
 
 
 def activate(logits: np.ndarray, raw: bool) -> np.ndarray:

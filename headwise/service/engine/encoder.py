@@ -1,5 +1,6 @@
-"""A served encoder model: its tokenizer, backend and one batcher per variant; it turns a
-batch of tokenised inputs into per-input results on the batcher's inference thread."""
+"""A served encoder model: its tokenizer, backend, one batcher per variant and its head
+(service.engine.heads: embeddings, or logits for classification); it turns a batch of
+tokenised inputs into per-input answers on the batcher's inference thread."""
 
 from __future__ import annotations
 
@@ -14,36 +15,30 @@ from headwise.service.backends.onnxruntime import Backend
 from headwise.service.cpu import ANALYTICS_NICENESS
 from headwise.service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
 from headwise.service.engine.faults import inject_fault, unlinked
-from headwise.service.engine.outputs import attention_payload, pool
-from headwise.service.engine.params import (
-    AttentionSpec,
-    Embedded,
-    EmbedParams,
-    EmbedResult,
-    RequestParams,
-    response_bytes,
-)
+from headwise.service.engine.heads import Head, head_for
+from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, RequestParams
+from headwise.service.engine.runtime import base_card
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
-from headwise.service.errors import TooLarge, Validation
+from headwise.service.engine.work import Inputs, Outcome
+from headwise.service.errors import TooLarge, Validation, check_response_bytes
 from headwise.service.metrics import Metrics, ModelSeries, QueueHooks
-from headwise.service.package import ModelPackage, variant_facts
+from headwise.service.package import ModelPackage
 from headwise.service.settings import Settings
 
 log = logging.getLogger("headwise.service")
 
 BackendFactory = Callable[[ModelPackage, Settings], Backend]
-
-
-def token_ids(inputs) -> bool:
-    """Pre-tokenised inputs (lists of ids, e.g. OpenAI's token-array input) rather than texts."""
-    return bool(inputs) and not isinstance(inputs[0], str)
+TOO_LARGE = "ask for fewer inputs, layers or heads, top-k or base64 attention, or sentence embeddings"
 
 
 class EncoderRuntime:
-    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
-        self.package = package
+    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics, head: Head | None = None):
+        self.package, self.name = package, package.name
         self.settings = settings
         self.metrics = metrics
+        self.head = head if head is not None else head_for(package)
+        self.capabilities = self.head.capabilities
+        self.described, self.use = self.head.described, self.head.use
         self.series = ModelSeries(metrics, package.name)
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.buckets = length_buckets(package.max_len)
@@ -55,65 +50,40 @@ class EncoderRuntime:
         self.ready = False
 
     @property
-    def name(self) -> str:
-        return self.package.name
+    def max_batch_tokens(self) -> int:
+        """Its batchers' own limit: on CPU the smaller of two settings (known once loaded)."""
+        return self.limits("embed").max_batch_tokens if self.backend is not None else self.settings.max_batch_tokens
 
-    def info(self) -> dict:
-        p = self.package
-        b = self.backend
-        return {
-            "name": p.name, "version": p.version, "family": p.family, "architecture": p.architecture,
-            "task": p.task, **({"labels": list(p.labels)} if p.task == "classification" else {}),
-            "n_layers": p.n_layers, "n_heads": p.n_heads, "d_model": p.d_model, "max_len": p.max_len,
-            "pooling": p.pooling, "normalize": p.normalize,
-            "provider": b.provider if b else None, "precision": b.precision if b else None,
-            "variants": {name: {"precision": v.precision, "outputs": list(v.outputs),
-                                "serving": b is not None and name in b.variants.values(),
-                                **variant_facts(p.manifest, name)}
-                         for name, v in p.variants.items()},
-            "attention": b is not None and "attention" in b.variants,
-            "ready": self.ready,
-        }
+    def card(self) -> dict:
+        p, b = self.package, self.backend
+        return {**base_card(p, b, self.ready, lambda name: b is not None and name in b.variants.values()),
+                "pooling": p.pooling, "normalize": p.normalize, **self.head.card(),
+                "attention": b is not None and "attention" in b.variants}
 
     def attention_spec(self, layers, heads, **how) -> AttentionSpec:
         """Raises Validation for indices out of range."""
         return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
 
-    # -- the operations (event loop) ------------------------------------------------------------
-    def check_embeddings(self) -> None:
-        """Raises Validation, naming the routes that serve this model, unless it answers sentence
-        embeddings (embed, run_encoded: /v1/embed, /v1/similarity, /v1/occlusion); an encoder does."""
-
-    async def embed(self, inputs: list, params: EmbedParams,
-                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
-        """Tokenised on the batcher's thread together with whatever else is waiting. `inputs`
-        may be token-id lists instead of texts, used as they are (no special tokens added)."""
-        if token_ids(inputs):
-            self.tokenizer.check_ids(inputs)
-        data: list[Embedded] = await self._submit(inputs, params, is_disconnected, "inputs")
-        return EmbedResult(self.name, self.package.version, data)
-
-    async def _submit(self, inputs: list, params: RequestParams, is_disconnected: Callable[[], Awaitable[bool]] | None,
-                      field: str) -> list:
+    # -- the operations (event loop; the engine has checked the capability) -------------------
+    async def submit(self, inputs: Inputs, params: RequestParams,
+                     is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+                     field: str = "inputs") -> tuple[list, int]:
         """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
-        attention variant's when they ask for attention), tokenised on its thread; counts the
-        attention returned."""
+        attention variant's when they ask for attention), tokenised on its thread together with
+        whatever else is waiting → (each input's answer, the answer's bound in bytes as
+        written); counts the attention returned."""
         role = "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
             raise Validation(f"model {self.name!r} has no attention variant")
-        data = await batcher.submit(Job(len(inputs), inputs=inputs, params=params, inputs_field=field,
-                                        is_disconnected=is_disconnected))
+        job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected)
+        data = await batcher.submit(job)
         spec = params.attention
         if spec is not None:
-            self.series.attention_bytes.inc(sum(self.returned_bytes(spec, d.encoding) for d in data))
+            self.series.attention_bytes.inc(sum(self.head.returned_bytes(spec, d.encoding) for d in data))
             if spec.aggregate != "none":
                 self.series.aggregate(spec.aggregate).inc()
-        return data
-
-    def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
-        """Attention bytes one input's answer returns (headwise_attention_bytes_total)."""
-        return spec.returned_bytes(enc.length)
+        return data, job.answer_bytes
 
     async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
                           is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
@@ -129,14 +99,6 @@ class EncoderRuntime:
             if h < 0:
                 self.series.input_tokens.observe(e.length)
         return await batcher.submit(job, entries)
-
-    async def generate(self, ask, budget):
-        raise Validation(f"model {self.name!r} is an encoder model: use POST /v1/embed; /v1/generate "
-                         "serves decoder and encoder-decoder models")
-
-    async def classify(self, inputs, params, is_disconnected=None, field="inputs"):
-        raise Validation(f"model {self.name!r} is an embedding model: use POST /v1/embed; /v1/rerank and "
-                         "/v1/predict serve classification packages (cross-encoders, classifiers)")
 
     def _all_batchers(self) -> list[Batcher]:
         """Analytics first: they may borrow the embed batcher's thread, which closing it ends."""
@@ -203,38 +165,20 @@ class EncoderRuntime:
         return out["attentions_f16" if f16[i] else "attentions"][i]
 
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
-        pkg = self.package
-        pooled = [self._use_pooled(e.job.params) for e in entries]
-        outputs = []
-        if any(pooled):
-            outputs.append("sentence_embedding")
-        if any(e.job.params.tokens or (e.job.params.sentence and not p) for e, p in zip(entries, pooled, strict=True)):
-            outputs.append("last_hidden_state")
+        """Each entry's answer, as the head cuts it from the batch's outputs."""
+        head = self.head
         f16, attention = self._attention_outputs(role, entries)
-        out = self.run(role, entries, padded, outputs + attention, record)
-        results = []
-        for i, e in enumerate(entries):
-            p: EmbedParams = e.job.params
-            t = e.length
-            tokens = np.ascontiguousarray(out["last_hidden_state"][i, :t]) if p.tokens else None
-            sentence = None
-            if pooled[i]:
-                sentence = out["sentence_embedding"][i]
-            elif p.sentence:
-                hidden = out["last_hidden_state"][i, :t]
-                if e.hole >= 0 and pkg.pooling == "mean":  # as the graph's pooling: real positions only
-                    hidden = np.delete(hidden, e.hole, axis=0)
-                sentence = pool(hidden, pkg.pooling, p.normalize)
-            att = attention_payload(self._weights(out, f16, i), t, p.attention) if p.attention else None
-            results.append(Embedded(e.encoding, sentence, tokens, att))
-        return results
+        out = self.run(role, entries, padded, head.outputs(entries) + attention, record)
+        return [head.answer(out, i, e, self._weights(out, f16, i) if e.job.params.attention is not None else None)
+                for i, e in enumerate(entries)]
 
-    def prepare(self, jobs: list[Job]) -> list:
+    def prepare(self, jobs: list[Job]) -> list[Outcome]:
         """Batch-encode every waiting job (inference thread) → per job its entries, or the
         client error that ends it: 422 over max_len without truncation, 413 over the budget."""
+        head = self.head
         out: list = [None] * len(jobs)
         for i, job in enumerate(jobs):
-            if self.pretokenised(job.inputs):
+            if head.pretokenised(job.inputs):
                 try:
                     out[i] = self._entries(job, self.tokenizer.from_ids(job.inputs))
                 except Exception as e:
@@ -245,7 +189,7 @@ class EncoderRuntime:
                 continue
             texts = [t for i in group for t in jobs[i].inputs]
             t0 = time.perf_counter()
-            encs = self.encode_inputs(texts, truncate)
+            encs = head.encode(self.tokenizer, texts, truncate)
             self.series.tokenize.observe(time.perf_counter() - t0)
             at = 0
             for i in group:
@@ -258,49 +202,24 @@ class EncoderRuntime:
                     out[i] = unlinked(e)
         return out
 
-    def pretokenised(self, inputs) -> bool:
-        return token_ids(inputs)
-
-    def encode_inputs(self, inputs: list, truncate: bool) -> list[Encoded]:
-        """A group of waiting inputs, tokenised together (unchecked); strings and offsets are
-        built by `_entries` for the jobs whose answer carries them."""
-        return self.tokenizer.encode_unchecked(inputs, truncate, lazy=True)
-
-    def attention_need(self, job: Job, encs: list[Encoded]) -> tuple[int, str]:
-        """(bytes the attention budget counts for this job, what they are, for the message)."""
-        params: RequestParams = job.params
-        spec = params.attention
-        if params.padded_attention:
-            return len(encs) * spec.nbytes(max(e.length for e in encs)), "the padded attention tensor"
-        return sum(spec.nbytes(e.length) for e in encs), "asked-for attention"
-
-    def answer_bytes(self, job: Job, encs: list[Encoded]) -> int:
-        """An upper bound of this job's answer as serialised (HEADWISE_MAX_RESPONSE_BYTES)."""
-        return sum(response_bytes(job.params, e.length, self.package.d_model) for e in encs)
-
     def _entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
+        """Checks a job's inputs and answer against the limits, and counts its answer's bound once."""
         self.tokenizer.check(encs, job.inputs_field)
-        params: RequestParams = job.params
+        params = job.params
         if params.attention is not None:
-            need, what = self.attention_need(job, encs)
+            need, what = self.head.attention_need(params, encs)
             budget = self.settings.attention_budget_bytes
             if need > budget:
                 raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
                                "heads or inputs" + (", or inputs of similar length" if params.padded_attention else ""))
-        answer = self.answer_bytes(job, encs)
-        if answer > self.settings.max_response_bytes:
-            raise TooLarge(f"the response asked for takes up to {answer} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
-                           f"({self.settings.max_response_bytes}); ask for fewer inputs, layers or heads, "
-                           "top-k or base64 attention, or sentence embeddings")
+        job.answer_bytes = answer = self.head.answer_bytes(params, encs)
+        check_response_bytes(answer, self.settings.max_response_bytes, TOO_LARGE)
         hist = self.series.input_tokens
         for e in encs:
             hist.observe(e.length)
             if params.token_strings:
                 e.materialize()
         return [Entry(job, i, e.ids, e.type_ids, e) for i, e in enumerate(encs)]
-
-    def _use_pooled(self, p: EmbedParams) -> bool:
-        return p.sentence and p.normalize == self.package.normalize
 
     # -- start-up -------------------------------------------------------------------------
     def load(self, factory: BackendFactory) -> None:
@@ -315,17 +234,12 @@ class EncoderRuntime:
         arena has grown to its working size before the first client arrives."""
         enc = self.tokenizer.encode(["warm up " * self.package.max_len])[0]
         for role in self.backend.variants:
-            params = self.warm_params(role)
+            params = self.head.warm_params(self.attention_spec(None, None) if role == "attention" else None)
             for n in self.buckets:
                 rows = self.limits(role).max_rows(n) if self.backend.provider == "cuda" else 1
                 job = Job(rows, params=params)
                 entries = [Entry(job, i, enc.ids[:n], np.zeros(n, np.int64), enc) for i in range(rows)]
                 self.run_batch(role, entries, n, record=False)
-
-    def warm_params(self, role: str):
-        """What warm-up asks of `role`: every output the variant has."""
-        return EmbedParams(sentence=False, tokens=True, attention=(
-            self.attention_spec(None, None) if role == "attention" else None))
 
     def limits(self, role: str) -> Limits:
         """The batch limits of `role`'s batcher (warm-up on CUDA runs their largest batches)."""

@@ -3,7 +3,8 @@
 Routers call `Engine.embed`, `Engine.tokenize`, `Engine.classify`, `Engine.rerank` and
 `Engine.generate`, one call per request; those raise service.errors' domain errors for client
 mistakes and never touch HTTP. Each served model is a Runtime (service.engine.runtime): an
-EncoderRuntime, a ClassifierRuntime (classification packages) or a GenerativeRuntime.
+EncoderRuntime with its head (embeddings, logits) or a GenerativeRuntime; an operation asks the
+model for a capability (`require`), never for its kind.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import lowered_thread
 from headwise.service.engine import explain as operations
 from headwise.service.engine.budget import ResponseBudget, ShareOf, TokenBudget
-from headwise.service.engine.classifier import ClassifierRuntime
 from headwise.service.engine.classify import ClassifyParams, ClassifyResult
 from headwise.service.engine.encoder import BackendFactory, EncoderRuntime
 from headwise.service.engine.explain import AnalyticsLane, Occlusion, Similarity
 from headwise.service.engine.generation import GenerativeRuntime
 from headwise.service.engine.generation.runtime import Generation
 from headwise.service.engine.generation.sequence import GenerateInput
+from headwise.service.engine.heads.embedding import token_ids
 from headwise.service.engine.params import EmbedParams, EmbedResult
-from headwise.service.engine.runtime import Runtime
+from headwise.service.engine.runtime import Capability, Runtime, require
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import (
     FIELD,
@@ -71,8 +72,7 @@ class Engine:
         packages = find_packages(self.settings.models_dir)
         check_precision(packages, self.settings.precision, self.settings.provider)
         for pkg in packages:
-            cls = (GenerativeRuntime if pkg.generative else
-                   ClassifierRuntime if pkg.task == "classification" else EncoderRuntime)
+            cls = GenerativeRuntime if pkg.generative else EncoderRuntime
             self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
 
     def prepare(self) -> None:
@@ -120,14 +120,18 @@ class Engine:
         if rt is not None and not rt.ready:
             raise NotReady(f"model {rt.name} is not ready")
 
-    def get(self, name: str | None) -> Runtime:
+    def get(self, name: str | None, needs: Capability | None = None) -> Runtime:
+        """The model `name` (the only one when None), which must declare `needs` when given."""
         if name is None:
-            if len(self.models) == 1:
-                return next(iter(self.models.values()))
-            raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
-        rt = self.models.get(name)
-        if rt is None:
-            raise NotFound(f"no model by that name; served: {', '.join(sorted(self.models))}")
+            if len(self.models) != 1:
+                raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
+            rt = next(iter(self.models.values()))
+        else:
+            rt = self.models.get(name)
+            if rt is None:
+                raise NotFound(f"no model by that name; served: {', '.join(sorted(self.models))}")
+        if needs is not None:
+            require(rt, needs)
         return rt
 
     def _check(self, texts: list, field: str = "inputs") -> None:
@@ -177,7 +181,11 @@ class Engine:
         """Every input's embedding (and attention) as `params` asks. `inputs` may be token-id
         lists instead of texts, used as they are (no special tokens added)."""
         self._check(inputs)
-        return await rt.embed(inputs, params, is_disconnected)
+        require(rt, Capability.EMBED)
+        if token_ids(inputs):
+            rt.tokenizer.check_ids(inputs)
+        data, size = await rt.submit(inputs, params, is_disconnected)
+        return EmbedResult(rt.name, rt.package.version, data, size)
 
     async def classify(self, rt: Runtime, inputs: list[str | tuple[str, str]], params: ClassifyParams,
                        is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
@@ -187,7 +195,8 @@ class Engine:
         self._check(items)
         if any(len(x) != 2 for x in items if isinstance(x, tuple)):
             raise Validation(f"each of '{FIELD}' is a text or a pair of two texts", field="inputs")
-        return await rt.classify(items, params, is_disconnected)
+        require(rt, Capability.CLASSIFY)
+        return await self._classify(rt, items, params, is_disconnected, "inputs")
 
     async def rerank(self, rt: Runtime, query: str, texts: list[str], params: ClassifyParams,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
@@ -197,12 +206,15 @@ class Engine:
         if len(query) > self.settings.max_input_chars:
             raise TooLarge(f"{FIELD} has {len(query)} characters; at most {self.settings.max_input_chars}",
                            field="query")
-        labels = rt.package.labels
-        if rt.package.task == "classification" and len(labels) != 1:
-            raise Validation(f"model {rt.name!r} is a classifier with {len(labels)} labels: reranking needs a "
-                             "cross-encoder (one label, a relevance score); use /v1/predict")
+        require(rt, Capability.CLASSIFY)
+        require(rt, Capability.RERANK)
         # pair i is texts[i]: its errors (too many tokens) name texts[i]
-        return await rt.classify([(query, t) for t in texts], params, is_disconnected, field="texts")
+        return await self._classify(rt, [(query, t) for t in texts], params, is_disconnected, "texts")
+
+    async def _classify(self, rt: Runtime, items: list, params: ClassifyParams,
+                        is_disconnected: Callable[[], Awaitable[bool]] | None, field: str) -> ClassifyResult:
+        data, size = await rt.submit(items, params, is_disconnected, field)
+        return ClassifyResult(rt.name, rt.package.version, list(rt.package.labels), data, size)
 
     async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
@@ -213,7 +225,7 @@ class Engine:
             raise InvalidRequest("'targets' is empty", field="targets")
         texts = [source, *targets]
         self._check(texts)
-        rt.check_embeddings()
+        require(rt, Capability.EMBED)
         encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
         return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, self.analytics,
                                            is_disconnected)
@@ -222,7 +234,7 @@ class Engine:
                         is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
         """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
         self._check([text])
-        rt.check_embeddings()
+        require(rt, Capability.EMBED)
         encs = await self._encode(rt, [text], truncate)  # checked against max_len (TextTokenizer.encode)
         return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, self.analytics,
                                           is_disconnected)
@@ -230,4 +242,5 @@ class Engine:
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
         """A queued generation, its answer's bytes reserved until its response is sent."""
         self._ready()
+        require(rt, Capability.GENERATE)
         return await rt.generate(ask, self.responses)

@@ -23,10 +23,16 @@ import numpy as np
 from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread
 from headwise.service.engine.analytics import pair_contributions, top_pairs
 from headwise.service.engine.budget import ShareOf, TokenBudget
-from headwise.service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES, Embedded, EmbedParams
-from headwise.service.engine.runtime import Runtime
+from headwise.service.engine.encoder import EncoderRuntime
+from headwise.service.engine.params import (
+    JSON_VALUE_BYTES,
+    TOKEN_BYTES,
+    Embedded,
+    EmbedParams,
+    usage,
+)
 from headwise.service.engine.tokenizer import Encoded
-from headwise.service.errors import TooLarge, Validation
+from headwise.service.errors import TooLarge, Validation, check_response_bytes
 
 PAIR_BYTES = 64  # one top pair written as {"source": i, "target": j, "value": v}, generously
 SCORE_BYTES = 64  # one target's index and score, and its item's keys
@@ -49,10 +55,15 @@ class Similarity:
     targets: list[Encoded]
     scores: list[float]
     explained: list[Explained] | None
+    answer_bytes: int  # similarity_bytes: the bound of the answer as written
 
     @property
     def n_tokens(self) -> int:
         return self.source.length + sum(e.length for e in self.targets)
+
+    @property
+    def usage(self) -> dict:
+        return usage(self.n_tokens)
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,15 @@ class Occlusion:
     @property
     def passes(self) -> int:
         return self.encoding.length + 1
+
+    @property
+    def answer_bytes(self) -> int:
+        """The bound of the answer as written: each token's string, offsets and effect."""
+        return self.encoding.length * (TOKEN_BYTES + JSON_VALUE_BYTES["float32"]) + 256
+
+    @property
+    def usage(self) -> dict:
+        return usage(self.encoding.length, self.encoding.length * self.passes)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -86,19 +106,17 @@ def similarity_bytes(model: str, source: int, targets: list[int], explain: bool,
     return n
 
 
-async def similarity(rt: Runtime, encs: list[Encoded], explain: bool, top_k: int, max_response_bytes: int,
+async def similarity(rt: EncoderRuntime, encs: list[Encoded], explain: bool, top_k: int, max_response_bytes: int,
                      lane: AnalyticsLane, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
     """encs: the source, then the targets, tokenised and checked for max_len. Their rows are
     admitted against the analytics budget; the split runs off the event loop."""
-    if explain and rt.package.pooling != "mean":  # (generative and classification models: refused before)
+    if explain and rt.package.pooling != "mean":  # (models without embeddings: refused before)
         raise Validation(f"explain needs mean pooling: model {rt.name!r} pools with {rt.package.pooling!r}, and a "
                          "cosine of single-token (CLS) embeddings has no exact split over token pairs; "
                          "ask without explain")
     source, targets = encs[0], encs[1:]
     size = similarity_bytes(rt.name, source.length, [e.length for e in targets], explain, top_k)
-    if size > max_response_bytes:
-        raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
-                       f"({max_response_bytes}); send fewer or shorter targets, or ask without explain")
+    check_response_bytes(size, max_response_bytes, "send fewer or shorter targets, or ask without explain")
     params = EmbedParams(sentence=True, tokens=explain, normalize=True)
     cost = sum(e.length for e in encs)
     with lane.budget.admit(cost, f"similarity of {len(encs)} texts ({cost} tokens)").held():
@@ -106,7 +124,7 @@ async def similarity(rt: Runtime, encs: list[Encoded], explain: bool, top_k: int
         # held until the split is done: the rows' token embeddings are alive until then
         scores, explained = await lane.run(_split, data, explain, top_k)
     rt.series.analytic("similarity_explain" if explain else "similarity").inc()
-    return Similarity(rt.name, rt.package.version, source, targets, scores, explained)
+    return Similarity(rt.name, rt.package.version, source, targets, scores, explained, size)
 
 
 def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float], list[Explained] | None]:
@@ -122,7 +140,7 @@ def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float]
     return scores, explained
 
 
-async def occlusion(rt: Runtime, enc: Encoded, max_rows: int, lane: AnalyticsLane,
+async def occlusion(rt: EncoderRuntime, enc: Encoded, max_rows: int, lane: AnalyticsLane,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
     """enc: the input, tokenised and checked; its T + 1 rows (the input whole, then one per
     masked position) go through the analytics batcher as one job of T + 1 inputs, admitted

@@ -144,15 +144,32 @@ class Embedded:
     attention: dict | None  # service.engine.outputs.attention_payload
 
 
-@dataclass(frozen=True)
-class EmbedResult:
-    model: str
-    version: str
-    data: list[Embedded]
+def usage(prompt: int, total: int | None = None) -> dict:
+    """An answer's `usage`, OpenAI's shape: the tokens read, and those run (occlusion runs more)."""
+    return {"prompt_tokens": prompt, "total_tokens": prompt if total is None else total}
+
+
+class Counted:
+    """A result whose answers' encodings are its usage (`data`: one answer per input)."""
+
+    __slots__ = ()
+    data: list
 
     @property
     def n_tokens(self) -> int:
-        return sum(e.encoding.length for e in self.data)
+        return sum(d.encoding.length for d in self.data)
+
+    @property
+    def usage(self) -> dict:
+        return usage(self.n_tokens)
+
+
+@dataclass(frozen=True)
+class EmbedResult(Counted):
+    model: str
+    version: str
+    data: list[Embedded]
+    answer_bytes: int = 0  # the bound of the answer as written, counted when it was tokenised
 
 
 def response_bytes(params: EmbedParams, t: int, d_model: int) -> int:

@@ -1,15 +1,21 @@
 """What the batcher queues and hands to the engine: a request (`Job`), one input of it
-(`Entry`), the next hop (`Work`), a hop's outcome (`Done`), and the limits a batch is cut by
-(`Limits`, `length_buckets`). service.engine.batching re-exports them."""
+(`Entry`), what tokenising a job came to (`Outcome`), the next hop (`Work`), a hop's outcome
+(`Done`), and the limits a batch is cut by (`Limits`, `length_buckets`).
+service.engine.batching re-exports them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from headwise.service.engine.params import RequestParams
+from headwise.service.engine.tokenizer import Encoded
+
+# A request's inputs as its head takes them: texts, (a, b) pairs, or token-id lists.
+Inputs = list[str] | list[str | tuple[str, str]] | list[list[int]]
 
 
 def length_buckets(max_len: int) -> list[int]:
@@ -24,19 +30,20 @@ def length_buckets(max_len: int) -> list[int]:
     return [*out, max_len]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Job:
     """One client request: its entries' results and the future the handler awaits."""
 
     size: int  # inputs
-    inputs: Any = None  # raw texts, for `prepare`
-    params: Any = None
+    inputs: Inputs | None = None  # as sent, for `prepare` (None: entries made by the caller)
+    params: RequestParams | None = None
     inputs_field: str = "inputs"  # the request field `inputs` are, as errors about one of them name it
     is_disconnected: Callable[[], Awaitable[bool]] | None = None
     future: asyncio.Future | None = None
     results: list = field(default_factory=list)
     left: int = 0
     enqueued_at: float = 0.0
+    answer_bytes: int = 0  # the bound of its answer as written, counted once when it is tokenised
 
     @property
     def done(self) -> bool:
@@ -54,7 +61,7 @@ class Entry:
     index: int
     ids: np.ndarray
     type_ids: np.ndarray
-    encoding: Any = None  # what the ids came from, handed back with the result
+    encoding: Encoded | None = None  # what the ids came from, handed back with the result
     hole: int = -1  # a position whose attention_mask is 0 (occlusion); -1: none
 
     @property
@@ -62,7 +69,11 @@ class Entry:
         return len(self.ids)
 
 
-@dataclass(eq=False)
+# What tokenising one job came to: its entries, or the client error that ends it.
+Outcome = list[Entry] | BaseException
+
+
+@dataclass(eq=False, slots=True)
 class Work:
     """The next hop: tokenise `jobs` (with `run`, and run them at once when they fit one
     batch: `Batcher.plan`), or run `batch` padded to `padded`."""
@@ -73,13 +84,13 @@ class Work:
     run: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Done:
     """A hop's outcome. `outcome`: per job of work.jobs its entries, or the exception that ends
     it; `batch`: what ran (None: nothing ran, the entries are to be queued); `results`: one per
     entry of `batch`, or the exception that failed the whole batch."""
 
-    outcome: Sequence | None
+    outcome: Sequence[Outcome] | None
     batch: list[Entry] | None
     results: Sequence | Exception | None
 

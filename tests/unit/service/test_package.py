@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from headwise.service.server import serve as cli
 from headwise.service.package import PackageError, find_packages, load_package
+from headwise.service.server import serve as cli
 from tests.unit.fakes import make_package
 
 

@@ -53,8 +53,8 @@ def test_validated_when_the_app_is_created(monkeypatch):
 def test_workers_auto_is_one_process_on_cpu_and_several_on_cuda(monkeypatch):
     """HEADWISE_WORKERS=auto (the default): `headwise serve` resolves it before any worker
     starts and exports the number for them; an app run any other way is one process."""
-    from headwise.service.server import serve as cli
     from headwise.service.backends import cuda
+    from headwise.service.server import serve as cli
     from headwise.service.settings import Settings, worker_processes
 
     monkeypatch.setenv("HEADWISE_WORKERS", "auto")  # restored after the test: resolve_workers exports it

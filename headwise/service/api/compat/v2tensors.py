@@ -167,11 +167,8 @@ def text_inputs(header: dict, binary: memoryview, names: tuple[str, ...], takes:
     out: dict[str, list[str]] = {}
     offset = 0
     for tensor in inputs:
-        name = tensor.get("name") if isinstance(tensor, dict) else None
-        if name not in names:
-            raise InvalidRequest(f"unexpected input {name!r}; this model takes {takes}")
-        if name in out:
-            raise InvalidRequest(f"input '{name}' is given more than once")
+        name = _named(tensor, names, out, "unexpected input {name!r}; this model takes " + takes.replace("{", "{{")
+                      .replace("}", "}}"), "input '{name}' is given more than once")
         if tensor.get("datatype") != "BYTES":
             raise InvalidRequest(f"input '{name}' must have datatype BYTES")
         _, _, shape, elems, offset = read_input(tensor, binary, offset)
@@ -189,6 +186,17 @@ def text_inputs(header: dict, binary: memoryview, names: tuple[str, ...], takes:
     return out
 
 
+def _named(tensor, names, seen: dict, unknown: str, twice: str) -> str:
+    """A requested tensor's name: one of `names`, not in `seen` yet (else the message, given
+    the name)."""
+    name = tensor.get("name") if isinstance(tensor, dict) else None
+    if name not in names:
+        raise InvalidRequest(unknown.format(name=name))
+    if name in seen:
+        raise InvalidRequest(twice.format(name=name))
+    return name
+
+
 def requested_outputs(header: dict, names: list[str] | tuple[str, ...], default: str) -> dict[str, dict]:
     """The request's `outputs` → {name: its parameters}, in the requested order: each a name
     of `names`, at most once, its parameters an object without shared memory; `default`
@@ -200,11 +208,8 @@ def requested_outputs(header: dict, names: list[str] | tuple[str, ...], default:
         raise InvalidRequest("'outputs' must be a non-empty list when given")
     out: dict[str, dict] = {}
     for o in asked:
-        name = o.get("name") if isinstance(o, dict) else None
-        if name not in names:
-            raise InvalidRequest(f"unknown output {name!r}; this model has {', '.join(names)}")
-        if name in out:
-            raise InvalidRequest(f"output {name!r} is asked for more than once")
+        name = _named(o, names, out, "unknown output {name!r}; this model has " + ", ".join(names),
+                      "output {name!r} is asked for more than once")
         params = o.get("parameters") or {}
         if not isinstance(params, dict):
             raise InvalidRequest(f"output {name!r}: 'parameters' must be an object")

@@ -11,8 +11,6 @@ from headwise.service.api.dependencies import disconnect_probe, get_engine, requ
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import error_responses
 from headwise.service.engine import Engine
-from headwise.service.engine.explain import similarity_bytes
-from headwise.service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES
 
 router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
 
@@ -63,13 +61,12 @@ async def similarity(request: Request, body: SimilarityRequest = Depends(SIMILAR
                 item.update(tokens=enc.tokens, offsets=enc.offsets, contributions=ex.contributions,
                             top_pairs=[{"source": s, "target": t, "value": v} for s, t, v in ex.pairs])
             data.append(item)
-        out = {"model": res.model, "data": data, "usage": {"prompt_tokens": res.n_tokens, "total_tokens": res.n_tokens}}
+        out = {"model": res.model, "data": data, "usage": res.usage}
         if res.explained is not None:
             out["source"] = {"tokens": res.source.tokens, "offsets": res.source.offsets}
         return out
 
-    size = similarity_bytes(res.model, res.source.length, [e.length for e in res.targets], body.explain, body.top_k)
-    return await budgeted_json(engine.analytics.responses, size, build, engine.analytics.run)
+    return await budgeted_json(engine.analytics.responses, res.answer_bytes, build, engine.analytics.run)
 
 
 @router.post("/v1/occlusion", openapi_extra=openapi_body(OcclusionRequest),
@@ -85,10 +82,7 @@ async def occlusion(request: Request, body: OcclusionRequest = Depends(OCCLUSION
     enc = res.encoding
 
     def build() -> dict:
-        n = enc.length
         return {"model": res.model, "tokens": enc.tokens, "offsets": enc.offsets, "effects": res.effects,
-                "forward_passes": res.passes,
-                "usage": {"prompt_tokens": n, "total_tokens": n * res.passes}}
+                "forward_passes": res.passes, "usage": res.usage}
 
-    size = enc.length * (TOKEN_BYTES + JSON_VALUE_BYTES["float32"]) + 256
-    return await budgeted_json(engine.analytics.responses, size, build, engine.analytics.run)
+    return await budgeted_json(engine.analytics.responses, res.answer_bytes, build, engine.analytics.run)

@@ -8,12 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from headwise.service.api.body import json_body, openapi_body
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
-from headwise.service.api.responses import budgeted_json, check_response_bytes, echoed_bytes
+from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
 from headwise.service.api.schemas import AttentionOptions, Usage, error_responses
 from headwise.service.engine import Engine
-from headwise.service.engine.classify import ClassifyParams, response_bytes
+from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.runtime import Runtime
-from headwise.service.errors import Validation
+from headwise.service.errors import Validation, check_response_bytes
 
 router = APIRouter(tags=["classify"], dependencies=[Depends(require_api_key)])
 
@@ -104,10 +104,6 @@ def _spec(rt: Runtime, a: AttentionOptions | None):
     return rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype, encoding=a.encoding)
 
 
-def _usage(n: int) -> dict:
-    return {"prompt_tokens": n, "total_tokens": n}
-
-
 @router.post("/v1/rerank", response_model=RerankResponse, openapi_extra=openapi_body(RerankRequest),
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
 async def rerank(request: Request, body: RerankRequest = Depends(json_body(RerankRequest)),
@@ -119,15 +115,15 @@ async def rerank(request: Request, body: RerankRequest = Depends(json_body(Reran
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention))
     cap = engine.settings.max_response_bytes
     if body.return_text:  # the echoed texts alone, before any inference is spent on them
-        check_response_bytes(cap, 64 + echoed_bytes(body.texts, body.top_n), TOO_LARGE)
+        check_response_bytes(ENVELOPE_BYTES + echoed_bytes(body.texts, body.top_n), cap, TOO_LARGE)
     result = await engine.rerank(rt, body.query, body.texts, params, probe)
     order = sorted(range(len(result.data)), key=lambda i: -float(result.data[i].scores[0]))  # stable: ties by index
     if body.top_n is not None:
         order = order[: body.top_n]
-    size = 64 + sum(response_bytes(params, result.data[i].encoding, result.labels) for i in order)
+    size = ENVELOPE_BYTES + result.answer_bytes
     if body.return_text:  # with the attention blocks (each alone is held to the cap on the batch thread)
         size += echoed_bytes([body.texts[i] for i in order])
-        check_response_bytes(cap, size, TOO_LARGE)
+        check_response_bytes(size, cap, TOO_LARGE)
 
     def build() -> dict:
         results = []
@@ -139,7 +135,7 @@ async def rerank(request: Request, body: RerankRequest = Depends(json_body(Reran
             if c.attention is not None:
                 item["attention"] = c.attention
             results.append(item)
-        return {"model": result.model, "results": results, "usage": _usage(result.n_tokens)}
+        return {"model": result.model, "results": results, "usage": result.usage}
 
     return await budgeted_json(engine.responses, size, build)
 
@@ -153,16 +149,15 @@ async def predict(request: Request, body: PredictRequest = Depends(json_body(Pre
     request.state.model = rt.name
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores)
     result = await engine.classify(rt, predict_inputs(body.inputs), params, probe)
-    size = 64 + sum(response_bytes(params, c.encoding, result.labels) for c in result.data)
 
     def build() -> dict:
         data = []
         for c in result.data:
             ranked = sorted(range(len(result.labels)), key=lambda j: -float(c.scores[j]))
             data.append([{"label": result.labels[j], "score": float(c.scores[j])} for j in ranked])
-        return {"model": result.model, "data": data, "usage": _usage(result.n_tokens)}
+        return {"model": result.model, "data": data, "usage": result.usage}
 
-    return await budgeted_json(engine.responses, size, build)
+    return await budgeted_json(engine.responses, ENVELOPE_BYTES + result.answer_bytes, build)
 
 
 def predict_inputs(inputs) -> list:

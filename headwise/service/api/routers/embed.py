@@ -9,7 +9,7 @@ from headwise.service.api.dependencies import disconnect_probe, get_engine, requ
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
 from headwise.service.engine import Engine
-from headwise.service.engine.params import EmbedParams, response_bytes
+from headwise.service.engine.params import EmbedParams
 
 router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
 
@@ -43,8 +43,6 @@ async def embed(request: Request, body: EmbedRequest = Depends(PARSE),
             if e.attention is not None:
                 item["attention"] = e.attention
             data.append(item)
-        n = result.n_tokens
-        return {"model": result.model, "data": data, "usage": {"prompt_tokens": n, "total_tokens": n}}
+        return {"model": result.model, "data": data, "usage": result.usage}
 
-    size = sum(response_bytes(params, e.encoding.length, rt.package.d_model) for e in result.data)
-    return await budgeted_json(engine.responses, size, build)
+    return await budgeted_json(engine.responses, result.answer_bytes, build)

@@ -31,13 +31,9 @@ from headwise.service.api.dependencies import disconnect_probe, get_engine, requ
 from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from headwise.service.api.responses import BudgetedResponse, json_response, probe
 from headwise.service.api.routers import kserve_classify
-from headwise.service.engine import EncoderRuntime, Engine
+from headwise.service.engine import Capability, Engine, Runtime
 from headwise.service.engine.params import AGGREGATES, JSON_VALUE_BYTES, EmbedParams, EmbedResult
-from headwise.service.errors import (
-    InvalidRequest,
-    NotFound,
-    TooLarge,
-)
+from headwise.service.errors import InvalidRequest, NotFound, TooLarge, check_response_bytes
 
 router = APIRouter(tags=["kserve v2"], route_class=route_class(KSERVE))
 AUTH = [Depends(require_api_key)]
@@ -49,14 +45,14 @@ BINARY_DOC = {"application/octet-stream": {"schema": {"type": "string", "format"
               "bytes), then each binary input's bytes in order"}}
 
 
-def _runtime(engine: Engine, model: str, version: str | None) -> EncoderRuntime:
+def _runtime(engine: Engine, model: str, version: str | None) -> Runtime:
     rt = engine.get(model)
     if version is not None and version != rt.package.version:
         raise NotFound(f"model {rt.name} has no version {version}; served: {rt.package.version}")
     return rt
 
 
-def outputs_of(rt: EncoderRuntime) -> list[dict]:
+def outputs_of(rt: Runtime) -> list[dict]:
     p = rt.package
     out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.d_model]},
            {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
@@ -100,13 +96,13 @@ async def model_metadata(model: str, request: Request, version: str | None = Non
                          engine: Engine = Depends(get_engine)):
     rt = _runtime(engine, model, version)
     request.state.model = rt.name
-    if rt.package.task == "classification":
+    if Capability.CLASSIFY in rt.capabilities:
         inputs, outputs = kserve_classify.inputs_of(rt), kserve_classify.outputs_of(rt)
-    elif rt.package.generative:  # no embeddings (422 when asked); its tokens' mask only
+    elif Capability.EMBED in rt.capabilities:
+        inputs, outputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}], outputs_of(rt)
+    else:  # no embeddings (422 when asked); its tokens' mask only
         inputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}]
         outputs = [o for o in outputs_of(rt) if o["name"] == "attention_mask"]
-    else:
-        inputs, outputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}], outputs_of(rt)
     return json_response({"name": rt.name, "versions": [rt.package.version], "platform": "onnxruntime_onnx",
                           "inputs": inputs, "outputs": outputs})
 
@@ -168,7 +164,7 @@ def _texts(header: dict, binary: memoryview) -> list[str]:
     return v2.text_inputs(header, binary, (INPUT,), "one input, 'text' (BYTES)")[INPUT]
 
 
-def _outputs(header: dict, rt: EncoderRuntime, binary_default: bool) -> dict[str, bool]:
+def _outputs(header: dict, rt: Runtime, binary_default: bool) -> dict[str, bool]:
     """→ {output name: as binary?}, in the requested order."""
     out = {}
     for name, params in v2.requested_outputs(header, [o["name"] for o in outputs_of(rt)],
@@ -220,7 +216,7 @@ def _respond(header: dict, want: dict[str, bool], lengths: list[int], result: Em
     return v2.encode_response(head, buffers)
 
 
-def _response_bound(rt: EncoderRuntime, want: dict[str, bool], lengths: list[int], spec) -> int:
+def _response_bound(rt: Runtime, want: dict[str, bool], lengths: list[int], spec) -> int:
     """The bytes the padded output tensors take in the body: raw when binary, else as JSON."""
     n, t, p = len(lengths), max(lengths), rt.package
     cells = {"attention_mask": n * t, "sentence_embedding": n * p.d_model, "last_hidden_state": n * t * p.d_model,
@@ -241,7 +237,7 @@ async def infer(model: str, request: Request, version: str | None = None, engine
     params = header.get("parameters") or {}
     if not isinstance(params, dict):
         raise InvalidRequest("'parameters' must be an object")
-    if rt.package.task == "classification":
+    if Capability.CLASSIFY in rt.capabilities:
         return await kserve_classify.infer(engine, rt, request, header, binary, params)
     texts = _texts(header, binary)
     want = _outputs(header, rt, v2.flag(params, "binary_data_output", False))
@@ -269,9 +265,8 @@ async def infer(model: str, request: Request, version: str | None = None, engine
     else:  # the attention mask alone
         lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
     size = _response_bound(rt, want, lengths, spec)
-    if size > rt.settings.max_response_bytes:
-        raise TooLarge(f"the outputs asked for take up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
-                       f"({rt.settings.max_response_bytes}); ask for fewer inputs, layers or heads, or binary outputs")
+    check_response_bytes(size, engine.settings.max_response_bytes,
+                         "ask for fewer inputs, layers or heads, or binary outputs")
     header = {**header, "model_name": rt.name, "model_version": rt.package.version}
     with engine.responses.reserve(size) as reservation:
         if "attentions" in want or "last_hidden_state" in want:

@@ -19,7 +19,7 @@ from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.params import JSON_VALUE_BYTES
 from headwise.service.engine.runtime import Runtime
-from headwise.service.errors import InvalidRequest, TooLarge
+from headwise.service.errors import InvalidRequest, check_response_bytes
 
 INPUTS = ("text", "text_pair")
 TAKES = "'text' (BYTES [N]) and, for pairs, 'text_pair' (BYTES [N])"
@@ -81,9 +81,7 @@ async def infer(engine: Engine, rt: Runtime, request: Request, header: dict, bin
     truncate = v2.flag(params, "truncate", True)
     labels = rt.package.labels
     size = _bound(want, len(texts), labels)
-    if size > rt.settings.max_response_bytes:
-        raise TooLarge(f"the outputs asked for take up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
-                       f"({rt.settings.max_response_bytes}); send fewer inputs")
+    check_response_bytes(size, engine.settings.max_response_bytes, "send fewer inputs")
     items = texts if seconds is None else list(zip(texts, seconds, strict=True))
     result = await engine.classify(rt, items, ClassifyParams(truncate=truncate), await disconnect_probe(request))
     arrays = {"logits": np.stack([c.logits for c in result.data]).astype(np.float32),

@@ -19,7 +19,7 @@ from headwise.service.api.dependencies import disconnect_probe, get_engine, requ
 from headwise.service.api.errors import OPENAI, route_class
 from headwise.service.api.responses import budgeted_json
 from headwise.service.engine import Engine
-from headwise.service.engine.params import EmbedParams, response_bytes
+from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import InvalidRequest
 
 router = APIRouter(tags=["openai"], route_class=route_class(OPENAI), dependencies=[Depends(require_api_key)])
@@ -47,8 +47,7 @@ async def embeddings(request: Request, body: EmbeddingsRequest = Depends(PARSE),
     d = rt.package.d_model
     if body.dimensions is not None and not 1 <= body.dimensions <= d:
         raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", field="dimensions")
-    params = EmbedParams()
-    result = await engine.embed(rt, inputs, params, probe)
+    result = await engine.embed(rt, inputs, EmbedParams(), probe)
 
     def build() -> dict:
         data = []
@@ -59,9 +58,7 @@ async def embeddings(request: Request, body: EmbeddingsRequest = Depends(PARSE),
             if body.encoding_format == "base64":
                 emb = base64.b64encode(np.asarray(emb, dtype="<f4").tobytes()).decode("ascii")
             data.append({"object": "embedding", "index": i, "embedding": emb})
-        n = result.n_tokens
-        return {"object": "list", "data": data, "model": result.model, "usage": {"prompt_tokens": n, "total_tokens": n}}
+        return {"object": "list", "data": data, "model": result.model, "usage": result.usage}
 
     # counted in flight like /v1/embed's answers (an upper bound: it counts tokens it does not send)
-    size = sum(response_bytes(params, e.encoding.length, d) for e in result.data)
-    return await budgeted_json(engine.responses, size, build)
+    return await budgeted_json(engine.responses, result.answer_bytes, build)

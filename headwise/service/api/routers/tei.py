@@ -21,21 +21,12 @@ from headwise.service.api.compat import tei
 from headwise.service.api.compat.openapi import inline_schema, request_body
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
-from headwise.service.api.responses import (
-    budgeted_json,
-    check_response_bytes,
-    echoed_bytes,
-    json_response,
-)
-from headwise.service.engine import Engine
+from headwise.service.api.responses import budgeted_json, echoed_bytes, json_response
+from headwise.service.engine import Capability, Engine, Runtime
 from headwise.service.engine.classify import ClassifyParams
-from headwise.service.engine.classify import response_bytes as classify_bytes
-from headwise.service.engine.encoder import EncoderRuntime
 from headwise.service.engine.engine import TOKENIZER_THREADS
-from headwise.service.engine.explain import similarity_bytes
-from headwise.service.engine.params import EmbedParams, response_bytes
-from headwise.service.engine.runtime import Runtime
-from headwise.service.errors import NotReady, Validation
+from headwise.service.engine.params import EmbedParams
+from headwise.service.errors import NotReady, Validation, check_response_bytes
 
 router = APIRouter(tags=["tei"], route_class=route_class(TEI), dependencies=[Depends(require_api_key)])
 probes = APIRouter(tags=["tei"], route_class=route_class(TEI))  # open, as /health/ready is
@@ -46,11 +37,10 @@ ARTICLE = {EMBEDDING: "an embedding", CLASSIFIER: "a classifier", RERANKER: "a r
 
 
 def kind(rt: Runtime) -> str:
-    """TEI's model type: a classification package with one label is a re-ranker (TEI's rule)."""
-    pkg = rt.package
-    if pkg.task == "classification":
-        return RERANKER if len(pkg.labels) == 1 else CLASSIFIER
-    return GENERATOR if pkg.generative else EMBEDDING
+    """TEI's model type for what the model declares (a model that reranks is a re-ranker)."""
+    caps = rt.capabilities
+    return (RERANKER if Capability.RERANK in caps else CLASSIFIER if Capability.CLASSIFY in caps
+            else EMBEDDING if Capability.EMBED in caps else GENERATOR)
 
 
 def pick(request: Request, engine: Engine, name: str | None, kinds: tuple[str, ...], route: str) -> Runtime:
@@ -85,15 +75,11 @@ def _schemas(*models: type[BaseModel]) -> dict:
 async def embed(request: Request, body: tei.EmbedRequest = Depends(json_body(tei.EmbedRequest)),
                 engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Pooled embeddings, one list per input (a single input too), as /v1/embed's."""
-    rt = pick(request, engine, body.model, (EMBEDDING,), "/embed")
-    truncate = tei.truncation(body)
-    tei.no_prompt(body.prompt_name)
+    rt, truncate = _embedding_model(request, engine, body, "/embed")
     inputs = _inputs(body.inputs)
     tei.check_dimensions(body.dimensions, rt.package.d_model)
-    params = EmbedParams(normalize=body.normalize, truncate=truncate)
-    result = await engine.embed(rt, inputs, params, probe)
-    size = sum(response_bytes(params, e.encoding.length, rt.package.d_model) for e in result.data)
-    return await budgeted_json(engine.responses, size, lambda: [
+    result = await engine.embed(rt, inputs, EmbedParams(normalize=body.normalize, truncate=truncate), probe)
+    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [
         tei.matryoshka(e.sentence, body.dimensions, body.normalize) for e in result.data])
 
 
@@ -102,13 +88,10 @@ async def embed(request: Request, body: tei.EmbedRequest = Depends(json_body(tei
 async def embed_all(request: Request, body: tei.EmbedAllRequest = Depends(json_body(tei.EmbedAllRequest)),
                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Every token's last hidden state, [T, d_model] per input, special tokens included."""
-    rt = pick(request, engine, body.model, (EMBEDDING,), "/embed_all")
-    truncate = tei.truncation(body)
-    tei.no_prompt(body.prompt_name)
+    rt, truncate = _embedding_model(request, engine, body, "/embed_all")
     params = EmbedParams(sentence=False, tokens=True, truncate=truncate)
     result = await engine.embed(rt, _inputs(body.inputs), params, probe)
-    size = sum(response_bytes(params, e.encoding.length, rt.package.d_model) for e in result.data)
-    return await budgeted_json(engine.responses, size, lambda: [e.tokens for e in result.data])
+    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [e.tokens for e in result.data])
 
 
 @router.post("/similarity", response_model=list[float], openapi_extra=request_body(tei.SimilarityRequest),
@@ -125,8 +108,7 @@ async def similarity(request: Request, body: tei.SimilarityRequest = Depends(jso
     if not body.inputs.sentences:
         raise Empty("'inputs.sentences' is empty", field="inputs.sentences")
     res = await engine.similarity(rt, body.inputs.source_sentence, body.inputs.sentences, False, truncate, 1, probe)
-    size = similarity_bytes(rt.name, res.source.length, [e.length for e in res.targets], False, 1)
-    return await budgeted_json(engine.responses, size, lambda: res.scores)
+    return await budgeted_json(engine.responses, res.answer_bytes, lambda: res.scores)
 
 
 @router.post("/rerank", response_model=list[tei.Rank], response_model_exclude_none=True,
@@ -142,9 +124,9 @@ async def rerank(request: Request, body: tei.RerankRequest = Depends(json_body(t
     params = ClassifyParams(truncate=truncate, raw_scores=body.raw_scores)
     echoed = echoed_bytes(body.texts) if body.return_text else 0
     if echoed:  # before any inference is spent on them
-        check_response_bytes(engine.settings.max_response_bytes, echoed, "send fewer texts, or return_text: false")
+        check_response_bytes(echoed, engine.settings.max_response_bytes, "send fewer texts, or return_text: false")
     result = await engine.rerank(rt, body.query, body.texts, params, probe)
-    size = echoed + sum(classify_bytes(params, c.encoding, result.labels) for c in result.data)
+    size = echoed + result.answer_bytes
 
     def build() -> list:
         ranks = [{"index": i, **({"text": body.texts[i]} if body.return_text else {}), "score": float(c.scores[0])}
@@ -172,7 +154,6 @@ async def predict(request: Request, body: tei.PredictRequest = Depends(json_body
     raw = body.raw_scores or how is not None
     params = ClassifyParams(truncate=truncate, raw_scores=raw)
     result = await engine.classify(rt, items, params, probe)
-    size = sum(classify_bytes(params, c.encoding, result.labels) for c in result.data)
 
     def build() -> list:
         out = []
@@ -183,7 +164,7 @@ async def predict(request: Request, body: tei.PredictRequest = Depends(json_body
             out.append(ranked[:extra.top_k] if extra.top_k else ranked)
         return out[0] if single else out
 
-    return await budgeted_json(engine.responses, size, build)
+    return await budgeted_json(engine.responses, result.answer_bytes, build)
 
 
 @router.post("/tokenize", response_model=list[list[tei.SimpleToken]], openapi_extra=request_body(tei.TokenizeRequest),
@@ -198,7 +179,7 @@ async def tokenize(request: Request, body: tei.TokenizeRequest = Depends(json_bo
         raise Empty("'inputs' is empty", field="inputs")
     encs = await engine.tokenize(rt, texts, truncate=False, special_tokens=body.add_special_tokens, whole=True)
     size = tei.tokens_bytes(texts, sum(e.length for e in encs))
-    check_response_bytes(engine.settings.max_response_bytes, size, "send fewer or shorter texts")
+    check_response_bytes(size, engine.settings.max_response_bytes, "send fewer or shorter texts")
     special = rt.tokenizer.special_ids
     return await budgeted_json(engine.responses, size, lambda: [
         tei.simple_tokens(t, e.ids, e.tokens, e.offsets, special) for t, e in zip(texts, encs, strict=True)])
@@ -214,7 +195,7 @@ async def decode(request: Request, body: tei.DecodeRequest = Depends(json_body(t
         raise Empty("'ids' is empty", field="ids")
     texts = await engine.decode(rt, seqs, body.skip_special_tokens)
     size = echoed_bytes(texts)
-    check_response_bytes(engine.settings.max_response_bytes, size, "send fewer ids")
+    check_response_bytes(size, engine.settings.max_response_bytes, "send fewer ids")
     return await budgeted_json(engine.responses, size, lambda: texts)
 
 
@@ -233,24 +214,20 @@ async def health(engine: Engine = Depends(get_engine)):
 async def info(request: Request, model: str | None = None, engine: Engine = Depends(get_engine)):
     """The model's and the server's facts, as TEI's /info; `?model=` picks one of several."""
     rt = pick(request, engine, model, (), "/info")
-    s, k = engine.settings, kind(rt)
+    s, k, card = engine.settings, kind(rt), rt.card()
     if k in (CLASSIFIER, RERANKER):
-        names = list(rt.package.labels)
+        names = card["labels"]
         model_type = {k: {"id2label": {str(i): n for i, n in enumerate(names)},
                           "label2id": {n: i for i, n in enumerate(names)}}}
     else:
-        model_type = {k: {"pooling": rt.package.pooling} if k == EMBEDDING else {}}
-    backend = getattr(rt, "backend", None)
-    precision = backend.precision if backend is not None else next(iter(rt.package.variants.values())).precision
-    # an encoder's (embedding or classification) batcher's own limit: on CPU the smaller of two settings
-    batch_tokens = rt.limits("embed").max_batch_tokens if isinstance(rt, EncoderRuntime) and backend is not None \
-        else s.max_batch_tokens
+        model_type = {k: {"pooling": card["pooling"]} if k == EMBEDDING else {}}
+    precision = card["precision"] or next(iter(rt.package.variants.values())).precision
     return json_response({
         "model_id": rt.name, "model_sha": None,
         "model_dtype": {"fp32": "float32", "fp16": "float16"}.get(precision, precision),
         "served_model_name": rt.name, "model_type": model_type,
         "max_concurrent_requests": s.max_queue, "max_input_length": rt.package.max_len,
-        "max_batch_tokens": batch_tokens, "max_batch_requests": s.max_batch_size,
+        "max_batch_tokens": rt.max_batch_tokens, "max_batch_requests": s.max_batch_size,
         "max_client_batch_size": s.max_client_batch, "auto_truncate": True,
         "tokenization_workers": TOKENIZER_THREADS, "version": request.app.version, "sha": None,
         "docker_label": None,
@@ -285,6 +262,14 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+def _embedding_model(request: Request, engine: Engine, body, route: str) -> tuple[Runtime, bool]:
+    """/embed's and /embed_all's model, and whether to truncate; their prompt options refused."""
+    rt = pick(request, engine, body.model, (EMBEDDING,), route)
+    truncate = tei.truncation(body)
+    tei.no_prompt(body.prompt_name)
+    return rt, truncate
+
 
 def _inputs(inputs) -> list:
     if not inputs:

@@ -19,8 +19,15 @@ from headwise.service.engine.generation.sampling import SamplingParams
 from headwise.service.engine.generation.scheduler import Scheduler
 from headwise.service.engine.generation.sequence import GenerateInput, GenParams, Sequence
 from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.runtime import Capability, base_card
 from headwise.service.engine.tokenizer import TextTokenizer
-from headwise.service.errors import InvalidRequest, NotReady, TooLarge, Validation
+from headwise.service.errors import (
+    InvalidRequest,
+    NotReady,
+    TooLarge,
+    Validation,
+    check_response_bytes,
+)
 from headwise.service.metrics import Metrics
 from headwise.service.package import ModelPackage
 from headwise.service.settings import Settings
@@ -39,6 +46,8 @@ class Generation:
 
 
 class GenerativeRuntime:
+    capabilities = frozenset({Capability.GENERATE})
+    use = "it generates text with POST /v1/generate"
     def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
         m = package.manifest
         self.package = package
@@ -67,23 +76,23 @@ class GenerativeRuntime:
     def max_prompt_tokens(self) -> int:
         return min(self.settings.max_prompt_tokens or self.package.max_len, self.package.max_len)
 
-    def info(self) -> dict:
+    @property
+    def described(self) -> str:
+        return f"a {self.package.architecture} model"
+
+    @property
+    def max_batch_tokens(self) -> int:
+        return self.settings.max_batch_tokens
+
+    def card(self) -> dict:
         p, b = self.package, self.backend
-        return {
-            "name": p.name, "version": p.version, "family": p.family, "architecture": p.architecture,
-            "task": "generation", "n_layers": p.n_layers, "n_encoder_layers": int(p.manifest.get("n_encoder_layers") or 0),
-            "n_heads": p.n_heads, "d_model": p.d_model, "max_len": p.max_len,
-            "pooling": None, "normalize": False,
-            "provider": b.provider if b else None, "precision": b.precision if b else None,
-            "variants": {name: {"precision": v.precision, "outputs": list(v.outputs), "serving": b is not None}
-                         for name, v in p.variants.items()},
-            "attention": all(g + ".attention" in p.variants for g in self._graphs()),
-            "generate": {"input": self.source_field, "special_tokens": self.special,
-                         "suppress_token_ids": list(self.suppress_ids),
-                         "max_new_tokens": self.settings.max_new_tokens,
-                         "max_prompt_tokens": self.max_prompt_tokens},
-            "ready": self.ready,
-        }
+        return {**base_card(p, b, self.ready, lambda name: b is not None), "task": "generation",
+                "n_encoder_layers": int(p.manifest.get("n_encoder_layers") or 0), "pooling": None, "normalize": False,
+                "attention": all(g + ".attention" in p.variants for g in self._graphs()),
+                "generate": {"input": self.source_field, "special_tokens": self.special,
+                             "suppress_token_ids": list(self.suppress_ids),
+                             "max_new_tokens": self.settings.max_new_tokens,
+                             "max_prompt_tokens": self.max_prompt_tokens}}
 
     def _graphs(self) -> tuple[str, str]:
         return ("prefill", "decode") if self.package.architecture == "decoder" else ("encoder", "decoder_step")
@@ -92,20 +101,6 @@ class GenerativeRuntime:
         if not all(g + ".attention" in self.package.variants for g in self._graphs()):
             raise Validation(f"model {self.name!r} has no attention graphs")
         return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
-
-    async def embed(self, inputs, params, is_disconnected=None):
-        self.check_embeddings()
-
-    def check_embeddings(self) -> None:
-        raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
-                         "POST /v1/generate and has no embeddings")
-
-    async def classify(self, inputs, params, is_disconnected=None, field="inputs"):
-        raise Validation(f"model {self.name!r} is a {self.package.architecture} model: it generates text with "
-                         "POST /v1/generate; /v1/rerank and /v1/predict serve classification packages")
-
-    async def run_encoded(self, encs, params, holes=None, is_disconnected=None):
-        await self.embed(encs, params, is_disconnected)
 
     async def generate(self, ask: GenerateInput, budget: ResponseBudget) -> Generation:
         """Check and tokenise the request, reserve its answer's bytes, queue it."""
@@ -208,11 +203,8 @@ class GenerativeRuntime:
             if need > self.settings.attention_budget_bytes:
                 raise TooLarge(f"asked-for attention is up to {need} bytes, over the budget of "
                                f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or tokens")
-            answer = sel.written_cells(cells)
-            if answer > self.settings.max_response_bytes:
-                raise TooLarge(f"the attention asked for takes up to {answer} bytes as written, over "
-                               f"HEADWISE_MAX_RESPONSE_BYTES ({self.settings.max_response_bytes}); ask for fewer "
-                               "layers, heads or tokens, or base64")
+            check_response_bytes(sel.written_cells(cells), self.settings.max_response_bytes,
+                                 "ask for fewer layers, heads or tokens, or base64")
         return Sequence(model=self.name, source_field=self.source_field, prompt_ids=enc.ids,
                         prompt_tokens=list(enc.tokens), params=params, limit=new, tokenizer=self.decoder,
                         eos=self.special.get("eos"), suppress_ids=self.suppress_ids, metrics=self.metrics,

@@ -8,11 +8,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from headwise.service.api.compat import tei
 from headwise.service.api.errors import NATIVE, OPENAI, TEI, Empty, WrongModelKind
+from headwise.service.engine import Capability
 from headwise.service.errors import InvalidRequest, NotReady, Validation
 from tests.unit.fakes import (
     D_MODEL,
     SECRET_TEXT,
     FakeBackend,
+    FakeClassifierBackend,
     GatedBackend,
     client_for,
     make_package,
@@ -183,7 +185,6 @@ def test_internal_error_is_backend(package, monkeypatch):
 
     from headwise.service.api.app import create_app
     from headwise.service.settings import Settings
-    from tests.unit.fakes import FakeBackend
 
     app = create_app(Settings(models_dir=package.parent), backend_factory=FakeBackend)
     with TestClient(app, raise_server_exceptions=False) as c:
@@ -269,11 +270,14 @@ def _classifier(c, monkeypatch, labels, logits):
     from types import SimpleNamespace
 
     from headwise.service.engine.classify import Classified, ClassifyResult, activate
+    from headwise.service.engine.heads import LogitsHead
 
     engine = c.app.state.engine
     tiny = engine.models["tiny"]
     pkg = replace(tiny.package, name="zcls", task="classification", labels=tuple(labels))
-    monkeypatch.setitem(engine.models, "zcls", SimpleNamespace(name="zcls", package=pkg, ready=True))
+    monkeypatch.setitem(engine.models, "zcls", SimpleNamespace(
+        name="zcls", package=pkg, ready=True, capabilities=LogitsHead(pkg).capabilities,
+        card=lambda: {**tiny.card(), **LogitsHead(pkg).card()}, max_batch_tokens=tiny.max_batch_tokens))
     asked = []
 
     async def classify(rt, items, params, probe=None):
@@ -329,15 +333,6 @@ def test_rerank_order_and_text(client, monkeypatch):
 
 # -- /info's batch limit ---------------------------------------------------------------------------
 
-class FakeClassifierBackend(FakeBackend):
-    """FakeBackend answering `logits` too: the first n_labels values of the [CLS] hidden state."""
-
-    def run(self, role, feeds, outputs):
-        out = super().run(role, feeds, [o for o in outputs if o != "logits"] + ["last_hidden_state"])
-        out["logits"] = out["last_hidden_state"][:, 0, :len(self.package.labels)]
-        return {k: out[k] for k in outputs}
-
-
 def test_info_reports_each_encoders_own_batch_limit(tmp_path):
     import json
 
@@ -350,7 +345,7 @@ def test_info_reports_each_encoders_own_batch_limit(tmp_path):
     with client_for(cls, backend=FakeClassifierBackend, max_batch_tokens=4096, cpu_max_batch_tokens=512) as c:
         wait_ready(c)
         engine = c.app.state.engine
-        assert type(engine.models["zcls"]).__name__ == "ClassifierRuntime"
+        assert engine.models["zcls"].capabilities == {Capability.CLASSIFY}  # 2 labels
         for name in ("tiny", "zcls"):  # on CPU the batchers cut at the smaller of the two settings
             info = c.get("/info", params={"model": name}).json()
             assert info["max_batch_tokens"] == engine.models[name].limits("embed").max_batch_tokens == 512

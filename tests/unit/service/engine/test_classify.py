@@ -19,6 +19,7 @@ from headwise.service.engine.classify import (
     returned_bytes,
 )
 from headwise.service.engine.params import AttentionSpec, EmbedParams
+from headwise.service.engine.runtime import Capability
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.errors import Validation
 from headwise.service.metrics import Metrics
@@ -86,7 +87,7 @@ def test_an_embedding_model_refuses_classification(tmp_path):
     engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(gpu=None), FakeBackend)
     engine.load_packages()
     rt = engine.models["tiny"]
-    assert rt.info()["task"] == "embedding" and "labels" not in rt.info()
+    assert rt.card()["task"] == "embedding" and "labels" not in rt.card()
     engine.ready = True
     with pytest.raises(Validation, match=r"'tiny' is an embedding model: .* /v1/rerank and /v1/predict serve "
                                          "classification packages"):
@@ -148,7 +149,7 @@ def test_a_classification_model_refuses_similarity_and_occlusion_before_queueing
                 engine.classify(rt, ["the cat", ("a dog", "sat")], ClassifyParams()),
                 return_exceptions=True)
             with pytest.raises(Validation, match=refused):
-                await rt.run_encoded(rt.tokenizer.encode(["the cat"]), EmbedParams())
+                engine.get("tiny", needs=Capability.EMBED)
             with pytest.raises(Validation, match=refused):
                 await engine.embed(rt, ["the cat"], EmbedParams())
             return got
@@ -195,7 +196,7 @@ def test_rerank_names_texts_by_passing_the_field_down(tmp_path):
         engine.start()
         try:
             errors = []
-            for call in (rt.classify([("a", "the " * 40)], params, None, field="texts"), rt.classify(["the " * 40], params),
+            for call in (rt.submit([("a", "the " * 40)], params, None, field="texts"), rt.submit(["the " * 40], params),
                          engine.classify(rt, [("a", "the " * 40)], params)):
                 with pytest.raises(Validation) as exc:
                     await call

@@ -1,16 +1,17 @@
-"""The engine holds encoder and generative models behind one Runtime protocol: each answers
-the operation it cannot do with a domain error, and each takes its sessions from the engine's
-backend factory (so tests can hand either a fake)."""
+"""The engine holds encoder and generative models behind one Runtime protocol: each declares
+the capabilities it has, an operation it lacks is refused with the one domain error (naming
+what it serves and which routes serve what was asked), and each takes its sessions from the
+engine's backend factory (so tests can hand either a fake)."""
 
 import asyncio
 
 import pytest
 
 from headwise.service.engine.generation.runtime import GenerativeRuntime
-from headwise.service.engine.params import AttentionSpec, EmbedParams
+from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.runtime import Capability, require
 from headwise.service.errors import Validation
 from headwise.service.metrics import Metrics
-from headwise.service.package import load_package
 from headwise.service.settings import Settings
 from tests.unit.fakes import FakeBackend, make_package
 
@@ -25,13 +26,19 @@ def test_attention_spec_checks_indices_and_fills_all():
 
 
 def test_an_encoder_refuses_generation_and_the_reverse(tmp_path):
-    from headwise.service.engine.encoder import EncoderRuntime
+    from headwise.service.engine import Engine
+    from headwise.service.engine.generation.sequence import GenerateInput
 
-    pkg = load_package(make_package(tmp_path / "models"))
-    settings = Settings(models_dir=tmp_path / "models")
-    rt = EncoderRuntime(pkg, settings, Metrics())
-    with pytest.raises(Validation, match="encoder model"):
-        asyncio.run(rt.generate(None, None))
+    make_package(tmp_path / "models")
+    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend)
+    engine.load_packages()
+    engine.ready = True
+    rt = engine.get("tiny", needs=Capability.EMBED)
+    assert rt.capabilities == {Capability.EMBED} and not hasattr(rt, "generate")
+    with pytest.raises(Validation, match=r"'tiny' is an embedding model: use POST /v1/embed; /v1/generate serves"):
+        asyncio.run(engine.generate(rt, GenerateInput(prompt="x")))
+    with pytest.raises(Validation, match="embedding model"):
+        engine.get("tiny", needs=Capability.GENERATE)
 
 
 def test_a_generative_model_takes_its_sessions_from_the_factory(monkeypatch):
@@ -49,8 +56,9 @@ def test_a_generative_model_takes_its_sessions_from_the_factory(monkeypatch):
     rt.settings, rt.metrics = None, Metrics()
     rt.load(factory)
     assert made == [rt.package] and isinstance(rt.backend, Stub)
-    with pytest.raises(Validation, match="no embeddings"):
-        asyncio.run(rt.embed(["x"], EmbedParams()))
+    with pytest.raises(Validation, match="'g' is a decoder model: it generates text with POST /v1/generate; "
+                                         "/v1/embed, /v1/similarity and /v1/occlusion serve embedding models"):
+        require(rt, Capability.EMBED)
 
 
 def test_the_fake_backend_is_what_the_engine_uses(tmp_path):

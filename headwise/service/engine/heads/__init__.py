@@ -1,0 +1,57 @@
+"""What an encoder model's graphs answer, beside its shared encoder (EncoderRuntime): its
+head. A head owns what is particular to its kind: the inputs it takes and how they are
+tokenised, the graph outputs it reads and each input's answer cut from them, the answer-size
+and attention measures the budgets count, and the capabilities it declares. The encoder keeps
+everything else (batchers, limits, warm-up, metrics); the engine dispatches on capabilities.
+
+A package's `task` picks its head (`HEADS`), at load only."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from headwise.service.engine.heads.embedding import EmbeddingHead
+from headwise.service.engine.heads.logits import LogitsHead
+from headwise.service.engine.params import AttentionSpec, RequestParams
+from headwise.service.engine.runtime import Capability
+from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.work import Entry, Inputs
+from headwise.service.package import ModelPackage
+
+
+class Head(Protocol):
+    capabilities: frozenset[Capability]
+    described: str  # what refusals call the model
+    use: str  # what it serves, as refusals say
+
+    def card(self) -> dict: ...  # the facts /v1/models shows of this kind
+
+    # on the tokenising thread
+    def pretokenised(self, inputs: Inputs) -> bool: ...  # token-id lists, used as they are
+
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool) -> list[Encoded]: ...
+
+    def attention_need(self, params: RequestParams, encs: list[Encoded]) -> tuple[int, str]: ...
+
+    def answer_bytes(self, params: RequestParams, encs: list[Encoded]) -> int: ...
+
+    def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int: ...
+
+    # on the inference thread
+    def warm_params(self, attention: AttentionSpec | None) -> RequestParams: ...
+
+    def outputs(self, entries: list[Entry]) -> list[str]: ...  # graph outputs besides attention
+
+    def answer(self, out: dict, i: int, entry: Entry, weights: np.ndarray | None): ...
+
+
+HEADS: dict[str, type[Head]] = {"embedding": EmbeddingHead, "classification": LogitsHead}
+
+
+def head_for(package: ModelPackage) -> Head:
+    return HEADS[package.task](package)
+
+
+__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "head_for"]

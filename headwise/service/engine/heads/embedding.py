@@ -1,0 +1,80 @@
+"""The embedding head: sentence embeddings (the graph's pooled output, or pooled here when a
+request asks for other normalisation, or masks a position out) and token embeddings (the last
+hidden state), for /v1/embed, /v1/embeddings, TEI's /embed and /embed_all, and analytics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from headwise.service.engine.outputs import attention_payload, pool
+from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, response_bytes
+from headwise.service.engine.runtime import Capability
+from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.work import Entry, Inputs
+from headwise.service.package import ModelPackage
+
+
+def token_ids(inputs: Inputs) -> bool:
+    """Pre-tokenised inputs (lists of ids, e.g. OpenAI's token-array input) rather than texts."""
+    return bool(inputs) and not isinstance(inputs[0], str)
+
+
+class EmbeddingHead:
+    capabilities = frozenset({Capability.EMBED})
+    described = "an embedding model"
+    use = "use POST /v1/embed"
+
+    def __init__(self, package: ModelPackage):
+        self.pooling, self.normalize, self.d_model = package.pooling, package.normalize, package.d_model
+
+    def card(self) -> dict:
+        return {"pooling": self.pooling, "normalize": self.normalize}
+
+    def pretokenised(self, inputs: Inputs) -> bool:
+        return token_ids(inputs)
+
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool) -> list[Encoded]:
+        """Unchecked (the encoder checks); strings and offsets built later, for the jobs whose
+        answer carries them."""
+        return tokenizer.encode_unchecked(inputs, truncate, lazy=True)
+
+    def attention_need(self, params: EmbedParams, encs: list[Encoded]) -> tuple[int, str]:
+        spec = params.attention
+        if params.padded_attention:
+            return len(encs) * spec.nbytes(max(e.length for e in encs)), "the padded attention tensor"
+        return sum(spec.nbytes(e.length) for e in encs), "asked-for attention"
+
+    def answer_bytes(self, params: EmbedParams, encs: list[Encoded]) -> int:
+        return sum(response_bytes(params, e.length, self.d_model) for e in encs)
+
+    def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
+        return spec.returned_bytes(enc.length)
+
+    def warm_params(self, attention: AttentionSpec | None) -> EmbedParams:
+        return EmbedParams(sentence=False, tokens=True, attention=attention)
+
+    def _pooled(self, p: EmbedParams) -> bool:
+        return p.sentence and p.normalize == self.normalize
+
+    def outputs(self, entries: list[Entry]) -> list[str]:
+        out = []
+        if any(self._pooled(e.job.params) for e in entries):
+            out.append("sentence_embedding")
+        if any(e.job.params.tokens or (e.job.params.sentence and not self._pooled(e.job.params)) for e in entries):
+            out.append("last_hidden_state")
+        return out
+
+    def answer(self, out: dict, i: int, e: Entry, weights: np.ndarray | None) -> Embedded:
+        p: EmbedParams = e.job.params
+        t = e.length
+        tokens = np.ascontiguousarray(out["last_hidden_state"][i, :t]) if p.tokens else None
+        sentence = None
+        if self._pooled(p):
+            sentence = out["sentence_embedding"][i]
+        elif p.sentence:
+            hidden = out["last_hidden_state"][i, :t]
+            if e.hole >= 0 and self.pooling == "mean":  # as the graph's pooling: real positions only
+                hidden = np.delete(hidden, e.hole, axis=0)
+            sentence = pool(hidden, self.pooling, p.normalize)
+        att = attention_payload(weights, t, p.attention) if weights is not None else None
+        return Embedded(e.encoding, sentence, tokens, att)
