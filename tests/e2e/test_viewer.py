@@ -11,7 +11,6 @@ picture, is written when it is missing or when HEADWISE_UPDATE_DOCS_IMG=1.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -23,9 +22,9 @@ import numpy as np
 import pytest
 
 from tests.e2e.conftest import foreign_requests
+from tests.fixtures.viewer import api_attention, hover_cell, shot, show, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
 DOCS_IMG = REPO / "docs" / "img" / "viewer.png"
 SENTENCE = "Headwise shows what every attention head looks at, unbelievably."
 SPECIAL = {"[CLS]", "[SEP]", "<s>", "</s>"}  # as in headwise/service/static/embed.js
@@ -49,61 +48,10 @@ def page(open_viewer, server):
     return open_viewer(server.url, accept_downloads=True)
 
 
-def _wait_ready(pg, after_run: int) -> int:
-    pg.wait_for_function(
-        "n => document.body.dataset.state === 'ready' && Number(document.body.dataset.run) > n",
-        arg=after_run, timeout=60_000)
-    return int(pg.evaluate("document.body.dataset.run"))
-
-
-def _show(pg, text: str, second: str | None = None) -> int:
-    """Type the sentence(s), run, wait for the views; returns the run number."""
-    run = int(pg.evaluate("document.body.dataset.run"))
-    pg.fill("#text-a", text)
-    if second is not None:
-        pg.check("#compare")
-        pg.fill("#text-b", second)
-    pg.click("#run")
-    return _wait_ready(pg, run)
-
-
-def _api_attention(server, texts, dtype="float16"):
-    body = {"inputs": texts, "attention": {"layers": None, "heads": None, "format": "dense",
-                                           "dtype": dtype, "encoding": "base64"}}
-    r = httpx.post(f"{server.url}/v1/embed", json=body, timeout=60)
-    r.raise_for_status()
-    out = []
-    for item in sorted(r.json()["data"], key=lambda d: d["index"]):
-        a = item["attention"]
-        arr = np.frombuffer(base64.b64decode(a["data"]), dtype="<f2" if dtype == "float16" else "<f4")
-        out.append((item, arr.reshape(a["shape"]).astype(np.float64)))
-    return out
-
-
-def _hover_cell(pg, q: int, k: int) -> None:
-    """Move the mouse over heatmap cell (query q, key k), scrolling it into the viewport first."""
-    canvas = pg.locator("#heatmap")
-    left, top, cell = (float(canvas.get_attribute(f"data-{a}")) for a in ("left", "top", "cell"))
-    x, y = left + (k + 0.5) * cell, top + (q + 0.5) * cell
-    pg.evaluate("""([x, y]) => {
-        const r = document.querySelector('#heatmap').getBoundingClientRect();
-        window.scrollBy(r.left + x - innerWidth / 2, r.top + y - innerHeight / 2);
-    }""", [x, y])
-    box = canvas.bounding_box()
-    pg.mouse.move(box["x"] + x, box["y"] + y)
-
-
-def _shot(pg, name: str, full_page=False) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    pg.screenshot(path=str(path), full_page=full_page)
-    return path
-
-
 # ---------------------------------------------------------------- tests
 
 def test_token_list_matches_tokenize(page, server):
-    _show(page, SENTENCE)
+    show(page, SENTENCE)
     r = httpx.post(f"{server.url}/v1/tokenize", json={"inputs": SENTENCE}, timeout=30)
     r.raise_for_status()
     want = r.json()["data"][0]
@@ -115,13 +63,13 @@ def test_token_list_matches_tokenize(page, server):
     # the head view's token columns are the same tokens
     cols = page.eval_on_selector_all("#head-view .hv-q .hv-tok", "els => els.map(e => e.textContent)")
     assert cols == want["tokens"]
-    _shot(page, "viewer-head-1280x800")
+    shot(page, "viewer-head-1280x800")
 
 
 def test_offsets_are_code_points(page, server):
     """The API's offsets index Unicode code points; the page must not read them as UTF-16 units."""
     text = "😀 naïve café 🚀 rocket"
-    _show(page, text)
+    show(page, text)
     want = httpx.post(f"{server.url}/v1/tokenize", json={"inputs": text}, timeout=30).json()["data"][0]
     titles = page.eval_on_selector_all("#tokens-0 li", "els => els.map(e => e.title)")
     assert len(titles) == len(want["tokens"])
@@ -131,8 +79,8 @@ def test_offsets_are_code_points(page, server):
 
 
 def test_heatmap_values_equal_api(page, server):
-    _show(page, SENTENCE)
-    [(item, att)] = _api_attention(server, [SENTENCE], dtype="float32")
+    show(page, SENTENCE)
+    [(item, att)] = api_attention(server, [SENTENCE], dtype="float32")
     T = len(item["tokens"])
     layer, head = 3, 7
     page.select_option("#layer", str(layer))
@@ -143,7 +91,7 @@ def test_heatmap_values_equal_api(page, server):
     readout = page.locator("#heatmap-readout")
     cells = [(0, 0), (2, 5), (T - 1, 0), (T // 2, T - 1), (5, 4)]
     for q, k in cells:
-        _hover_cell(page, q, k)
+        hover_cell(page, q, k)
         assert readout.get_attribute("data-query") == str(q)
         assert readout.get_attribute("data-key") == str(k)
         assert readout.get_attribute("data-layer") == str(layer)
@@ -164,11 +112,11 @@ def test_heatmap_values_equal_api(page, server):
 
 
 def test_model_view_click_opens_head(page):
-    _show(page, SENTENCE)
+    show(page, SENTENCE)
     page.click("#tab-model")
     cells = page.locator("#model-view .mv-cell")
     assert cells.count() == 6 * 12
-    _shot(page, "viewer-model-1280x800")
+    shot(page, "viewer-model-1280x800")
     page.click("#model-view .mv-cell[data-layer='4'][data-head='9']")
     assert page.get_attribute("#tab-head", "aria-selected") == "true"
     assert page.is_visible("#panel-head") and not page.is_visible("#panel-model")
@@ -216,8 +164,8 @@ def _numpy_summary(A: np.ndarray, tokens: list[str]) -> dict[tuple[int, int], di
 
 
 def test_summary_equals_numpy(page, server):
-    _show(page, SENTENCE)
-    [(item, att)] = _api_attention(server, [SENTENCE], dtype="float16")
+    show(page, SENTENCE)
+    [(item, att)] = api_attention(server, [SENTENCE], dtype="float16")
     want = _numpy_summary(att, item["tokens"])
     page.click("#tab-summary")
     rows = page.eval_on_selector_all("#summary tbody tr", """trs => trs.map(tr => ({
@@ -244,7 +192,7 @@ def test_summary_equals_numpy(page, server):
     top = page.locator("#summary tbody tr").first
     best = max(want, key=lambda lh: want[lh]["prev"])
     assert (int(top.get_attribute("data-layer")), int(top.get_attribute("data-head"))) == best
-    _shot(page, "viewer-summary-1280x800")
+    shot(page, "viewer-summary-1280x800")
     # a head's button opens it in the head view
     top.locator("button.open").click()
     assert page.get_attribute("#head-view", "data-layer") == str(best[0])
@@ -252,8 +200,8 @@ def test_summary_equals_numpy(page, server):
 
 
 def test_hover_isolates_a_tokens_lines(page, server):
-    _show(page, SENTENCE)
-    [(item, att)] = _api_attention(server, [SENTENCE], dtype="float32")
+    show(page, SENTENCE)
+    [(item, att)] = api_attention(server, [SENTENCE], dtype="float32")
     page.select_option("#layer", "1")
     page.click("#heads-none")
     page.check("#head-4")
@@ -274,8 +222,8 @@ def test_hover_isolates_a_tokens_lines(page, server):
 
 def test_compare_two_sentences_and_exports(page, server):
     first, second = "The bank raised interest rates.", "We sat on the river bank."
-    _show(page, first, second)
-    results = _api_attention(server, [first, second])
+    show(page, first, second)
+    results = api_attention(server, [first, second])
     for i, (item, _) in enumerate(results):
         shown = page.eval_on_selector_all(f"#tokens-{i} li", "els => els.map(e => e.dataset.token)")
         assert shown == item["tokens"]
@@ -307,7 +255,7 @@ def test_compare_two_sentences_and_exports(page, server):
 
 def test_no_request_leaves_the_server(page, server):
     """Everything the page loads or calls is on the server's own origin, whatever the user does."""
-    _show(page, SENTENCE, "A second sentence.")
+    show(page, SENTENCE, "A second sentence.")
     for tab in ("model", "summary", "head"):
         page.click(f"#tab-{tab}")
     page.click("#help summary")
@@ -345,100 +293,26 @@ def test_controls_are_labelled_and_keyboard_reachable(page):
     page.fill("#text-a", "Keyboard only.")
     page.focus("#text-a")
     page.keyboard.press("Control+Enter")
-    _wait_ready(page, run)
+    wait_ready(page, run)
     assert page.eval_on_selector_all("#tokens-0 li", "e => e.map(x => x.dataset.token)")[1:3] == ["keyboard", "only"]
-
-
-def test_narrow_screen(browser, server):
-    ctx = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
-    pg = ctx.new_page()
-    try:
-        pg.goto(server.url + "/")
-        _wait_ready(pg, 0)
-        for tab in ("head", "model", "summary"):
-            pg.click(f"#tab-{tab}")
-            overflow = pg.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
-            assert overflow <= 0, f"{tab}: page wider than the screen by {overflow}px"
-            _shot(pg, f"viewer-{tab}-390x844", full_page=True)
-        pg.click("#tab-model")
-        pg.click("#model-view .mv-cell[data-layer='1'][data-head='2']")
-        assert pg.get_attribute("#head-view", "data-layer") == "1"
-    finally:
-        ctx.close()
-
-
-def test_error_message_when_over_attention_budget(browser, start_server):
-    """A small attention budget: a long input gets a clear 413 message, then a short one works."""
-    small = start_server(env={"HEADWISE_ATTENTION_BUDGET_BYTES": "200000"})
-    url = small.url
-    try:
-        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-        pg = ctx.new_page()
-        try:
-            pg.goto(url + "/")
-            _wait_ready(pg, 0)  # the example sentence fits: 6·12·13²·2 bytes
-            long_text = " ".join(["attention"] * 60)
-            pg.fill("#text-a", long_text)
-            pg.click("#run")
-            pg.wait_for_selector("#error:not([hidden])")
-            assert pg.get_attribute("#error", "data-status") == "413"
-            text = pg.inner_text("#error")
-            assert "attention budget" in text.lower()
-            assert "Shorten the text" in text
-            assert pg.get_attribute("body", "data-state") == "error"
-            assert pg.get_attribute("#error", "role") == "alert"
-            _shot(pg, "viewer-error-413-1280x800")
-            _show(pg, "Short again.")
-            assert pg.is_hidden("#error")
-            # an empty box is caught before any request
-            pg.fill("#text-a", "  ")
-            pg.click("#run")
-            assert "empty" in pg.inner_text("#error")
-        finally:
-            ctx.close()
-    finally:
-        small.stop()
-
-
-def test_api_key_is_asked_for_and_sent(browser, start_server):
-    """With HEADWISE_API_KEY set the page still loads, says a key is needed, and works with it."""
-    locked = start_server(env={"HEADWISE_API_KEY": "s3cret-key"})
-    try:
-        ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-        pg = ctx.new_page()
-        try:
-            pg.goto(locked.url + "/")
-            pg.wait_for_selector("#error:not([hidden])")
-            assert pg.get_attribute("#error", "data-status") == "401"
-            assert "API key" in pg.inner_text("#error")
-            assert pg.is_visible("#api-key")
-            pg.fill("#api-key", "s3cret-key")
-            pg.click("#run")
-            _wait_ready(pg, 0)
-            assert pg.is_hidden("#error")
-            assert pg.eval_on_selector_all("#tokens-0 li", "e => e.length") > 2
-        finally:
-            ctx.close()
-    finally:
-        locked.stop()
 
 
 def test_readme_screenshot(page, server):
     """The picture of the README: the head where "it" looks most at "animal", its layer's
     heads as lines with "it" isolated, and its heatmap."""
     text = "The animal didn't cross the street because it was too tired."
-    _show(page, text)
-    [(item, att)] = _api_attention(server, [text])
+    show(page, text)
+    [(item, att)] = api_attention(server, [text])
     it, animal = item["tokens"].index("it"), item["tokens"].index("animal")
     layer, head = np.unravel_index(np.argmax(att[:, :, it, animal]), att.shape[:2])
     page.select_option("#layer", str(layer))
     page.select_option("#heat-head", str(head))
-    _hover_cell(page, it, animal)  # the heatmap's cursor stays on the last cell hovered
+    hover_cell(page, it, animal)  # the heatmap's cursor stays on the last cell hovered
     assert page.get_attribute("#heatmap-readout", "data-value") == str(float(att[layer, head, it, animal]))
     page.evaluate("window.scrollTo(0, document.querySelector('#views').getBoundingClientRect().top + scrollY - 8)")
     page.hover(f"#head-view .hv-q .hv-tok[data-index='{it}']")
     assert page.get_attribute("#heatmap", "data-head") == str(head)
-    path = _shot(page, "viewer-readme-1280x800")
+    path = shot(page, "viewer-readme-1280x800")
     if not DOCS_IMG.exists() or os.environ.get("HEADWISE_UPDATE_DOCS_IMG") == "1":
         DOCS_IMG.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, DOCS_IMG)
