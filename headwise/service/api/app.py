@@ -17,10 +17,15 @@ from pathlib import Path
 
 import anyio
 from fastapi import FastAPI
+from fastapi.encoders import jsonable_encoder
+from fastapi.openapi.models import RequestBody
+from fastapi.routing import APIRoute
 from starlette.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
 from headwise.service.api import errors
+from headwise.service.api.body import body_model
+from headwise.service.api.compat.openapi import inline_schema
 from headwise.service.api.middleware import Activity, ServiceMiddleware
 from headwise.service.api.routers import (
     analytics,
@@ -35,7 +40,6 @@ from headwise.service.api.routers import (
     tei,
     tokenize,
 )
-from headwise.service.api.schemas import BODY_MODELS
 from headwise.service.cpu import hand_over_gil_within
 from headwise.service.engine import BackendFactory, Engine
 from headwise.service.errors import NotFound
@@ -135,8 +139,20 @@ async def lifespan(app: FastAPI):
         app.state.metrics.close()
 
 
+def _api_routes(routes):
+    """Every APIRoute, as declared (FastAPI keeps an included router whole, as `original_router`)."""
+    for route in routes:
+        if isinstance(route, APIRoute):
+            yield route
+        elif (inner := getattr(route, "original_router", None)) is not None:
+            yield from _api_routes(inner.routes)
+
+
 def _document_bodies(app: FastAPI) -> None:
-    """Request bodies parsed by deps.json_body are invisible to FastAPI; add their schemas."""
+    """Request bodies parsed by body.json_body (`body: Json[Model]`) are invisible to FastAPI;
+    document each from the route's own declaration: the native API's as a reference to the
+    model's schema in components, a compatible protocol's inlined (its models' names, TEI's
+    EmbedRequest, would clash with ours)."""
     base = app.openapi
 
     def openapi() -> dict:
@@ -144,10 +160,26 @@ def _document_bodies(app: FastAPI) -> None:
             return app.openapi_schema
         schema = base()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (*BODY_MODELS, *generate.BODY_MODELS, *classify.BODY_MODELS, *analytics.BODY_MODELS):
-            s = model.model_json_schema(ref_template="#/components/schemas/{model}")
-            components.update(s.pop("$defs", {}))
-            components[model.__name__] = s
+        named: dict[str, type] = {}
+        for route in _api_routes(app.router.routes):
+            model = next((m for d in route.dependant.dependencies if (m := body_model(d.call))), None)
+            if model is None or not route.include_in_schema:
+                continue
+            if getattr(route, "protocol", errors.NATIVE) is errors.NATIVE:
+                name = model.__name__
+                if named.setdefault(name, model) is not model:
+                    raise TypeError(f"two request bodies named {name} ({route.path}): rename one")
+                s = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(s.pop("$defs", {}))
+                components[name] = s
+                body = {"$ref": f"#/components/schemas/{name}"}
+            else:
+                body = inline_schema(model)
+            # as FastAPI writes what it documents itself (its OpenAPI models: no nulls)
+            request_body = jsonable_encoder(RequestBody(required=True, content={"application/json": {"schema": body}}),
+                                            by_alias=True, exclude_none=True)
+            for method in route.methods:
+                schema["paths"][route.path_format][method.lower()]["requestBody"] = request_body
         return schema
 
     app.openapi = openapi

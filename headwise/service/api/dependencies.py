@@ -1,6 +1,8 @@
 """FastAPI dependencies: the engine, the settings, the optional API key, the disconnect probe.
 
-All async, so FastAPI does not hop to a thread for them.
+All async, so FastAPI does not hop to a thread for them. And `model_for`, the one way a route
+picks its model: a plain function the endpoint calls (no dependency of its own, so the hot
+routes keep their plain `async def f(request)` dependencies for the fast path).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import Request
 
 from headwise.service.api.errors import Unauthorized
-from headwise.service.engine import Engine
+from headwise.service.engine import Capability, Engine, Runtime
 from headwise.service.settings import Settings
 
 
@@ -21,6 +23,14 @@ async def disconnect_probe(request: Request) -> Callable[[], Awaitable[bool]]:
     else Starlette's check."""
     probe = getattr(request.app.state, "disconnect_probe", None)
     return (probe and probe(request)) or request.is_disconnected
+
+
+def model_for(request: Request, engine: Engine, name: str | None, needs: Capability | None = None) -> Runtime:
+    """The model that answers (`Engine.get`: NotFound, or Validation when none is named and
+    several are served, or it lacks `needs`), named on the request for the metrics' labels."""
+    rt = engine.get(name, needs)
+    request.state.model = rt.name
+    return rt
 
 
 async def get_engine(request: Request) -> Engine:

@@ -153,8 +153,5 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-BODY_MODELS = (EmbedRequest, TokenizeRequest)  # parsed by service.api.dependencies.json_body
-
-
 def error_responses(*codes: int) -> dict:
     return {c: {"model": ErrorResponse} for c in codes}

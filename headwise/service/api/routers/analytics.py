@@ -6,8 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from headwise.service.api.body import json_body, openapi_body
-from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.body import Json
+from headwise.service.api.dependencies import (
+    disconnect_probe,
+    get_engine,
+    model_for,
+    require_api_key,
+)
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import error_responses
 from headwise.service.engine import Engine
@@ -38,18 +43,14 @@ class OcclusionRequest(BaseModel):
     truncate: StrictBool = Field(True, description="cut the text at max_len; false: 422 when longer")
 
 
-BODY_MODELS = (SimilarityRequest, OcclusionRequest)
-SIMILARITY, OCCLUSION = json_body(SimilarityRequest), json_body(OcclusionRequest)
 
 
-@router.post("/v1/similarity", openapi_extra=openapi_body(SimilarityRequest),
-             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def similarity(request: Request, body: SimilarityRequest = Depends(SIMILARITY),
+@router.post("/v1/similarity", responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def similarity(request: Request, body: Json[SimilarityRequest],
                      engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """The cosine of the source's sentence embedding with each target's (the embeddings
     /v1/embed returns); with `explain`, each score's exact split over token pairs."""
-    rt = engine.get(body.model)
-    request.state.model = rt.name
+    rt = model_for(request, engine, body.model)
     res = await engine.similarity(rt, body.source, body.targets, body.explain, body.truncate, body.top_k, probe)
 
     def build() -> dict:
@@ -69,15 +70,13 @@ async def similarity(request: Request, body: SimilarityRequest = Depends(SIMILAR
     return await budgeted_json(engine.analytics.responses, res.answer_bytes, build, engine.analytics.run)
 
 
-@router.post("/v1/occlusion", openapi_extra=openapi_body(OcclusionRequest),
-             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def occlusion(request: Request, body: OcclusionRequest = Depends(OCCLUSION),
+@router.post("/v1/occlusion", responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def occlusion(request: Request, body: Json[OcclusionRequest],
                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Each token's effect on the sentence embedding: 1 − cos(embedding, embedding with that
     token's attention_mask 0). T + 1 rows through the analytics batcher, after plain work,
     admitted at (T + 1) · T tokens."""
-    rt = engine.get(body.model)
-    request.state.model = rt.name
+    rt = model_for(request, engine, body.model)
     res = await engine.occlusion(rt, body.input, body.truncate, probe)
     enc = res.encoding
 

@@ -6,8 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from headwise.service.api.body import json_body, openapi_body
-from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.body import Json
+from headwise.service.api.dependencies import (
+    disconnect_probe,
+    get_engine,
+    model_for,
+    require_api_key,
+)
 from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
 from headwise.service.api.schemas import AttentionOptions, Usage, error_responses
 from headwise.service.engine import Engine
@@ -92,9 +97,6 @@ class PredictResponse(BaseModel):
     usage: Usage
 
 
-BODY_MODELS = (RerankRequest, PredictRequest)  # parsed by json_body; documented by service.api.app
-
-
 def _spec(rt: Runtime, a: AttentionOptions | None):
     if a is None:
         return None
@@ -104,14 +106,13 @@ def _spec(rt: Runtime, a: AttentionOptions | None):
     return rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype, encoding=a.encoding)
 
 
-@router.post("/v1/rerank", response_model=RerankResponse, openapi_extra=openapi_body(RerankRequest),
+@router.post("/v1/rerank", response_model=RerankResponse,
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def rerank(request: Request, body: RerankRequest = Depends(json_body(RerankRequest)),
+async def rerank(request: Request, body: Json[RerankRequest],
                  engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Score every text against the query with a cross-encoder; results sorted by score, best
     first; with `attention`, each result's query↔document attention blocks."""
-    rt = engine.get(body.model)
-    request.state.model = rt.name
+    rt = model_for(request, engine, body.model)
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention))
     cap = engine.settings.max_response_bytes
     if body.return_text:  # the echoed texts alone, before any inference is spent on them
@@ -140,13 +141,12 @@ async def rerank(request: Request, body: RerankRequest = Depends(json_body(Reran
     return await budgeted_json(engine.responses, size, build)
 
 
-@router.post("/v1/predict", response_model=PredictResponse, openapi_extra=openapi_body(PredictRequest),
+@router.post("/v1/predict", response_model=PredictResponse,
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def predict(request: Request, body: PredictRequest = Depends(json_body(PredictRequest)),
+async def predict(request: Request, body: Json[PredictRequest],
                   engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Classify texts and pairs: per input every label with its score, best first."""
-    rt = engine.get(body.model)
-    request.state.model = rt.name
+    rt = model_for(request, engine, body.model)
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores)
     result = await engine.classify(rt, predict_inputs(body.inputs), params, probe)
 

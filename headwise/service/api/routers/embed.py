@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from headwise.service.api.body import json_body, openapi_body
-from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.body import Json
+from headwise.service.api.dependencies import (
+    disconnect_probe,
+    get_engine,
+    model_for,
+    require_api_key,
+)
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
 from headwise.service.engine import Engine
@@ -13,17 +18,14 @@ from headwise.service.engine.params import EmbedParams
 
 router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
 
-PARSE = json_body(EmbedRequest)
 
-
-@router.post("/v1/embed", response_model=EmbedResponse, openapi_extra=openapi_body(EmbedRequest),
+@router.post("/v1/embed", response_model=EmbedResponse,
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def embed(request: Request, body: EmbedRequest = Depends(PARSE),
+async def embed(request: Request, body: Json[EmbedRequest],
                engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Embed one text or a list; with `attention`, also return every asked-for head's weights,
     un-padded to each input's own token count."""
-    rt = engine.get(body.model)
-    request.state.model = rt.name
+    rt = model_for(request, engine, body.model)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     spec = None
     if body.attention is not None:

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 
-from headwise.service.api.body import json_body
-from headwise.service.api.dependencies import get_engine, require_api_key
+from headwise.service.api.body import Json
+from headwise.service.api.dependencies import get_engine, model_for, require_api_key
 from headwise.service.api.errors import NATIVE
 from headwise.service.api.responses import BudgetedResponse, BudgetedStream
 from headwise.service.api.schemas import error_responses
@@ -63,9 +63,6 @@ class GenerateRequest(BaseModel):
     attention: GenerateAttention | None = Field(None, description="return every step's attention")
 
 
-BODY_MODELS = (GenerateRequest,)
-
-
 def _ask(body: GenerateRequest, rt: Runtime) -> GenerateInput:
     spec = None
     if body.attention is not None:
@@ -79,17 +76,14 @@ def _ask(body: GenerateRequest, rt: Runtime) -> GenerateInput:
         stream=body.stream, attention=spec)
 
 
-@router.post("/v1/generate", openapi_extra={"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"$ref": "#/components/schemas/GenerateRequest"}}}}},
-    responses={**error_responses(400, 401, 404, 413, 422, 429, 503),
+@router.post("/v1/generate", responses={**error_responses(400, 401, 404, 413, 422, 429, 503),
                200: {"content": {"text/event-stream": {}}, "description": "JSON, or SSE with stream: true"}})
-async def generate(request: Request, body: GenerateRequest = Depends(json_body(GenerateRequest)),
+async def generate(request: Request, body: Json[GenerateRequest],
                    engine: Engine = Depends(get_engine)):
     """Generate up to `max_new_tokens` tokens. Non-streamed: one JSON result. Streamed:
     `data: {index, token, id, text[, attention]}` per token, then `data: {<the result>}`,
     then `data: [DONE]`."""
-    rt = engine.get(body.model)
-    request.state.model = rt.name
+    rt = model_for(request, engine, body.model)
     gen = await engine.generate(rt, _ask(body, rt))
     seq = gen.seq
     with gen.reservation as reservation:  # held by the response until it is sent

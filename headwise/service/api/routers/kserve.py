@@ -45,10 +45,12 @@ BINARY_DOC = {"application/octet-stream": {"schema": {"type": "string", "format"
               "bytes), then each binary input's bytes in order"}}
 
 
-def _runtime(engine: Engine, model: str, version: str | None) -> Runtime:
+def _runtime(request: Request, engine: Engine, model: str, version: str | None) -> Runtime:
+    """The model, at `version` when one is named, named on the request (as dependencies.model_for)."""
     rt = engine.get(model)
     if version is not None and version != rt.package.version:
         raise NotFound(f"model {rt.name} has no version {version}; served: {rt.package.version}")
+    request.state.model = rt.name
     return rt
 
 
@@ -84,8 +86,7 @@ async def ready(engine: Engine = Depends(get_engine)):
 @router.get("/v2/models/{model}/versions/{version}/ready", responses=ERRORS)
 async def model_ready(model: str, request: Request, version: str | None = None,
                       engine: Engine = Depends(get_engine)):
-    rt = _runtime(engine, model, version)
-    request.state.model = rt.name
+    rt = _runtime(request, engine, model, version)
     return probe(KSERVE, lambda: engine.check_ready(rt), {"name": rt.name, "ready": True})
 
 
@@ -94,8 +95,7 @@ async def model_ready(model: str, request: Request, version: str | None = None,
             responses=ERRORS)
 async def model_metadata(model: str, request: Request, version: str | None = None,
                          engine: Engine = Depends(get_engine)):
-    rt = _runtime(engine, model, version)
-    request.state.model = rt.name
+    rt = _runtime(request, engine, model, version)
     if Capability.CLASSIFY in rt.capabilities:
         inputs, outputs = kserve_classify.inputs_of(rt), kserve_classify.outputs_of(rt)
     elif Capability.EMBED in rt.capabilities:
@@ -231,8 +231,7 @@ def _response_bound(rt: Runtime, want: dict[str, bool], lengths: list[int], spec
 async def infer(model: str, request: Request, version: str | None = None, engine: Engine = Depends(get_engine)):
     """Input `text` BYTES [N] → the outputs asked for by name (default sentence_embedding), as
     JSON or, with `binary_data`, as raw little-endian bytes after the JSON header."""
-    rt = _runtime(engine, model, version)
-    request.state.model = rt.name
+    rt = _runtime(request, engine, model, version)
     header, binary = v2.split_body(await _body(request), request.headers.get(v2.HEADER))
     params = header.get("parameters") or {}
     if not isinstance(params, dict):

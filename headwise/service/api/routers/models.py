@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from headwise.service.api.dependencies import get_engine, require_api_key
+from headwise.service.api.dependencies import get_engine, model_for, require_api_key
 from headwise.service.api.schemas import ModelCard, ModelList, error_responses
 from headwise.service.engine import Engine
 
@@ -23,6 +23,5 @@ async def list_models(engine: Engine = Depends(get_engine)):
 @router.get("/v1/models/{name}", response_model=ModelCard, response_model_exclude_unset=True,
             responses=error_responses(401, 404))
 async def get_model(name: str, request: Request, engine: Engine = Depends(get_engine)):
-    rt = engine.get(name)
-    request.state.model = rt.name
+    rt = model_for(request, engine, name)
     return ModelCard.model_validate(rt.card())

@@ -12,10 +12,14 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
-from headwise.service.api.body import json_body
-from headwise.service.api.compat.openapi import request_body
+from headwise.service.api.body import Json
 from headwise.service.api.compat.schemas import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
-from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
+from headwise.service.api.dependencies import (
+    disconnect_probe,
+    get_engine,
+    model_for,
+    require_api_key,
+)
 from headwise.service.api.errors import OPENAI, route_class
 from headwise.service.api.responses import budgeted_json
 from headwise.service.engine import Engine
@@ -23,7 +27,6 @@ from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import InvalidRequest
 
 router = APIRouter(tags=["openai"], route_class=route_class(OPENAI), dependencies=[Depends(require_api_key)])
-PARSE = json_body(EmbeddingsRequest)
 
 
 def shorten(v: np.ndarray, n: int) -> np.ndarray:
@@ -34,13 +37,12 @@ def shorten(v: np.ndarray, n: int) -> np.ndarray:
     return (w / max(np.linalg.norm(w), 1e-12)).astype(np.float32)
 
 
-@router.post("/v1/embeddings", response_model=EmbeddingsResponse, openapi_extra=request_body(EmbeddingsRequest),
+@router.post("/v1/embeddings", response_model=EmbeddingsResponse,
              responses={c: {"model": OpenAIError} for c in (400, 401, 404, 413, 422, 429, 503)})
-async def embeddings(request: Request, body: EmbeddingsRequest = Depends(PARSE),
+async def embeddings(request: Request, body: Json[EmbeddingsRequest],
                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Embeddings in OpenAI's shape; `dimensions` truncates and re-normalises."""
-    rt = engine.get(body.model)
-    request.state.model = rt.name
+    rt = model_for(request, engine, body.model)
     inputs = body.input
     if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
         inputs = [inputs]

@@ -16,9 +16,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
-from headwise.service.api.body import json_body, read_body
+from headwise.service.api.body import Json, read_body
 from headwise.service.api.compat import tei
-from headwise.service.api.compat.openapi import inline_schema, request_body
+from headwise.service.api.compat.openapi import inline_schema
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
 from headwise.service.api.responses import budgeted_json, echoed_bytes, json_response
@@ -70,9 +70,8 @@ def _schemas(*models: type[BaseModel]) -> dict:
 
 # -- the routes ------------------------------------------------------------------------------
 
-@router.post("/embed", response_model=list[list[float]], openapi_extra=request_body(tei.EmbedRequest),
-             responses=ERRORS)
-async def embed(request: Request, body: tei.EmbedRequest = Depends(json_body(tei.EmbedRequest)),
+@router.post("/embed", response_model=list[list[float]], responses=ERRORS)
+async def embed(request: Request, body: Json[tei.EmbedRequest],
                 engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Pooled embeddings, one list per input (a single input too), as /v1/embed's."""
     rt, truncate = _embedding_model(request, engine, body, "/embed")
@@ -83,9 +82,8 @@ async def embed(request: Request, body: tei.EmbedRequest = Depends(json_body(tei
         tei.matryoshka(e.sentence, body.dimensions, body.normalize) for e in result.data])
 
 
-@router.post("/embed_all", response_model=list[list[list[float]]], openapi_extra=request_body(tei.EmbedAllRequest),
-             responses=ERRORS)
-async def embed_all(request: Request, body: tei.EmbedAllRequest = Depends(json_body(tei.EmbedAllRequest)),
+@router.post("/embed_all", response_model=list[list[list[float]]], responses=ERRORS)
+async def embed_all(request: Request, body: Json[tei.EmbedAllRequest],
                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Every token's last hidden state, [T, d_model] per input, special tokens included."""
     rt, truncate = _embedding_model(request, engine, body, "/embed_all")
@@ -94,9 +92,8 @@ async def embed_all(request: Request, body: tei.EmbedAllRequest = Depends(json_b
     return await budgeted_json(engine.responses, result.answer_bytes, lambda: [e.tokens for e in result.data])
 
 
-@router.post("/similarity", response_model=list[float], openapi_extra=request_body(tei.SimilarityRequest),
-             responses=ERRORS)
-async def similarity(request: Request, body: tei.SimilarityRequest = Depends(json_body(tei.SimilarityRequest)),
+@router.post("/similarity", response_model=list[float], responses=ERRORS)
+async def similarity(request: Request, body: Json[tei.SimilarityRequest],
                      engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """The cosine of source_sentence's embedding with each sentence's: Engine.similarity, as
     /v1/similarity (/v1/embed's embeddings). In messages inputs[0] is source_sentence and
@@ -112,8 +109,8 @@ async def similarity(request: Request, body: tei.SimilarityRequest = Depends(jso
 
 
 @router.post("/rerank", response_model=list[tei.Rank], response_model_exclude_none=True,
-             openapi_extra=request_body(tei.RerankRequest), responses=ERRORS)
-async def rerank(request: Request, body: tei.RerankRequest = Depends(json_body(tei.RerankRequest)),
+             responses=ERRORS)
+async def rerank(request: Request, body: Json[tei.RerankRequest],
                  engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Each text's relevance to the query (a cross-encoder's sigmoid, or its logit with
     raw_scores), best first; `index` is the text's place in `texts`."""
@@ -137,8 +134,8 @@ async def rerank(request: Request, body: tei.RerankRequest = Depends(json_body(t
 
 
 @router.post("/predict", response_model=list[tei.Prediction] | list[list[tei.Prediction]],
-             openapi_extra=request_body(tei.PredictRequest), responses=ERRORS)
-async def predict(request: Request, body: tei.PredictRequest = Depends(json_body(tei.PredictRequest)),
+             responses=ERRORS)
+async def predict(request: Request, body: Json[tei.PredictRequest],
                   engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Every label's score, best first: one list for a text or a pair, a list of lists for a batch."""
     rt = pick(request, engine, body.model, (CLASSIFIER, RERANKER), "/predict")
@@ -167,9 +164,8 @@ async def predict(request: Request, body: tei.PredictRequest = Depends(json_body
     return await budgeted_json(engine.responses, result.answer_bytes, build)
 
 
-@router.post("/tokenize", response_model=list[list[tei.SimpleToken]], openapi_extra=request_body(tei.TokenizeRequest),
-             responses=ERRORS)
-async def tokenize(request: Request, body: tei.TokenizeRequest = Depends(json_body(tei.TokenizeRequest)),
+@router.post("/tokenize", response_model=list[list[tei.SimpleToken]], responses=ERRORS)
+async def tokenize(request: Request, body: Json[tei.TokenizeRequest],
                    engine: Engine = Depends(get_engine)):
     """Every token of each text (not cut at max_len), with UTF-8 byte offsets into it."""
     rt = pick(request, engine, body.model, (), "/tokenize")
@@ -185,8 +181,8 @@ async def tokenize(request: Request, body: tei.TokenizeRequest = Depends(json_bo
         tei.simple_tokens(t, e.ids, e.tokens, e.offsets, special) for t, e in zip(texts, encs, strict=True)])
 
 
-@router.post("/decode", response_model=list[str], openapi_extra=request_body(tei.DecodeRequest), responses=ERRORS)
-async def decode(request: Request, body: tei.DecodeRequest = Depends(json_body(tei.DecodeRequest)),
+@router.post("/decode", response_model=list[str], responses=ERRORS)
+async def decode(request: Request, body: Json[tei.DecodeRequest],
                  engine: Engine = Depends(get_engine)):
     """Token ids back to text, one string per list of ids."""
     rt = pick(request, engine, body.model, (), "/decode")

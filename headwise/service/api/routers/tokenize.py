@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from headwise.service.api.body import json_body, openapi_body
-from headwise.service.api.dependencies import get_engine, require_api_key
+from headwise.service.api.body import Json
+from headwise.service.api.dependencies import get_engine, model_for, require_api_key
 from headwise.service.api.responses import json_response
 from headwise.service.api.schemas import TokenizeRequest, TokenizeResponse, error_responses
 from headwise.service.engine import Engine
@@ -13,12 +13,11 @@ from headwise.service.engine import Engine
 router = APIRouter(tags=["tokenize"], dependencies=[Depends(require_api_key)])
 
 
-@router.post("/v1/tokenize", response_model=TokenizeResponse, openapi_extra=openapi_body(TokenizeRequest),
+@router.post("/v1/tokenize", response_model=TokenizeResponse,
              responses=error_responses(400, 401, 404, 413, 422, 503))
-async def tokenize(request: Request, body: TokenizeRequest = Depends(json_body(TokenizeRequest)),
+async def tokenize(request: Request, body: Json[TokenizeRequest],
                    engine: Engine = Depends(get_engine)):
-    rt = engine.get(body.model)
-    request.state.model = rt.name
+    rt = model_for(request, engine, body.model)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     encs = await engine.tokenize(rt, texts, body.truncate)
     n = sum(e.length for e in encs)

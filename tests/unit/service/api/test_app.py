@@ -197,6 +197,34 @@ def test_index_page_and_openapi(client):
     assert spec["components"]["schemas"]["EmbedRequest"]["examples"]
 
 
+
+def test_every_json_body_is_documented_from_its_declaration(client):
+    """`body: Json[Model]` is the one declaration: the OpenAPI request body comes from it (a
+    native route's as a reference to components, a compatible protocol's inlined)."""
+    from fastapi.routing import APIRoute
+
+    from headwise.service.api.body import body_model
+    from headwise.service.api.errors import NATIVE
+
+    spec = client.get("/openapi.json").json()
+    routes = [r for r in client.app.router.routes if hasattr(r, "original_router")]
+    seen = set()
+    for route in (r for i in routes for r in i.original_router.routes if isinstance(r, APIRoute)):
+        model = next((m for d in route.dependant.dependencies if (m := body_model(d.call))), None)
+        if model is None:
+            continue
+        seen.add(route.path)
+        body = spec["paths"][route.path]["post"]["requestBody"]
+        schema = body["content"]["application/json"]["schema"]
+        assert body["required"] is True
+        if getattr(route, "protocol", NATIVE) is NATIVE:
+            assert schema == {"$ref": f"#/components/schemas/{model.__name__}"}
+            assert spec["components"]["schemas"][model.__name__]["title"] == model.__name__
+        else:
+            assert "$ref" not in str(schema) and schema["title"] == model.__name__
+    assert {"/v1/embed", "/v1/tokenize", "/v1/generate", "/v1/rerank", "/v1/predict", "/v1/similarity",
+            "/v1/occlusion", "/v1/embeddings", "/embed", "/rerank", "/decode"} <= seen
+
 def test_chunked_body_under_the_limit_is_read(package):
     with client_for(package, max_body_bytes=2000) as c:
         wait_ready(c)
