@@ -56,7 +56,8 @@ bench: install-test
 # then builds docker/Dockerfile with BuildKit on BASE: auto (python:3.11-slim-bookworm from
 # Docker Hub, else the local Debian base docker/make-base.sh makes), local, or any image.
 # CHECKPOINT=path/to/hf-checkpoint [MODEL_NAME=name]: export that checkpoint instead (into an
-# empty IMAGE_MODELS: rm -rf build/image first). ONNXRUNTIME=onnxruntime: the CPU-only wheel.
+# empty IMAGE_MODELS: rm -rf build/image first). ONNXRUNTIME: onnxruntime (the default, the
+# CPU-only wheel constraints.txt pins) or onnxruntime-gpu (about 300 MB more, the same answers).
 IMAGE ?= headwise:cpu
 IMAGE_GPU ?= headwise:gpu
 IMAGE_MODELS ?= build/image/models
@@ -68,7 +69,7 @@ BASE ?= auto
 # Where nvidia/cuda cannot be pulled: a stand-in base for Dockerfile.gpu's stages, e.g. the local
 # Debian base local/python:3.11-bookworm (made when missing); docs/deployment.md says what it proves.
 BASE_GPU ?=
-ONNXRUNTIME ?= onnxruntime-gpu
+ONNXRUNTIME ?= onnxruntime
 CHECKPOINT ?=
 MODEL_NAME ?=
 

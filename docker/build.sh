@@ -15,7 +15,9 @@
 #                it can) into build/image/staged, inside the build context, when it lies
 #                outside build/image/; none: an image without packages (Dockerfile.prometheus)
 #   CONTEXT      the build context (the repository root)
-#   ONNXRUNTIME  onnxruntime-gpu (default) or onnxruntime (CPU only, smaller)
+#   ONNXRUNTIME  for docker/Dockerfile: onnxruntime (default: the CPU-only wheel, pinned in
+#                constraints.txt) or onnxruntime-gpu (about 300 MB more, same answers on CPU);
+#                Dockerfile.gpu always installs onnxruntime-gpu
 #   PIP_CERT_FILE  CA bundle for pip inside the build; default: the `cert` of `pip config list`
 #                (a TLS-intercepting proxy), none when pip names none. Given as a build
 #                secret: it is never written into a layer.
@@ -27,7 +29,7 @@ IMAGE=${IMAGE:-headwise:cpu}
 DOCKERFILE=${DOCKERFILE:-docker/Dockerfile}
 BASE=${BASE:-auto}
 MODELS=${MODELS:-build/image/models}
-ONNXRUNTIME=${ONNXRUNTIME:-onnxruntime-gpu}
+ONNXRUNTIME=${ONNXRUNTIME:-onnxruntime}
 HUB_BASE=${HUB_BASE:-python:3.11-slim-bookworm}
 CONTEXT=${CONTEXT:-.}
 LOCAL_BASE=local/python:3.11-bookworm
@@ -96,9 +98,16 @@ if [ -n "$cert" ]; then
 fi
 
 args=()
-[ -z "$models" ] || args+=(--build-arg "ONNXRUNTIME=$ONNXRUNTIME" --build-arg "MODELS=$models")
+[ -z "$models" ] || args+=(--build-arg "MODELS=$models")
 [ -z "$base" ] || args+=(--build-arg "BASE_IMAGE=$base")
-echo "build.sh: $IMAGE from $DOCKERFILE on ${base:-its own base} (${ONNXRUNTIME}${cert:+, CA bundle $cert})"
+# ONNXRUNTIME only where the Dockerfile has the switch (docker/Dockerfile; Dockerfile.gpu has
+# onnxruntime-gpu, always).
+wheel=
+if grep -q '^ARG ONNXRUNTIME=' "$DOCKERFILE"; then
+  args+=(--build-arg "ONNXRUNTIME=$ONNXRUNTIME")
+  wheel=$ONNXRUNTIME
+fi
+echo "build.sh: $IMAGE from $DOCKERFILE on ${base:-its own base}${wheel:+ with $wheel}${cert:+ (CA bundle $cert)}"
 # shellcheck disable=SC2086  # BUILD_ARGS is split on purpose
 "${build[@]}" --network host --progress plain -f "$DOCKERFILE" "${args[@]}" \
   "${secret[@]}" ${BUILD_ARGS:-} -t "$IMAGE" "$CONTEXT"

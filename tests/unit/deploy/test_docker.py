@@ -1,5 +1,4 @@
-"""docker/: hadolint on both Dockerfiles, their structure, .dockerignore, compose.yaml and the
-build scripts (issues 7 and 20), all without a container engine. The images themselves are
+"""docker/: hadolint on both Dockerfiles, their structure, .dockerignore and the build scripts (issues 7 and 20), all without a container engine. The images themselves are
 built and run by tests/e2e/test_docker.py.
 """
 
@@ -244,85 +243,6 @@ def test_copied_sources_exist_and_are_in_the_build_context():
                 assert (ROOT / name).exists(), f"{path.name}: COPY {src}: no such path in the repo"
 
 
-# ------------------------------------------------------------------ compose.yaml
-
-
-def _compose() -> dict:
-    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
-
-
-def _published(service: dict) -> set[int]:
-    """Host ports, with ${VAR:-default} read as its default."""
-    ports = set()
-    for p in service.get("ports", []):
-        p = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", p)
-        ports.add(int(p.rsplit(":", 2)[-2]))
-    return ports
-
-
-def test_compose_services_ports_and_mounts():
-    compose = _compose()
-    services = compose["services"]
-    assert {"headwise", "prometheus", "grafana", "headwise-gpu"} <= services.keys()
-    # `docker compose -f docker/compose.yaml up`: 8000, 9090 and 3000 without any profile.
-    default = {n: s for n, s in services.items() if not s.get("profiles")}
-    assert {"headwise", "prometheus", "grafana"} <= default.keys()
-    assert 8000 in _published(services["headwise"])
-    assert 9090 in _published(services["prometheus"])
-    assert 3000 in _published(services["grafana"])
-    for name, svc in services.items():
-        if "build" in svc:
-            assert (DOCKER / svc["build"]["context"] / svc["build"]["dockerfile"]).is_file(), name
-        for vol in svc.get("volumes", []):
-            src = vol.split(":")[0]
-            if src.startswith("."):
-                assert (DOCKER / src).exists(), f"{name}: {src} does not exist"
-    prom_cmd = " ".join(services["prometheus"]["command"])
-    assert "--config.file=/etc/prometheus/prometheus.yml" in prom_cmd
-    # compose builds nothing (make image does: the package is exported outside, BuildKit's
-    # secrets); docker-compose 1.29 (Debian's) refuses a top-level `name:`.
-    assert not any("build" in s for s in services.values())
-    assert "name" not in compose
-    assert services["headwise"]["image"] == "${HEADWISE_IMAGE:-headwise:cpu}"
-    assert services["prometheus"]["image"] == "${PROMETHEUS_IMAGE:-prom/prometheus:v3.5.0}"
-
-
-def test_compose_gpu_profile_reserves_a_gpu():
-    gpu = _compose()["services"]["headwise-gpu"]
-    assert gpu["profiles"] == ["gpu"]
-    assert gpu["image"] == "headwise:gpu" and "build" not in gpu  # make image-gpu builds it
-    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
-    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
-
-
-@pytest.mark.parametrize("name", ["headwise", "headwise-gpu"])
-def test_compose_headwise_is_locked_down(name):
-    svc = _compose()["services"][name]
-    assert svc["read_only"] is True
-    assert any(t.split(":")[0] == "/tmp" for t in svc["tmpfs"])
-    assert svc["cap_drop"] == ["ALL"]
-    assert "no-new-privileges:true" in svc["security_opt"]
-    assert int(svc["stop_grace_period"].rstrip("s")) > GRACE_SECONDS
-    # `headwise serve --workers N` makes its own multiprocess directory under TMPDIR (/tmp);
-    # a PROMETHEUS_MULTIPROC_DIR set here would have to exist already on the empty tmpfs.
-    assert "PROMETHEUS_MULTIPROC_DIR" not in svc["environment"]
-
-
-def test_grafana_provisioning_matches_dashboard():
-    ds = yaml.safe_load((DOCKER / "grafana/provisioning/datasources/prometheus.yaml").read_text())
-    (source,) = ds["datasources"]
-    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
-    dash = json.loads((DOCKER / "grafana/dashboards/headwise.json").read_text())
-    (ds_var,) = [v for v in dash["templating"]["list"] if v["type"] == "datasource"]
-    assert ds_var["current"]["value"] == source["uid"]
-    prov = yaml.safe_load((DOCKER / "grafana/provisioning/dashboards/headwise.yaml").read_text())
-    (provider,) = prov["providers"]
-    grafana = _compose()["services"]["grafana"]
-    mounts = dict(v.split(":")[:2] for v in grafana["volumes"])
-    assert mounts["./grafana/dashboards"] == provider["options"]["path"]
-    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
-
-
 @pytest.mark.parametrize("kind", DOCKERFILES)
 def test_image_commands_match_the_cli(kind, monkeypatch):
     """The export flags `make image`/`make image-gpu` use are accepted by headwise's CLI, and the
@@ -353,29 +273,72 @@ def test_image_commands_match_the_cli(kind, monkeypatch):
 # ------------------------------------------------------------------ build scripts
 
 
-def test_runtime_requirements_are_pyprojects_and_the_cpu_wheel_keeps_the_pinned_version():
+def _requirements_module():
     sys.path.insert(0, str(DOCKER))
     try:
         import requirements as reqs
     finally:
         sys.path.remove(str(DOCKER))
+    return reqs
+
+
+def _pin(name: str, text: str | None = None) -> str:
+    text = (ROOT / "constraints.txt").read_text() if text is None else text
+    (pin,) = re.findall(rf"^{re.escape(name)}==(\S+)$", text, re.M)
+    return pin
+
+
+def test_runtime_requirements_are_pyprojects_with_the_cpu_wheel_pinned_in_constraints():
+    """The CPU image's default: onnxruntime's CPU wheel at constraints.txt's onnxruntime pin,
+    which is onnxruntime-gpu's version; the GPU image: pyproject.toml's own requirements."""
+    reqs = _requirements_module()
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert reqs.requirements(ROOT) == project["dependencies"]
+    # Both wheels pinned, at one version: the CPU image answers as the tested onnxruntime-gpu does.
+    assert _pin("onnxruntime") == _pin("onnxruntime-gpu")
+    assert reqs.cpu_wheel_version(ROOT) == _pin("onnxruntime")
+    assert reqs.requirements(ROOT, "onnxruntime-gpu") == project["dependencies"]
     assert reqs.requirements(ROOT, "onnxruntime-gpu", "gpu") == [*project["dependencies"],
                                                                   *project["optional-dependencies"]["gpu"]]
-    (pin,) = re.findall(r"^onnxruntime-gpu==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M)
-    cpu = reqs.requirements(ROOT, "onnxruntime")
+    cpu = reqs.requirements(ROOT)
+    assert cpu == reqs.requirements(ROOT, "onnxruntime")
     assert not any(r.startswith("onnxruntime-gpu") for r in cpu)
-    assert f"onnxruntime=={pin}; platform_system == 'Linux' and platform_machine == 'x86_64'" in cpu
+    assert f"onnxruntime=={_pin('onnxruntime')}; platform_system == 'Linux' and platform_machine == 'x86_64'" in cpu
     assert len(cpu) == len(project["dependencies"])
     with pytest.raises(SystemExit):
         reqs.requirements(ROOT, "onnxruntime-rocm")
-    # Run as the image runs it (standard library only, any working directory).
-    out = subprocess.run([sys.executable, str(DOCKER / "requirements.py"), "onnxruntime"], cwd=DOCKER,
-                         capture_output=True, text=True, check=True, timeout=30).stdout.splitlines()
-    assert out == cpu
+    # Run as the image runs it (standard library only, any working directory), no argument
+    # meaning the CPU wheel.
+    for argv in ([], ["onnxruntime"]):
+        out = subprocess.run([sys.executable, str(DOCKER / "requirements.py"), *argv], cwd=DOCKER,
+                             capture_output=True, text=True, check=True, timeout=30).stdout.splitlines()
+        assert out == cpu
+
+
+@pytest.mark.parametrize("edit", ["drop", "differ"])
+def test_the_cpu_wheel_needs_its_own_pin_at_the_gpu_wheels_version(tmp_path, edit):
+    """No onnxruntime pin, or one at another version than onnxruntime-gpu's: the build stops
+    saying so (the gpu requirements, which do not use it, still work)."""
+    reqs = _requirements_module()
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    text = (ROOT / "constraints.txt").read_text()
+    line = f"onnxruntime=={_pin('onnxruntime', text)}\n"
+    assert line in text
+    (tmp_path / "constraints.txt").write_text(text.replace(line, "" if edit == "drop" else "onnxruntime==0.1\n"))
+    with pytest.raises(SystemExit, match="onnxruntime"):
+        reqs.requirements(tmp_path, "onnxruntime")
+    assert reqs.requirements(tmp_path, "onnxruntime-gpu", "gpu") == reqs.requirements(ROOT, "onnxruntime-gpu", "gpu")
+
+
+def test_the_cpu_image_defaults_to_the_cpu_wheel_and_the_gpu_image_keeps_onnxruntime_gpu():
+    assert re.findall(r"^ARG ONNXRUNTIME=(\S+)$", DOCKERFILES["cpu"].read_text(), re.M) == ["onnxruntime"]
+    assert re.findall(r"^ONNXRUNTIME \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M) == ["onnxruntime"]
+    assert "ONNXRUNTIME=${ONNXRUNTIME:-onnxruntime}\n" in (DOCKER / "build.sh").read_text()
+    # Dockerfile.gpu has no switch: onnxruntime-gpu, always (build.sh passes ONNXRUNTIME only
+    # where the Dockerfile declares it).
+    gpu = DOCKERFILES["gpu"].read_text()
+    assert "ONNXRUNTIME" not in gpu and "docker/requirements.py onnxruntime-gpu gpu" in gpu
 
 
 @pytest.mark.parametrize("script", ["build.sh", "make-base.sh"])
@@ -393,7 +356,10 @@ def test_make_image_targets_call_the_scripts():
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
     assert "docker/build.sh" in res.stdout and "IMAGE=headwise:cpu" in res.stdout
-    assert "BASE=auto" in res.stdout and "ONNXRUNTIME=onnxruntime-gpu" in res.stdout
+    assert "BASE=auto" in res.stdout and re.search(r"\bONNXRUNTIME=onnxruntime\s", res.stdout), res.stdout
+    res = subprocess.run(["make", "-n", "image", "IMAGE_MODELS=tests/unit/data", "ONNXRUNTIME=onnxruntime-gpu"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0 and "ONNXRUNTIME=onnxruntime-gpu " in res.stdout, res.stderr
     # The CI machine gets Docker and mmdebstrap from the project's own script.
     deps = (ROOT / ".ci" / "system-deps.sh").read_text()
     for program, package in (("dockerd", "docker.io"), ("mmdebstrap", "mmdebstrap"),
