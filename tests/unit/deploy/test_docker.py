@@ -22,7 +22,6 @@ DOCKERFILES = {"cpu": DOCKER / "Dockerfile", "gpu": DOCKER / "Dockerfile.gpu"}
 # Linted too: Prometheus from Debian's package, for compose where prom/prometheus cannot be pulled.
 LINTED = {**DOCKERFILES, "prometheus": DOCKER / "Dockerfile.prometheus"}
 HADOLINT_CONFIG = ROOT / ".hadolint.yaml"
-GRACE_SECONDS = 25  # the default of HEADWISE_GRACE_SECONDS (headwise/service/settings.py)
 
 
 def _program(name: str) -> str:
