@@ -45,7 +45,8 @@ from headwise.service.settings import Settings
 
 log = logging.getLogger("headwise.service")
 
-TOKENIZER_THREADS = 2  # the pool that tokenises for /v1/tokenize (batches tokenise on their own thread)
+TOKENIZER_THREADS = 2  # the pool that tokenises /v1/tokenize, the analytics routes and generation prompts
+# (embed and classify batches tokenise on their batcher's threads)
 
 
 class Engine:
@@ -156,7 +157,9 @@ class Engine:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         if whole:
-            work = partial(rt.tokenizer.encode_unchecked, texts, False, special_tokens)
+            def work():
+                _ = rt.tokenizer.special_ids  # TEI's /tokenize reads it next, on the loop: built here, once
+                return rt.tokenizer.encode_unchecked(texts, False, special_tokens)
         else:
             work = partial(rt.tokenizer.encode, texts, truncate, special_tokens)
         encs = await loop.run_in_executor(self._tok_pool, work)
@@ -243,4 +246,4 @@ class Engine:
         """A queued generation, its answer's bytes reserved until its response is sent."""
         self._ready()
         require(rt, Capability.GENERATE)
-        return await rt.generate(ask, self.responses)
+        return await rt.generate(ask, self.responses, self._tok_pool)

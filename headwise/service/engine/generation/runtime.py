@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,16 @@ from headwise.service.settings import Settings
 
 DEFAULT_NEW_TOKENS = 16
 BackendFactory = Callable[[ModelPackage, Settings], object]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A request's text, tokenised and checked: its ids and tokens, and the most new tokens it
+    may have (max_new_tokens within the model's max_len)."""
+
+    ids: np.ndarray
+    tokens: list[str]
+    limit: int
 
 
 @dataclass(frozen=True)
@@ -102,8 +113,11 @@ class GenerativeRuntime:
             raise Validation(f"model {self.name!r} has no attention graphs")
         return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
 
-    async def generate(self, ask: GenerateInput, budget: ResponseBudget) -> Generation:
-        """Check and tokenise the request, reserve its answer's bytes, queue it."""
+    async def generate(self, ask: GenerateInput, budget: ResponseBudget,
+                       pool: Executor | None = None) -> Generation:
+        """Check and tokenise the request, reserve its answer's bytes, queue it. The prompt is
+        tokenised and checked on `pool` (the engine's tokenizer pool), never on the event loop;
+        its Sequence (future, event queue) is made back on the loop."""
         field, other = self.source_field, ("source" if self.source_field == "prompt" else "prompt")
         if getattr(ask, other) is not None:
             raise Validation(f"model {self.name!r} is a {self.package.architecture} model: send the text in "
@@ -117,10 +131,10 @@ class GenerativeRuntime:
         if self.scheduler is None:
             raise NotReady("model not loaded or warming up")
         params = self._params(ask)
-        if len(text) > 4096:  # tokenising a long text off the event loop
-            seq = await asyncio.get_running_loop().run_in_executor(None, self.new_sequence, text, params)
-        else:
-            seq = self.new_sequence(text, params)
+        t0 = time.perf_counter()
+        prompt = await asyncio.get_running_loop().run_in_executor(pool, self.prompt, text, params)
+        self.metrics.tokenize_duration.labels(model=self.name).observe(time.perf_counter() - t0)
+        seq = self.sequence(text, params, prompt)
         with budget.reserve(self.answer_bytes(seq)) as reservation:
             self.scheduler.submit(seq)
         return Generation(seq, reservation)
@@ -181,9 +195,9 @@ class GenerativeRuntime:
         self.scheduler.start()
 
     # -- requests -----------------------------------------------------------------------------
-    def new_sequence(self, text: str, params: GenParams) -> Sequence:
-        """Tokenise and check a request (call off the event loop? it is fast; the router runs it
-        in a thread for long texts). Raises 4xx errors."""
+    def prompt(self, text: str, params: GenParams) -> Prompt:
+        """Tokenise and check a request's text (the tokenizer pool's thread: `generate`). Raises
+        4xx errors."""
         limit = self.max_prompt_tokens
         enc = self.tokenizer.encode_unchecked([text], truncate=False)[0]
         n = enc.length
@@ -205,8 +219,12 @@ class GenerativeRuntime:
                                f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or tokens")
             check_response_bytes(sel.written_cells(cells), self.settings.max_response_bytes,
                                  "ask for fewer layers, heads or tokens, or base64")
-        return Sequence(model=self.name, source_field=self.source_field, prompt_ids=enc.ids,
-                        prompt_tokens=list(enc.tokens), params=params, limit=new, tokenizer=self.decoder,
+        return Prompt(enc.ids, list(enc.tokens), new)
+
+    def sequence(self, text: str, params: GenParams, prompt: Prompt) -> Sequence:
+        """The queued request (event loop: its result future and event queue are the loop's)."""
+        return Sequence(model=self.name, source_field=self.source_field, prompt_ids=prompt.ids,
+                        prompt_tokens=prompt.tokens, params=params, limit=prompt.limit, tokenizer=self.decoder,
                         eos=self.special.get("eos"), suppress_ids=self.suppress_ids, metrics=self.metrics,
                         t_submit=time.perf_counter(), step_delay=self._fault_delay(text))
 
