@@ -139,13 +139,13 @@ async def lifespan(app: FastAPI):
         app.state.metrics.close()
 
 
-def _api_routes(routes):
+def api_routes(routes):
     """Every APIRoute, as declared (FastAPI keeps an included router whole, as `original_router`)."""
     for route in routes:
         if isinstance(route, APIRoute):
             yield route
         elif (inner := getattr(route, "original_router", None)) is not None:
-            yield from _api_routes(inner.routes)
+            yield from api_routes(inner.routes)
 
 
 def _document_bodies(app: FastAPI) -> None:
@@ -161,7 +161,7 @@ def _document_bodies(app: FastAPI) -> None:
         schema = base()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         named: dict[str, type] = {}
-        for route in _api_routes(app.router.routes):
+        for route in api_routes(app.router.routes):
             model = next((m for d in route.dependant.dependencies if (m := body_model(d.call))), None)
             if model is None or not route.include_in_schema:
                 continue

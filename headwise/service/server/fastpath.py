@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from headwise.service.api import errors
+from headwise.service.api.app import api_routes
 from headwise.service.api.app import create_app as create_plain_app
 from headwise.service.server.http_protocol import body_pending, uvicorn_disconnect_probe
 
@@ -52,19 +53,10 @@ def _is_async(fn) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-def _api_routes(routes):
-    """Every APIRoute, as declared (FastAPI keeps an included router whole, as `original_router`)."""
-    for route in routes:
-        if isinstance(route, APIRoute):
-            yield route
-        elif (inner := getattr(route, "original_router", None)) is not None:
-            yield from _api_routes(inner.routes)
-
-
 def direct_routes(app: FastAPI) -> dict:
     """(method, path) → an ASGI callable answering that route's requests directly."""
     out = {}
-    for route in _api_routes(app.router.routes):
+    for route in api_routes(app.router.routes):
         for method in route.methods:
             if (method, route.path) in HOT and (plan := _simple_calls(route)) is not None:
                 out[(method, route.path)] = _direct(route, *plan)

@@ -54,3 +54,14 @@ export async function api(path, body) {
   if (payload === null) throw new ApiError(`${path} answered with something that is not JSON`, "bad_response", res.status);
   return payload;
 }
+
+/* The served models a side panel offers: none when /v1/models fails (the encoder panel
+ * reports server problems). */
+export async function modelsWhere(keep) {
+  try {
+    const res = await api("/v1/models");
+    return (res.data || []).filter(keep);
+  } catch {
+    return [];
+  }
+}

@@ -72,3 +72,13 @@ export function clearError() {
   $("#error").hidden = true;
   $("#error").replaceChildren();
 }
+
+/* A side panel's failed run (`prefix`: gen, rr): its status line cleared, the error shown, and
+ * its state (data-gen-state, data-rr-state) set for tests and styles. */
+export function panelFailed(prefix, stateKey, err) {
+  $(`#${prefix}-status`).textContent = "";
+  const kind = err.type ? ` (${err.type})` : "";
+  $(`#${prefix}-error`).textContent = err.status ? `HTTP ${err.status}${kind}: ${err.message}` : err.message;
+  $(`#${prefix}-error`).hidden = false;
+  document.body.dataset[stateKey] = "error";
+}

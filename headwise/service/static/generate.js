@@ -17,9 +17,10 @@
  */
 // api(): the same client as the encoder panel's (its API key field, errors as ApiError with
 // message, type and status)
-import { api } from "./api.js";
+import { api, modelsWhere } from "./api.js";
 import { decodeAttention } from "./decode.js";
 import { $, h } from "./dom.js";
+import { panelFailed } from "./errors.js";
 
 const GEN = new Set(["decoder", "encoder-decoder"]);
 const state = { models: [], result: null, causal: null, align: null, layer: 0, head: 0, run: 0 };
@@ -187,23 +188,14 @@ async function run() {
     document.body.dataset.genRun = String(seq);
   } catch (err) {
     if (seq !== state.run) return;
-    $("#gen-status").textContent = "";
-    $("#gen-error").textContent = err.status ? `HTTP ${err.status}: ${err.message}` : err.message;
-    $("#gen-error").hidden = false;
-    document.body.dataset.genState = "error";
+    panelFailed("gen", "genState", err);
   } finally {
     if (seq === state.run) $("#gen-run").disabled = false;
   }
 }
 
 async function init() {
-  let res;
-  try {
-    res = await api("/v1/models");
-  } catch {
-    return; // the encoder panel reports server problems
-  }
-  state.models = (res.data || []).filter((m) => GEN.has(m.architecture));
+  state.models = await modelsWhere((m) => GEN.has(m.architecture));
   if (!state.models.length) return;
   $("#gen-model").replaceChildren(...state.models.map((m) => h("option", { value: m.name }, `${m.name} (${m.architecture})`)));
   $("#gen-section").hidden = false;

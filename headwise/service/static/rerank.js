@@ -12,10 +12,11 @@
  * block's largest weight. Rows do not sum to 1: the rest of each row's weight goes to the
  * special tokens and to the row's own text.
  */
-import { api } from "./api.js";
+import { api, modelsWhere } from "./api.js";
 import { decodeAttention } from "./decode.js";
 import { cmapCss } from "./colours.js";
 import { $, h } from "./dom.js";
+import { panelFailed } from "./errors.js";
 
 const state = { models: [], result: null, pick: 0, layer: 0, head: 0, dir: "qd", run: 0 };
 
@@ -148,23 +149,14 @@ async function run() {
     document.body.dataset.rrRun = String(seq);
   } catch (err) {
     if (seq !== state.run) return;
-    $("#rr-status").textContent = "";
-    $("#rr-error").textContent = err.status ? `HTTP ${err.status} (${err.type}): ${err.message}` : err.message;
-    $("#rr-error").hidden = false;
-    document.body.dataset.rrState = "error";
+    panelFailed("rr", "rrState", err);
   } finally {
     if (seq === state.run) $("#rr-run").disabled = false;
   }
 }
 
 async function init() {
-  let res;
-  try {
-    res = await api("/v1/models");
-  } catch {
-    return; // the encoder panel reports server problems
-  }
-  state.models = (res.data || []).filter(isReranker);
+  state.models = await modelsWhere(isReranker);
   if (!state.models.length) return;
   $("#rr-model").replaceChildren(...state.models.map((m) => h("option", { value: m.name }, m.name)));
   $("#rr-section").hidden = false;

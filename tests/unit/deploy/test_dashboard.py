@@ -171,13 +171,12 @@ def test_metrics_md_lists_every_route_of_the_app(tmp_path):
     lists each route the app serves (the included routers' too), and none it does not."""
     from starlette.routing import Route
 
-    from headwise.service.api.app import create_app
-    from headwise.service.server.fastpath import _api_routes
+    from headwise.service.api.app import api_routes, create_app
     from headwise.service.settings import Settings
     from tests.fixtures.dashboard import METRICS_MD
 
     app = create_app(Settings(models_dir=tmp_path))
-    served = {r.path for r in _api_routes(app.router.routes)} | \
+    served = {r.path for r in api_routes(app.router.routes)} | \
         {r.path for r in app.router.routes if type(r) is Route}
     listed = documented_routes(METRICS_MD.read_text())
     assert len(listed) == len(set(listed)), f"docs/metrics.md lists a route twice: {sorted(listed)}"
