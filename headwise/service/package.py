@@ -122,6 +122,9 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
                            "'labels', a non-empty list of distinct strings")
     if arch not in GRAPHS:
         raise PackageError(f"{mf}: architecture {arch!r} is not served (encoder, decoder, encoder-decoder)")
+    if (task == "generation") != (arch != "encoder"):  # an encoder carries a head; a decoder generates
+        raise PackageError(f"{mf}: task {task!r} is not served with architecture {arch!r} (an encoder "
+                           "serves embedding or classification; a decoder or encoder-decoder, generation)")
     lacking = [g for g in GRAPHS[arch] if g not in m["variants"]]
     if lacking:
         raise PackageError(f"{mf}: no {', '.join(repr(g) for g in lacking)} variant")

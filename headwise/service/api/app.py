@@ -75,7 +75,7 @@ def _on_sigterm(app: FastAPI) -> None:
 
     async def drain(sig) -> None:
         # Requests still waiting for their body are not waited for: uvicorn's shutdown answers
-        # them 503 (service.http_protocol), so one stalled upload cannot hold the server.
+        # them 503 (server.http_protocol), so one stalled upload cannot hold the server.
         until = time.monotonic() + max(0.0, grace - SHUTDOWN_MARGIN_S)
         activity = app.state.activity
         while activity.busy() and time.monotonic() < until:
@@ -215,7 +215,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
                                   kserve, tei)] + [tei.probes]
     for router in routers:
         app.include_router(router)
-    app.state.shortcuts = {}  # filled by service.fastpath under `headwise serve`
+    app.state.shortcuts = {}  # filled by server.fastpath under `headwise serve`
     app.add_middleware(ServiceMiddleware, metrics=m, max_body_bytes=settings.max_body_bytes,
                        activity=app.state.activity, shortcuts=app.state.shortcuts,
                        routes=[route for router in routers for route in router.routes])

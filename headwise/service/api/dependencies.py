@@ -19,7 +19,7 @@ from headwise.service.settings import Settings
 
 async def disconnect_probe(request: Request) -> Callable[[], Awaitable[bool]]:
     """What the batcher calls to learn that a client went away: the server's own view where the
-    app was given one (`app.state.disconnect_probe`, service.fastpath under `headwise serve`),
+    app was given one (`app.state.disconnect_probe`, server.fastpath under `headwise serve`),
     else Starlette's check."""
     probe = getattr(request.app.state, "disconnect_probe", None)
     return (probe and probe(request)) or request.is_disconnected

@@ -2,7 +2,7 @@
 limit, in-flight gauge and count (for draining), per-route request counts and latency,
 security headers on the viewer's page and files. `shortcuts` ((method, path) → an ASGI
 callable) are answered here rather than by the app's router: empty in the plain app; filled by
-the fast path `headwise serve` installs (service.fastpath)."""
+the fast path `headwise serve` installs (server.fastpath)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class Activity:
     def __init__(self) -> None:
         self.receives: set = set()
         # whether a request is still waiting for its client to send the body: only the server
-        # knows (service.http_protocol.body_pending under `headwise serve`)
+        # knows (server.http_protocol.body_pending under `headwise serve`)
         self.body_pending = lambda receive: False
 
     def busy(self) -> int:

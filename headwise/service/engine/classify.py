@@ -47,7 +47,7 @@ class ClassifyResult(Counted):
     version: str
     labels: list[str]  # id2label order
     data: list[Classified]  # in input order
-    answer_bytes: int = 0  # the bound of every input's answer as written, counted when they were tokenised
+    answer_bytes: int  # the bound of every input's answer as written, counted when they were tokenised
 
 
 def activate(logits: np.ndarray, raw: bool) -> np.ndarray:

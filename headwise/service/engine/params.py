@@ -169,7 +169,7 @@ class EmbedResult(Counted):
     model: str
     version: str
     data: list[Embedded]
-    answer_bytes: int = 0  # the bound of the answer as written, counted when it was tokenised
+    answer_bytes: int  # the bound of the answer as written, counted when it was tokenised
 
 
 def response_bytes(params: EmbedParams, t: int, d_model: int) -> int:

@@ -23,6 +23,10 @@ class Capability(enum.Enum):
     RERANK = "reranking needs a cross-encoder (one label, a relevance score); use /v1/predict"
     GENERATE = "{use}; /v1/generate serves decoder and encoder-decoder models"
 
+    # Members are singletons: identity hashing, in C, for the membership test of every request
+    # (Enum's own __hash__ is a Python call).
+    __hash__ = object.__hash__
+
 
 class Runtime(Protocol):
     package: ModelPackage

@@ -73,3 +73,12 @@ def test_variant_facts_survive_an_odd_manifest():
     assert variant_facts(odd, "fast") == {
         "quality": {"passed": True},
         "speed": {"cpu": None, "cpu_flags": [], "workloads": [{"batch": None, "tokens": None, "inputs_per_s": 10.0}]}}
+
+
+def test_a_task_its_architecture_cannot_serve_is_refused(tmp_path):
+    """An encoder generates nothing: refused at load, naming both, instead of failing at start-up."""
+    folder = make_package(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "task": "generation"}))
+    with pytest.raises(PackageError, match="task 'generation' is not served with architecture 'encoder'"):
+        load_package(folder)

@@ -16,7 +16,7 @@ from headwise.service.api.dependencies import (
 from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
 from headwise.service.api.schemas import AttentionOptions, Usage, error_responses
 from headwise.service.engine import Engine
-from headwise.service.engine.classify import ClassifyParams
+from headwise.service.engine.classify import ClassifyParams, response_bytes
 from headwise.service.engine.runtime import Runtime
 from headwise.service.errors import Validation, check_response_bytes
 
@@ -121,7 +121,9 @@ async def rerank(request: Request, body: Json[RerankRequest],
     order = sorted(range(len(result.data)), key=lambda i: -float(result.data[i].scores[0]))  # stable: ties by index
     if body.top_n is not None:
         order = order[: body.top_n]
-    size = ENVELOPE_BYTES + result.answer_bytes
+    # the engine's bound counts every text; top_n returns (and reserves) only the best ones'
+    size = ENVELOPE_BYTES + (result.answer_bytes if body.top_n is None else
+                             sum(response_bytes(params, result.data[i].encoding, result.labels) for i in order))
     if body.return_text:  # with the attention blocks (each alone is held to the cap on the batch thread)
         size += echoed_bytes([body.texts[i] for i in order])
         check_response_bytes(size, cap, TOO_LARGE)

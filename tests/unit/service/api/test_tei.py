@@ -269,7 +269,12 @@ def _classifier(c, monkeypatch, labels, logits):
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from headwise.service.engine.classify import Classified, ClassifyResult, activate
+    from headwise.service.engine.classify import (
+        Classified,
+        ClassifyResult,
+        activate,
+        response_bytes,
+    )
     from headwise.service.engine.heads import LogitsHead
 
     engine = c.app.state.engine
@@ -285,7 +290,8 @@ def _classifier(c, monkeypatch, labels, logits):
         enc = tiny.tokenizer.encode(["x"])[0]
         data = [Classified(enc, np.float32(row), activate(np.float32(row), params.raw_scores), None)
                 for row in logits[:len(items)]]
-        return ClassifyResult("zcls", "1", list(labels), data)
+        return ClassifyResult("zcls", "1", list(labels), data,
+                              sum(response_bytes(params, d.encoding, list(labels)) for d in data))
 
     async def rerank(rt, query, texts, params, probe=None):
         return await classify(rt, [(query, t) for t in texts], params, probe)
@@ -377,8 +383,13 @@ def test_echoed_texts_over_the_response_cap_are_refused_before_inference(package
         # top_n: only the n longest texts can come back
         body = {"model": "zcls", "query": "q", "texts": [*texts, "y"], "return_text": True, "top_n": 1}
         assert c.post("/v1/rerank", json=body).status_code == 200
+        # ...and only their answers count: 4 × 142 bytes of scores + 1372 echoed pass the cap of
+        # 2000 with every text's bound, fit it with the one returned
+        body = {"model": "zcls", "query": "q", "texts": ["x" * 226, "y", "y", "y"], "return_text": True}
+        assert c.post("/v1/rerank", json=body).status_code == 413
+        assert c.post("/v1/rerank", json={**body, "top_n": 1}).status_code == 200
         assert c.post("/rerank", json={"query": "q", "texts": texts}).status_code == 200  # no echo, no bound
-        assert len(ran) == 2
+        assert len(ran) == 4
 
 
 def test_decoded_texts_over_the_response_cap_are_refused(package):
