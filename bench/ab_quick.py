@@ -44,15 +44,20 @@ def run_bench(name: str, tree: Path, models: str, out: Path, extra: list[str]) -
     return out / f"{stem}.raw.json"
 
 
-def cells(raw: Path) -> dict[tuple, tuple[float, float]]:
-    """(variant, tokens, clients) → (headwise inputs/s, headwise / ceiling) of one run."""
-    rows = rows_from_json(json.loads(raw.read_text())["rows"])
+def cells(raw: Path) -> dict[tuple, tuple[float, float, float]]:
+    """(variant, tokens, clients) → (headwise inputs/s, headwise / ceiling, server CPU µs per
+    input) of one run."""
+    data = json.loads(raw.read_text())
+    if not isinstance(data, dict):
+        raise SystemExit(f"{raw}: a partial run (it stopped early, or is still running)")
+    rows = rows_from_json(data["rows"])
     out = {}
     for r in rows:
         if r.suite == "headwise" and r.samples:
             ceil = ceiling_for(rows, r)
             ratio = r.med("throughput") / ceil.med("throughput") if ceil else float("nan")
-            out[(r.variant, r.tokens, r.concurrency)] = (r.med("throughput"), ratio)
+            out[(r.variant, r.tokens, r.concurrency)] = (r.med("throughput"), ratio,
+                                                         r.med_extra("server_cpu_us_per_input"))
     return out
 
 
@@ -70,16 +75,18 @@ def compare(before: list[Path], after: list[Path]) -> tuple[str, list[str]]:
         at = median(c[key][0] for c in a if key in c)
         br = median(c[key][1] for c in b if key in c)
         ar = median(c[key][1] for c in a if key in c)
+        bc = median(c[key][2] for c in b if key in c)
+        ac = median(c[key][2] for c in a if key in c)
         change, change_r = at / bt - 1, ar / br - 1
         if min(change, change_r) < -LOSS:
             losses.append(f"{key}: inputs/s {change:+.1%}, share of ceiling {change_r:+.1%}")
         rows.append([key[0], key[1], key[2],
                      " / ".join(f"{c[key][0]:.0f}" for c in b if key in c), f"{bt:.0f}",
                      " / ".join(f"{c[key][0]:.0f}" for c in a if key in c), f"{at:.0f}", f"{change:+.1%}",
-                     f"{br:.0%}", f"{ar:.0%}", f"{change_r:+.1%}"])
+                     f"{br:.0%}", f"{ar:.0%}", f"{change_r:+.1%}", f"{bc:.0f}", f"{ac:.0f}", f"{ac / bc - 1:+.1%}"])
     text = table(["variant", "tokens", "clients", "before runs (inputs/s)", "before",
                             "after runs", "after", "Δ inputs/s", "before / ceiling", "after / ceiling",
-                            "Δ share"], rows)
+                            "Δ share", "before CPU µs/input", "after CPU µs/input", "Δ CPU"], rows)
     return text, losses
 
 
