@@ -19,7 +19,7 @@ or in any batch.
   This is the FFN's second MatMul, whose output is narrow (d_model), so the extra term is cheap.
 
 The fused Attention (Q/K/V projections and softmax) stays fp32. Figures for each choice:
-bench/results/int8-per-token.md.
+bench/results/int8-schemes.md.
 """
 
 from __future__ import annotations
