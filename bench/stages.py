@@ -41,6 +41,7 @@ from bench.stages_calls import (
     Replay,
     StageGone,
     batching,
+    body_parser,
     copy_out,
     in_order,
     need,
@@ -178,10 +179,9 @@ class Sitting:
         from starlette.requests import Request
 
         from headwise.service.api.dependencies import disconnect_probe, get_engine
-        from headwise.service.api.routers import embed as router
 
         scope, receive = http_scope(PATH, self.body), body_receive(self.body)
-        parse = need(router, "PARSE")
+        parse = body_parser(self.app, PATH)
         await self.time("parse", "Request + the route's json_body (pydantic model_validate_json)",
                         lambda: parse(Request(scope, receive)))
         self.answering = Answering(self.engine)

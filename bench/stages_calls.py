@@ -168,18 +168,34 @@ class Answering:
         return self.result
 
 
-def route_call(app, path: str, values: dict):
-    """The endpoint of POST `path`, its dependencies' values given by their callables
-    (`values`; those answering nothing, as the API key check, left out): request → awaitable."""
+def post_route(app, path: str):
+    """The APIRoute of POST `path`."""
     from fastapi.routing import APIRoute
 
-    from headwise.service.server import fastpath
+    from headwise.service.api import app as app_module
 
-    routes = [r for r in need(fastpath, "_api_routes")(app.router.routes)
+    routes = [r for r in need(app_module, "api_routes")(app.router.routes)
               if isinstance(r, APIRoute) and r.path == path and "POST" in r.methods]
     if not routes:
         raise StageGone(f"no POST {path} route in the app")
-    route, kwargs = routes[0], {}
+    return routes[0]
+
+
+def body_parser(app, path: str):
+    """The dependency that parses POST `path`'s body (the route's `body: Json[Model]`)."""
+    from headwise.service.api import body
+
+    parsers = [d.call for d in post_route(app, path).dependant.dependencies
+               if need(body, "body_model")(d.call) is not None]
+    if not parsers:
+        raise StageGone(f"POST {path} has no json_body dependency")
+    return parsers[0]
+
+
+def route_call(app, path: str, values: dict):
+    """The endpoint of POST `path`, its dependencies' values given by their callables
+    (`values`; those answering nothing, as the API key check, left out): request → awaitable."""
+    route, kwargs = post_route(app, path), {}
     for sub in route.dependant.dependencies:
         if sub.name is None:
             continue
