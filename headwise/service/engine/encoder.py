@@ -179,10 +179,7 @@ class EncoderRuntime:
         out: list = [None] * len(jobs)
         for i, job in enumerate(jobs):
             if head.pretokenised(job.inputs):
-                try:
-                    out[i] = self._entries(job, self.tokenizer.from_ids(job.inputs))
-                except Exception as e:
-                    out[i] = unlinked(e)
+                out[i] = self._entries_or_error(job, lambda j=job: self.tokenizer.from_ids(j.inputs))
         for truncate in (True, False):
             group = [i for i, j in enumerate(jobs) if j.params.truncate is truncate and out[i] is None]
             if not group:
@@ -196,11 +193,15 @@ class EncoderRuntime:
                 job = jobs[i]
                 mine = encs[at:at + job.size]
                 at += job.size
-                try:
-                    out[i] = self._entries(job, mine)
-                except Exception as e:
-                    out[i] = unlinked(e)
+                out[i] = self._entries_or_error(job, lambda m=mine: m)
         return out
+
+    def _entries_or_error(self, job: Job, encodings: Callable[[], list[Encoded]]) -> Outcome:
+        """The job's entries, or the error that ends it alone (the batch goes on)."""
+        try:
+            return self._entries(job, encodings())
+        except Exception as e:
+            return unlinked(e)
 
     def _entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
         """Checks a job's inputs and answer against the limits, and counts its answer's bound once."""

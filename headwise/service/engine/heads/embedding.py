@@ -28,7 +28,7 @@ class EmbeddingHead:
         self.pooling, self.normalize, self.d_model = package.pooling, package.normalize, package.d_model
 
     def card(self) -> dict:
-        return {"pooling": self.pooling, "normalize": self.normalize}
+        return {}  # pooling and normalize are on every encoder's card (EncoderRuntime.card)
 
     def pretokenised(self, inputs: Inputs) -> bool:
         return token_ids(inputs)
