@@ -230,3 +230,15 @@ def check_default_model(name: str | None, served) -> None:
     served = sorted(served)
     if name is not None and name not in served:
         raise PackageError(f"HEADWISE_DEFAULT_MODEL is {name!r}, which is not served (served: {', '.join(served)})")
+
+
+def check_aliases(aliases: dict[str, str], served) -> None:
+    """HEADWISE_SERVED_MODEL_NAMES: each alias names a served package and is no package's own
+    name (PackageError otherwise)."""
+    served = sorted(served)
+    for alias, name in aliases.items():
+        if name not in served:
+            raise PackageError(f"HEADWISE_SERVED_MODEL_NAMES maps {alias!r} to {name!r}, which is not served "
+                               f"(served: {', '.join(served)})")
+        if alias in served:
+            raise PackageError(f"HEADWISE_SERVED_MODEL_NAMES: {alias!r} is already a served package's name")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1 << 20
 
@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     default_model: str | None = Field(None, description="the model TEI's routes (/embed, /rerank, ...) use "
                                       "when the request names none; default: the first served, in name "
                                       "order, that can answer the route")
+    served_model_names: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="extra names for served packages, as comma-separated alias=package "
+        "pairs (TEI's --served-model-name, several at once): every route's `model` and /v1/models answer to them")
 
     @field_validator("api_key", mode="before")
     @classmethod
@@ -95,6 +98,20 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_name_is_none(cls, v):
         return None if v in ("", None) else v
+
+    @field_validator("served_model_names", mode="before")
+    @classmethod
+    def _alias_pairs(cls, v):
+        if not isinstance(v, str):
+            return v
+        out: dict[str, str] = {}
+        for pair in filter(None, (p.strip() for p in v.split(","))):
+            alias, sep, name = (x.strip() for x in pair.partition("="))
+            if not sep or not alias or not name:
+                raise ValueError(f"{pair!r} is not alias=package")
+            if out.setdefault(alias, name) != name:
+                raise ValueError(f"alias {alias!r} is given twice")
+        return out
 
     @model_validator(mode="after")
     def _a_response_fits_the_inflight_budget(self):

@@ -30,6 +30,8 @@ from headwise.service.api.middleware import Activity, ServiceMiddleware
 from headwise.service.api.routers import (
     analytics,
     classify,
+    cohere_embed,
+    cohere_rerank,
     embed,
     generate,
     health,
@@ -39,12 +41,13 @@ from headwise.service.api.routers import (
     openai,
     tei,
     tokenize,
+    vllm,
 )
 from headwise.service.cpu import hand_over_gil_within
 from headwise.service.engine import BackendFactory, Engine
 from headwise.service.errors import NotFound
 from headwise.service.metrics import Metrics
-from headwise.service.package import check_default_model
+from headwise.service.package import check_aliases, check_default_model
 from headwise.service.settings import Settings, load_settings
 
 log = logging.getLogger("headwise.service")
@@ -123,6 +126,7 @@ async def lifespan(app: FastAPI):
     hand_over_gil_within(app.state.settings.switch_interval_ms)  # process-wide: the server owns it
     await anyio.to_thread.run_sync(engine.load_packages)  # bad package → start-up fails
     check_default_model(app.state.settings.default_model, engine.models)
+    check_aliases(app.state.settings.served_model_names, engine.models)
     _on_sigterm(app)
     task = asyncio.get_running_loop().create_task(_prepare(app))
     try:
@@ -212,7 +216,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
     routers = [r.router for r in (embed, tokenize, analytics, models, health, metrics, generate, classify, openai,
-                                  kserve, tei)] + [tei.probes]
+                                  kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by server.fastpath under `headwise serve`

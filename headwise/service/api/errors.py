@@ -3,7 +3,8 @@ engine's domain errors (service.errors) to status, headers and body shape.
 
 Native: {"error": {"message", "type", "code"}}; OpenAI (/v1/embeddings) adds "param";
 KServe v2 (/v2 routes) {"error": "..."}; TEI (text-embeddings-inference's routes)
-{"error": "...", "error_type": "Validation"}. A route's protocol is its router's (`route_class`),
+{"error": "...", "error_type": "Validation"}; Cohere (/v2/embed, /v2/rerank) {"message": "..."};
+vLLM (/score, /classify) OpenAI's. A route's protocol is its router's (`route_class`),
 so the shape never depends on sniffing the URL. Messages never carry a stack trace or the
 client's input.
 """
@@ -118,6 +119,14 @@ OPENAI = Protocol("openai", STATUSES, lambda code, type_, message, param: {
 
 KSERVE = Protocol("kserve v2", STATUSES, lambda code, type_, message, param: {"error": message},
                   fields={"inputs": "text"})
+
+# Cohere's API (/v2/embed, /v2/rerank): {"message": "..."}, its fields by Cohere's names.
+COHERE = Protocol("cohere", STATUSES, lambda code, type_, message, param: {"message": message},
+                  fields={"inputs": "texts", "texts": "documents"})
+
+# vLLM's pooling routes (/score, /classify): OpenAI's error shape, as vLLM answers them.
+VLLM = Protocol("vllm", STATUSES, lambda code, type_, message, param: {
+    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"})
 
 # text-embeddings-inference: the body names one of TEI's ErrorType values, as TEI writes them,
 # with TEI's statuses (Empty 400, Validation 422, Backend 424, Overloaded 429, Unhealthy 503).

@@ -42,11 +42,13 @@ def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response
     return json_response(ok)
 
 
-async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offload=None) -> Response:
+async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offload=None,
+                        headers: dict[str, str] | None = None) -> Response:
     """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
     `size` (the response's serialised bound) is over a chunk (serialize.CHUNK_BYTES), and counted against the process's
     in-flight response budget until sent (Overloaded when it does not fit). `offload(fn)`:
-    where to build it whatever its size (analytics: their own thread, of the lowest priority)."""
+    where to build it whatever its size (analytics: their own thread, of the lowest priority).
+    `headers`: the response's own (TEI's timing headers)."""
     with budget.reserve(size) as reservation:
         if offload is not None:
             body = await offload(lambda: dumps_chunks(build()))
@@ -54,7 +56,7 @@ async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offl
             body = await run_in_threadpool(lambda: dumps_chunks(build()))
         else:  # one orjson call of at most a chunk: cheaper than a thread hop or a walk for pieces
             body = orjson.dumps(build(), option=DUMPS)
-    return BudgetedResponse(body, reservation)
+    return BudgetedResponse(body, reservation, headers=headers)
 
 
 CHUNK = 1 << 20  # bytes handed to the server per send
@@ -68,9 +70,10 @@ class BudgetedResponse(Response):
     does not read fills the socket buffer, and the next send waits) keeps it, and its bytes,
     counted for as long as the client makes it wait."""
 
-    def __init__(self, body: bytes | list[bytes], reservation: Reservation, media_type: str = "application/json"):
+    def __init__(self, body: bytes | list[bytes], reservation: Reservation, media_type: str = "application/json",
+                 headers: dict[str, str] | None = None):
         chunks = [body] if isinstance(body, bytes) else body
-        super().__init__(chunks[0] if len(chunks) == 1 else b"", media_type=media_type)
+        super().__init__(chunks[0] if len(chunks) == 1 else b"", media_type=media_type, headers=headers)
         if len(chunks) > 1:
             length = str(sum(len(c) for c in chunks)).encode()
             self.raw_headers = [(k, length if k == b"content-length" else v) for k, v in self.raw_headers]

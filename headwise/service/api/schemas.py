@@ -113,7 +113,9 @@ class ModelCard(BaseModel):
     """OpenAI's model object (id, object, created, owned_by) with headwise's facts beside it:
     what a runtime's `card()` says, for every kind. Keys a kind lacks are left out."""
 
-    id: str = Field(..., description="the model's name (OpenAI's `id`)")
+    id: str = Field(..., description="the model's name (OpenAI's `id`), or an alias of it")
+    alias_of: str | None = Field(None, description="for an alias (HEADWISE_SERVED_MODEL_NAMES): the package it "
+                                 "names")
     object: Literal["model"] = "model"
     created: int = Field(..., description="the package's export time (manifest created_at), Unix seconds; 0 if unknown")
     owned_by: str = Field("headwise", description="always headwise")

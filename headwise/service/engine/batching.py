@@ -358,10 +358,15 @@ class Batcher:
         return self.bucket(longest) if self.pad_to_bucket else longest
 
     def _waited(self, jobs) -> None:
-        if self.hooks is not None:
-            now = time.perf_counter()
-            for job in jobs:
-                self.hooks.on_queue_wait(now - job.enqueued_at)
+        now = time.perf_counter()
+        for job in jobs:
+            waited = now - job.enqueued_at
+            if self.hooks is not None:
+                self.hooks.on_queue_wait(waited)
+            t = job.timing
+            if not t.started:  # its first batch: the wait, less the tokenising it may include
+                t.started = True
+                t.queue = max(0.0, waited - t.tokenize)
 
     async def _disconnected(self, jobs) -> set[Job]:
         """The jobs whose client has gone: failed (nobody reads it) and counted as dropped."""

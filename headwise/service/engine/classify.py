@@ -17,6 +17,7 @@ from headwise.service.engine.params import (
     Counted,
     written_bytes,
 )
+from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
 
 LABEL_BYTES = 32  # one {"label": ..., "score": ...} beyond its label's own characters
@@ -48,6 +49,7 @@ class ClassifyResult(Counted):
     labels: list[str]  # id2label order
     data: list[Classified]  # in input order
     answer_bytes: int  # the bound of every input's answer as written, counted when they were tokenised
+    timing: Timing | None = None  # where its time went
 
 
 def activate(logits: np.ndarray, raw: bool) -> np.ndarray:

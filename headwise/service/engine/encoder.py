@@ -18,6 +18,7 @@ from headwise.service.engine.faults import inject_fault, unlinked
 from headwise.service.engine.heads import Head, head_for
 from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, RequestParams
 from headwise.service.engine.runtime import base_card
+from headwise.service.engine.stats import ModelStats, Timing
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Inputs, Outcome
 from headwise.service.errors import TooLarge, Validation, check_response_bytes
@@ -40,6 +41,7 @@ class EncoderRuntime:
         self.capabilities = self.head.capabilities
         self.described, self.use = self.head.described, self.head.use
         self.series = ModelSeries(metrics, package.name)
+        self.stats = ModelStats()
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.buckets = length_buckets(package.max_len)
         att = package.variants.get("attention")
@@ -67,23 +69,29 @@ class EncoderRuntime:
     # -- the operations (event loop; the engine has checked the capability) -------------------
     async def submit(self, inputs: Inputs, params: RequestParams,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-                     field: str = "inputs") -> tuple[list, int]:
+                     field: str = "inputs") -> tuple[list, int, Timing]:
         """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
         attention variant's when they ask for attention), tokenised on its thread together with
         whatever else is waiting → (each input's answer, the answer's bound in bytes as
-        written); counts the attention returned."""
+        written, where its time went); counts the attention returned and its statistics."""
         role = "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
             raise Validation(f"model {self.name!r} has no attention variant")
         job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected)
-        data = await batcher.submit(job)
+        try:
+            data = await batcher.submit(job)
+        except Exception:
+            if job.enqueued_at:  # queued, then failed (a refused input, a failed batch, a disconnect)
+                self.stats.request(None, time.perf_counter() - job.enqueued_at)
+            raise
+        self.stats.request(job.timing, time.perf_counter() - job.enqueued_at)
         spec = params.attention
         if spec is not None:
             self.series.attention_bytes.inc(sum(self.head.returned_bytes(spec, d.encoding) for d in data))
             if spec.aggregate != "none":
                 self.series.aggregate(spec.aggregate).inc()
-        return data, job.answer_bytes
+        return data, job.answer_bytes, job.timing
 
     async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
                           is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
@@ -128,8 +136,9 @@ class EncoderRuntime:
             types[i, :n] = e.type_ids
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
-    def run(self, role: str, entries: list[Entry], padded: int, outputs: list[str], record: bool) -> dict:
-        """One backend run of a batch, timed and counted per variant when `record`."""
+    def run(self, role: str, entries: list[Entry], padded: int, outputs: list[str], record: bool) -> tuple[dict, float]:
+        """One backend run of a batch, timed and counted per variant when `record` → (its
+        outputs, when the run began)."""
         feeds = self.feeds(entries, padded)
         if self.settings.fault_injection and record:
             inject_fault(entries)
@@ -140,7 +149,7 @@ class EncoderRuntime:
             inference.observe(time.perf_counter() - t0)
             size.observe(len(entries))
             tokens.observe(len(entries) * padded)
-        return out
+        return out, t0
 
     def f16_attention(self, role: str, spec: AttentionSpec | None) -> bool:
         """Whether a dense float16 answer reads the graph's own float16 weights (half the bytes
@@ -167,10 +176,26 @@ class EncoderRuntime:
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
         """Each entry's answer, as the head cuts it from the batch's outputs."""
         head = self.head
+        t0 = time.perf_counter()
         f16, attention = self._attention_outputs(role, entries)
-        out = self.run(role, entries, padded, head.outputs(entries) + attention, record)
-        return [head.answer(out, i, e, self._weights(out, f16, i) if e.job.params.attention is not None else None)
-                for i, e in enumerate(entries)]
+        out, t1 = self.run(role, entries, padded, head.outputs(entries) + attention, record)
+        t2 = time.perf_counter()
+        answers = [head.answer(out, i, e, self._weights(out, f16, i) if e.job.params.attention is not None else None)
+                   for i, e in enumerate(entries)]
+        if record:
+            self._timed(entries, t1 - t0, t2 - t1, time.perf_counter() - t2)
+        return answers
+
+    def _timed(self, entries: list[Entry], feeds: float, infer: float, output: float) -> None:
+        """A batch's phases, for each of its requests (service.engine.stats) and the model's."""
+        tokenize = 0.0  # the batch's own: its requests' encode (they share one, or a few)
+        for job in dict.fromkeys(e.job for e in entries):
+            t = job.timing
+            t.feeds += feeds
+            t.infer += infer
+            t.output += output
+            tokenize = max(tokenize, t.tokenize)
+        self.stats.batch(len(entries), tokenize + feeds, infer, output)
 
     def prepare(self, jobs: list[Job]) -> list[Outcome]:
         """Batch-encode every waiting job (inference thread) → per job its entries, or the
@@ -187,10 +212,12 @@ class EncoderRuntime:
             texts = [t for i in group for t in jobs[i].inputs]
             t0 = time.perf_counter()
             encs = head.encode(self.tokenizer, texts, truncate)
-            self.series.tokenize.observe(time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            self.series.tokenize.observe(took)
             at = 0
             for i in group:
                 job = jobs[i]
+                job.timing.tokenize += took
                 mine = encs[at:at + job.size]
                 at += job.size
                 out[i] = self._entries_or_error(job, lambda m=mine: m)

@@ -122,7 +122,8 @@ class Engine:
             raise NotReady(f"model {rt.name} is not ready")
 
     def get(self, name: str | None, needs: Capability | None = None) -> Runtime:
-        """The model `name` (the only one when None), which must declare `needs` when given."""
+        """The model `name` (a package's, or an alias of one: HEADWISE_SERVED_MODEL_NAMES; the only
+        one when None), which must declare `needs` when given."""
         if name is None:
             if len(self.models) != 1:
                 raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
@@ -130,7 +131,10 @@ class Engine:
         else:
             rt = self.models.get(name)
             if rt is None:
-                raise NotFound(f"no model by that name; served: {', '.join(sorted(self.models))}")
+                rt = self.models.get(self.settings.served_model_names.get(name, ""))
+            if rt is None:
+                served = [*self.models, *self.settings.served_model_names]
+                raise NotFound(f"no model by that name; served: {', '.join(sorted(served))}")
         if needs is not None:
             require(rt, needs)
         return rt
@@ -187,8 +191,8 @@ class Engine:
         require(rt, Capability.EMBED)
         if token_ids(inputs):
             rt.tokenizer.check_ids(inputs)
-        data, size = await rt.submit(inputs, params, is_disconnected)
-        return EmbedResult(rt.name, rt.package.version, data, size)
+        data, size, timing = await rt.submit(inputs, params, is_disconnected)
+        return EmbedResult(rt.name, rt.package.version, data, size, timing)
 
     async def classify(self, rt: Runtime, inputs: list[str | tuple[str, str]], params: ClassifyParams,
                        is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
@@ -216,8 +220,8 @@ class Engine:
 
     async def _classify(self, rt: Runtime, items: list, params: ClassifyParams,
                         is_disconnected: Callable[[], Awaitable[bool]] | None, field: str) -> ClassifyResult:
-        data, size = await rt.submit(items, params, is_disconnected, field)
-        return ClassifyResult(rt.name, rt.package.version, list(rt.package.labels), data, size)
+        data, size, timing = await rt.submit(items, params, is_disconnected, field)
+        return ClassifyResult(rt.name, rt.package.version, list(rt.package.labels), data, size, timing)
 
     async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:

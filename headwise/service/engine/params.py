@@ -10,6 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
+from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import Validation
 
@@ -170,6 +171,7 @@ class EmbedResult(Counted):
     version: str
     data: list[Embedded]
     answer_bytes: int  # the bound of the answer as written, counted when it was tokenised
+    timing: Timing | None = None  # where its time went (None: not run through a batcher's job)
 
 
 def response_bytes(params: EmbedParams, t: int, d_model: int) -> int:

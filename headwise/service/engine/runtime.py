@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.stats import ModelStats
 from headwise.service.engine.tokenizer import TextTokenizer
 from headwise.service.errors import Validation
 from headwise.service.package import ModelPackage, variant_facts
@@ -35,6 +36,7 @@ class Runtime(Protocol):
     capabilities: frozenset[Capability]
     described: str  # "an embedding model", "a decoder model": what refusals call it
     use: str  # what it serves, as refusals tell the client
+    stats: ModelStats  # Triton's statistics of its requests and batches
 
     @property
     def name(self) -> str: ...

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headwise.service.engine.params import RequestParams
+from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
 
 # A request's inputs as its head takes them: texts, (a, b) pairs, or token-id lists.
@@ -44,6 +45,7 @@ class Job:
     left: int = 0
     enqueued_at: float = 0.0
     answer_bytes: int = 0  # the bound of its answer as written, counted once when it is tokenised
+    timing: Timing = field(default_factory=Timing)
 
     @property
     def done(self) -> bool:

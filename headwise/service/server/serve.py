@@ -19,7 +19,7 @@ import time
 from headwise.service.backends import cuda
 from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import usable_cores
-from headwise.service.package import PackageError, check_default_model, find_packages
+from headwise.service.package import PackageError, check_aliases, check_default_model, find_packages
 from headwise.service.server import versions
 from headwise.service.settings import SettingsError, load_settings
 
@@ -91,6 +91,7 @@ def main(args: argparse.Namespace) -> int:
         packages = find_packages(settings.models_dir)
         check_precision(packages, settings.precision, settings.provider)
         check_default_model(settings.default_model, [p.name for p in packages])
+        check_aliases(settings.served_model_names, [p.name for p in packages])
         if settings.provider == "cuda":  # fail in seconds, naming what is missing
             found = cuda.probe(settings.device_id)
             if not found.ok:

@@ -88,3 +88,15 @@ def test_a_bad_worker_count_names_the_setting(monkeypatch):
     with pytest.raises(SettingsError) as e:
         load_settings()
     assert "HEADWISE_WORKERS:" in str(e.value) and "CONSTRAINED" not in str(e.value)
+
+
+def test_served_model_names_are_alias_pairs(monkeypatch):
+    monkeypatch.setenv("HEADWISE_SERVED_MODEL_NAMES", " text-embedding-3-small = minilm, mini=minilm,")
+    assert load_settings().served_model_names == {"text-embedding-3-small": "minilm", "mini": "minilm"}
+    monkeypatch.setenv("HEADWISE_SERVED_MODEL_NAMES", "")
+    assert load_settings().served_model_names == {}
+    for bad, says in (("mini", "not alias=package"), ("=minilm", "not alias=package"),
+                      ("a=x,a=y", "given twice")):
+        monkeypatch.setenv("HEADWISE_SERVED_MODEL_NAMES", bad)
+        with pytest.raises(SettingsError, match=f"HEADWISE_SERVED_MODEL_NAMES: .*{says}"):
+            load_settings()

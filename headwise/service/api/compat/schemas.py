@@ -81,6 +81,47 @@ class V2ModelMetadata(BaseModel):
     outputs: list[V2TensorMeta]
 
 
+class V2Duration(BaseModel):
+    count: int
+    ns: int = Field(..., description="nanoseconds, summed over `count`")
+
+
+class V2InferStats(BaseModel):
+    success: V2Duration = Field(..., description="requests answered; ns: queued → answered")
+    fail: V2Duration = Field(..., description="requests that failed once queued")
+    queue: V2Duration = Field(..., description="queued → its batch starts (tokenising left out)")
+    compute_input: V2Duration = Field(..., description="tokenising and building the batch's feeds")
+    compute_infer: V2Duration = Field(..., description="onnxruntime's run")
+    compute_output: V2Duration = Field(..., description="cutting each answer out of the outputs")
+    cache_hit: V2Duration
+    cache_miss: V2Duration
+
+
+class V2BatchStats(BaseModel):
+    batch_size: int
+    compute_input: V2Duration
+    compute_infer: V2Duration
+    compute_output: V2Duration
+
+
+class V2ModelStat(BaseModel):
+    name: str
+    version: str
+    last_inference: int = Field(..., description="ms since the epoch; 0: none yet")
+    inference_count: int = Field(..., description="inputs run")
+    execution_count: int = Field(..., description="batches run")
+    inference_stats: V2InferStats
+    response_stats: dict
+    batch_stats: list[V2BatchStats]
+    memory_usage: list
+
+
+class V2ModelStats(BaseModel):
+    """Triton's statistics extension (GET /v2/models[/{name}[/versions/{v}]]/stats)."""
+
+    model_stats: list[V2ModelStat]
+
+
 class V2ServerMetadata(BaseModel):
     name: str
     version: str

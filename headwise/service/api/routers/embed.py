@@ -13,6 +13,7 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
+from headwise.service.api.timing import characters, started_at, tei_headers
 from headwise.service.engine import Engine
 from headwise.service.engine.params import EmbedParams
 
@@ -21,10 +22,10 @@ router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
 
 @router.post("/v1/embed", response_model=EmbedResponse,
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def embed(request: Request, body: Json[EmbedRequest],
-               engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Depends(get_engine),
+                probe=Depends(disconnect_probe), started: float = Depends(started_at)):
     """Embed one text or a list; with `attention`, also return every asked-for head's weights,
-    un-padded to each input's own token count."""
+    un-padded to each input's own token count. TEI's timing headers come with it."""
     rt = model_for(request, engine, body.model)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     spec = None
@@ -47,4 +48,5 @@ async def embed(request: Request, body: Json[EmbedRequest],
             data.append(item)
         return {"model": result.model, "data": data, "usage": result.usage}
 
-    return await budgeted_json(engine.responses, result.answer_bytes, build)
+    return await budgeted_json(engine.responses, result.answer_bytes, build,
+                               headers=tei_headers(rt, result, started, characters(texts)))

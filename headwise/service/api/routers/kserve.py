@@ -25,6 +25,7 @@ from headwise.service.api.compat.schemas import (
     V2InferRequest,
     V2InferResponse,
     V2ModelMetadata,
+    V2ModelStats,
     V2ServerMetadata,
 )
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
@@ -69,7 +70,7 @@ def outputs_of(rt: Runtime) -> list[dict]:
 @router.get("/v2", response_model=V2ServerMetadata, dependencies=AUTH, responses=ERRORS)
 async def server_metadata(request: Request):
     return json_response({"name": "headwise", "version": request.app.version,
-                          "extensions": ["binary_tensor_data", "classification"]})
+                          "extensions": ["binary_tensor_data", "classification", "statistics"]})
 
 
 @router.get("/v2/health/live", responses=ERRORS)
@@ -88,6 +89,20 @@ async def model_ready(model: str, request: Request, version: str | None = None,
                       engine: Engine = Depends(get_engine)):
     rt = _runtime(request, engine, model, version)
     return probe(KSERVE, lambda: engine.check_ready(rt), {"name": rt.name, "ready": True})
+
+
+@router.get("/v2/models/stats", response_model=V2ModelStats, dependencies=AUTH, responses=ERRORS)
+@router.get("/v2/models/{model}/stats", response_model=V2ModelStats, dependencies=AUTH, responses=ERRORS)
+@router.get("/v2/models/{model}/versions/{version}/stats", response_model=V2ModelStats, dependencies=AUTH,
+            responses=ERRORS)
+async def model_stats(request: Request, model: str | None = None, version: str | None = None,
+                      engine: Engine = Depends(get_engine)):
+    """Triton's statistics extension: per model, its requests' successes and failures and the
+    time they spent queued, tokenising and building feeds (compute_input), in onnxruntime
+    (compute_infer) and cutting answers (compute_output), and the same per batch size
+    (service.engine.stats). Every served model when none is named."""
+    rts = [_runtime(request, engine, model, version)] if model is not None else engine.models.values()
+    return json_response({"model_stats": [rt.stats.json(rt.name, rt.package.version) for rt in rts]})
 
 
 @router.get("/v2/models/{model}", response_model=V2ModelMetadata, dependencies=AUTH, responses=ERRORS)

@@ -1,6 +1,8 @@
 """text-embeddings-inference's routes (docs/api.md, TEI): `POST /embed`, `/embed_all`,
-`/similarity`, `/rerank`, `/predict`, `/tokenize`, `/decode`, `GET /info`, and `POST /`, which
-answers by the body's shape and the model's kind as TEI's does. TEI clients (huggingface_hub's
+`/similarity`, `/rerank`, `/predict`, `/tokenize`, `/decode`, `GET /info`, `GET /health`, and
+`POST /`, which answers by the body's shape and the model's kind as TEI's does; SageMaker's
+`GET /ping` and `POST /invocations` are `/health` and `POST /`, as in TEI's SageMaker build.
+The inference routes send TEI's timing headers (service.api.timing). TEI clients (huggingface_hub's
 InferenceClient pointed at this server, LangChain's HuggingFaceEndpointEmbeddings, ...) work
 unchanged; errors come in TEI's shape ({"error", "error_type"}).
 
@@ -22,6 +24,7 @@ from headwise.service.api.compat.openapi import inline_schema
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
 from headwise.service.api.responses import budgeted_json, echoed_bytes, json_response
+from headwise.service.api.timing import characters, started_at, tei_headers
 from headwise.service.engine import Capability, Engine, Runtime
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.engine import TOKENIZER_THREADS
@@ -71,25 +74,28 @@ def _schemas(*models: type[BaseModel]) -> dict:
 # -- the routes ------------------------------------------------------------------------------
 
 @router.post("/embed", response_model=list[list[float]], responses=ERRORS)
-async def embed(request: Request, body: Json[tei.EmbedRequest],
-                engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+async def embed(request: Request, body: Json[tei.EmbedRequest], engine: Engine = Depends(get_engine),
+                probe=Depends(disconnect_probe), started: float = Depends(started_at)):
     """Pooled embeddings, one list per input (a single input too), as /v1/embed's."""
     rt, truncate = _embedding_model(request, engine, body, "/embed")
     inputs = _inputs(body.inputs)
     tei.check_dimensions(body.dimensions, rt.package.d_model)
     result = await engine.embed(rt, inputs, EmbedParams(normalize=body.normalize, truncate=truncate), probe)
     return await budgeted_json(engine.responses, result.answer_bytes, lambda: [
-        tei.matryoshka(e.sentence, body.dimensions, body.normalize) for e in result.data])
+        tei.matryoshka(e.sentence, body.dimensions, body.normalize) for e in result.data],
+        headers=tei_headers(rt, result, started, characters(inputs)))
 
 
 @router.post("/embed_all", response_model=list[list[list[float]]], responses=ERRORS)
-async def embed_all(request: Request, body: Json[tei.EmbedAllRequest],
-                    engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+async def embed_all(request: Request, body: Json[tei.EmbedAllRequest], engine: Engine = Depends(get_engine),
+                    probe=Depends(disconnect_probe), started: float = Depends(started_at)):
     """Every token's last hidden state, [T, d_model] per input, special tokens included."""
     rt, truncate = _embedding_model(request, engine, body, "/embed_all")
     params = EmbedParams(sentence=False, tokens=True, truncate=truncate)
-    result = await engine.embed(rt, _inputs(body.inputs), params, probe)
-    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [e.tokens for e in result.data])
+    inputs = _inputs(body.inputs)
+    result = await engine.embed(rt, inputs, params, probe)
+    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [e.tokens for e in result.data],
+                               headers=tei_headers(rt, result, started, characters(inputs)))
 
 
 @router.post("/similarity", response_model=list[float], responses=ERRORS)
@@ -110,8 +116,8 @@ async def similarity(request: Request, body: Json[tei.SimilarityRequest],
 
 @router.post("/rerank", response_model=list[tei.Rank], response_model_exclude_none=True,
              responses=ERRORS)
-async def rerank(request: Request, body: Json[tei.RerankRequest],
-                 engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+async def rerank(request: Request, body: Json[tei.RerankRequest], engine: Engine = Depends(get_engine),
+                 probe=Depends(disconnect_probe), started: float = Depends(started_at)):
     """Each text's relevance to the query (a cross-encoder's sigmoid, or its logit with
     raw_scores), best first; `index` is the text's place in `texts`."""
     rt = pick(request, engine, body.model, (RERANKER,), "/rerank")
@@ -130,13 +136,14 @@ async def rerank(request: Request, body: Json[tei.RerankRequest],
                  for i, c in enumerate(result.data)]
         return tei.best_first(ranks, lambda r: r["score"])
 
-    return await budgeted_json(engine.responses, size, build)
+    chars = len(body.query) * len(body.texts) + characters(body.texts)
+    return await budgeted_json(engine.responses, size, build, headers=tei_headers(rt, result, started, chars))
 
 
 @router.post("/predict", response_model=list[tei.Prediction] | list[list[tei.Prediction]],
              responses=ERRORS)
-async def predict(request: Request, body: Json[tei.PredictRequest],
-                  engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+async def predict(request: Request, body: Json[tei.PredictRequest], engine: Engine = Depends(get_engine),
+                  probe=Depends(disconnect_probe), started: float = Depends(started_at)):
     """Every label's score, best first: one list for a text or a pair, a list of lists for a batch."""
     rt = pick(request, engine, body.model, (CLASSIFIER, RERANKER), "/predict")
     truncate = tei.truncation(body)
@@ -161,7 +168,8 @@ async def predict(request: Request, body: Json[tei.PredictRequest],
             out.append(ranked[:extra.top_k] if extra.top_k else ranked)
         return out[0] if single else out
 
-    return await budgeted_json(engine.responses, result.answer_bytes, build)
+    return await budgeted_json(engine.responses, result.answer_bytes, build,
+                               headers=tei_headers(rt, result, started, characters(items)))
 
 
 @router.post("/tokenize", response_model=list[list[tei.SimpleToken]], responses=ERRORS)
@@ -196,9 +204,11 @@ async def decode(request: Request, body: Json[tei.DecodeRequest],
 
 
 @probes.get("/health", response_class=Response, responses={200: {"description": "healthy (no body)"}, 503: ERRORS[503]})
+@probes.get("/ping", response_class=Response, responses={200: {"description": "healthy (no body)"}, 503: ERRORS[503]})
 async def health(engine: Engine = Depends(get_engine)):
-    """TEI's health probe: 200 with no body when every model takes requests, else 503 in TEI's
-    shape (`Unhealthy`); open without the API key, as /health/ready is."""
+    """TEI's health probe (also SageMaker's GET /ping): 200 with no body when every model takes
+    requests, else 503 in TEI's shape (`Unhealthy`); open without the API key, as
+    /health/ready is."""
     try:
         engine.check_ready()
     except NotReady as e:
@@ -233,16 +243,20 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
 @router.post("/", response_model=list, openapi_extra=_schemas(tei.EmbedRequest, tei.SimilarityRequest,
                                                               tei.PredictRequest, tei.RerankRequest),
              responses=ERRORS)
-async def root(request: Request, engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
-    """TEI's `POST /`: {query, texts} is /rerank and inputs {source_sentence, sentences} is
-    /similarity; otherwise the model's kind decides: /embed for an embedding model, /predict
+@router.post("/invocations", response_model=list, openapi_extra=_schemas(tei.EmbedRequest, tei.SimilarityRequest,
+                                                                         tei.PredictRequest, tei.RerankRequest),
+             responses=ERRORS)
+async def root(request: Request, engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe),
+               started: float = Depends(started_at)):
+    """TEI's `POST /` (also SageMaker's POST /invocations): {query, texts} is /rerank and inputs
+    {source_sentence, sentences} is /similarity; otherwise the model's kind decides: /embed for an embedding model, /predict
     for a classifier or re-ranker. The model is the named one, else the default; but text
     inputs with `parameters` (huggingface_hub's text_classification; /embed has no such field)
     go to /predict when a classification model is served."""
     body = await _json_object(request)
     name = body.get("model") if isinstance(body.get("model"), str) else None
     if "query" in body or "texts" in body:
-        return await rerank(request, _parse(tei.RerankRequest, body), engine, probe)
+        return await rerank(request, _parse(tei.RerankRequest, body), engine, probe, started)
     if isinstance(body.get("inputs"), dict):
         return await similarity(request, _parse(tei.SimilarityRequest, body), engine, probe)
     if name is None and "parameters" in body and any(kind(r) in (CLASSIFIER, RERANKER) for r in engine.models.values()):
@@ -250,9 +264,9 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
     else:
         k = kind(pick(request, engine, name, (), "/"))
     if k == EMBEDDING:
-        return await embed(request, _parse(tei.EmbedRequest, body), engine, probe)
+        return await embed(request, _parse(tei.EmbedRequest, body), engine, probe, started)
     if k in (CLASSIFIER, RERANKER):
-        return await predict(request, _parse(tei.PredictRequest, body), engine, probe)
+        return await predict(request, _parse(tei.PredictRequest, body), engine, probe, started)
     raise WrongModelKind("model is a generative model: POST / serves embedding and classification models "
                          "(generation: POST /v1/generate)")
 

@@ -21,6 +21,7 @@ from headwise.service.engine.generation.scheduler import Scheduler
 from headwise.service.engine.generation.sequence import GenerateInput, GenParams, Sequence
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability, base_card
+from headwise.service.engine.stats import ModelStats
 from headwise.service.engine.tokenizer import TextTokenizer
 from headwise.service.errors import (
     InvalidRequest,
@@ -73,6 +74,7 @@ class GenerativeRuntime:
         self.d_head = int(m.get("d_head") or package.d_model // package.n_heads)
         self.backend = None  # a GenerativeBackend, or what the engine's backend factory makes
         self.scheduler: Scheduler | None = None
+        self.stats = ModelStats()  # Triton's statistics cover batched encoder inference; none here yet
         self.ready = False
 
     @property

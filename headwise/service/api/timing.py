@@ -1,0 +1,47 @@
+"""text-embeddings-inference's per-request timing headers, on TEI's inference routes and on
+POST /v1/embed: `x-compute-type`, `x-compute-time`, `x-compute-characters`, `x-compute-tokens`,
+`x-total-time`, `x-tokenization-time`, `x-queue-time` and `x-inference-time`, whole milliseconds
+as TEI writes them. The times are the ones the engine keeps for Triton's statistics
+(service.engine.stats.Timing), so the headers add a clock read and eight short strings per
+response (bench/results/timing-headers.md)."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import Request
+
+from headwise.service.engine import Runtime
+from headwise.service.engine.stats import Timing
+
+
+async def started_at(request: Request) -> float:
+    """When the endpoint began (a plain dependency, so the fast path calls it too)."""
+    return time.perf_counter()
+
+
+def characters(inputs) -> int:
+    """Characters of the texts a request computed: texts, pairs' both texts; token ids count none."""
+    n = 0
+    for x in inputs:
+        if isinstance(x, str):
+            n += len(x)
+        elif isinstance(x, tuple):
+            n += sum(len(t) for t in x)
+    return n
+
+
+def tei_headers(rt: Runtime, result, started: float, chars: int) -> dict[str, str]:
+    """The headers for `result` (an EmbedResult or ClassifyResult) of a request that began at
+    `started` (perf_counter) and computed `chars` characters."""
+    total = _ms(time.perf_counter() - started)
+    t = result.timing or Timing()
+    backend = getattr(rt, "backend", None)  # None before load (and in unit tests' stand-ins)
+    return {"x-compute-type": "gpu" if backend is not None and backend.provider == "cuda" else "cpu",
+            "x-compute-time": total, "x-compute-characters": str(chars), "x-compute-tokens": str(result.n_tokens),
+            "x-total-time": total, "x-tokenization-time": _ms(t.tokenize), "x-queue-time": _ms(t.queue),
+            "x-inference-time": _ms(t.infer)}
+
+
+def _ms(seconds: float) -> str:
+    return str(int(seconds * 1000))
