@@ -1,11 +1,87 @@
-"""vLLM's pooling routes: POST /score, /v1/score, /classify, /v1/classify (docs/api.md).
-Errors in vLLM's (OpenAI's) shape."""
+"""vLLM's pooling routes: POST /score, /v1/score, /classify, /v1/classify (docs/api.md, vLLM).
+Errors in vLLM's (OpenAI's) shape; bodies and shaping in service.api.compat.vllm.
+
+/score answers as vLLM does by the model's kind: a cross-encoder (a classification package with
+one label) scores each pair itself (its sigmoid, as /v1/rerank's score); an embedding model
+scores the cosine of the two texts' /v1/embed embeddings (vLLM's bi-encoder scoring), from one
+Engine.embed call of every text. /classify is /v1/predict's inference on texts, in vLLM's shape.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
-from headwise.service.api.dependencies import require_api_key
-from headwise.service.api.errors import VLLM, route_class
+from headwise.service.api.body import Json
+from headwise.service.api.compat import vllm
+from headwise.service.api.compat.schemas import OpenAIError
+from headwise.service.api.dependencies import (
+    disconnect_probe,
+    get_engine,
+    model_for,
+    require_api_key,
+)
+from headwise.service.api.errors import VLLM, WrongModelKind, route_class
+from headwise.service.api.responses import budgeted_json
+from headwise.service.engine import Capability, Engine, Runtime
+from headwise.service.engine.classify import ClassifyParams
+from headwise.service.engine.params import EmbedParams
+from headwise.service.errors import NotFound, Validation
 
 router = APIRouter(tags=["vllm"], route_class=route_class(VLLM), dependencies=[Depends(require_api_key)])
+ERRORS = {c: {"model": OpenAIError} for c in (400, 401, 404, 413, 422, 429, 503)}
+
+
+def _model(request: Request, engine: Engine, name: str | None) -> Runtime:
+    """model_for, its refusals (unknown model, several served and none named) naming `model`."""
+    try:
+        return model_for(request, engine, name)
+    except (NotFound, Validation) as e:
+        e.field = e.field or "model"
+        raise
+
+
+@router.post("/score", response_model=vllm.VllmScoreResponse, responses=ERRORS)
+@router.post("/v1/score", response_model=vllm.VllmScoreResponse, responses=ERRORS)
+async def score(request: Request, body: Json[vllm.ScoreRequest],
+                engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Score text pairs, one against many or pairwise: a cross-encoder's relevance, or the
+    cosine of an embedding model's embeddings; `data[i]` is pair i's."""
+    rt = _model(request, engine, body.model)
+    caps = rt.capabilities
+    if Capability.RERANK not in caps and Capability.EMBED not in caps:
+        raise WrongModelKind(f"model {rt.name!r} is {rt.described}: /score needs a cross-encoder (a classification "
+                             "model with one label) or an embedding model; classifiers answer /classify",
+                             field="model")
+    activated = vllm.check_options(body, rt.package.max_len)
+    inputs = vllm.score_inputs(body)
+    s = engine.settings
+    cross = Capability.RERANK in caps
+    vllm.check_texts(inputs, s.max_input_chars, s.max_client_batch,
+                     None if cross else len(inputs.firsts) + len(inputs.seconds))
+    if cross:
+        result = await engine.classify(rt, inputs.pairs(), ClassifyParams(raw_scores=not activated), probe)
+        scores = [float(c.scores[0]) for c in result.data]
+    else:  # the single first text is embedded once (vLLM's too); cosines ignore the activation (normalising)
+        result = await engine.embed(rt, inputs.firsts + inputs.seconds, EmbedParams(), probe)
+        scores = vllm.cosines([e.sentence for e in result.data], inputs)
+    return await budgeted_json(engine.responses, vllm.score_bytes(len(scores), result.model), lambda: vllm.envelope(
+        "score", result.model, vllm.score_data(scores), result.n_tokens))
+
+
+@router.post("/classify", response_model=vllm.VllmClassificationResponse, responses=ERRORS)
+@router.post("/v1/classify", response_model=vllm.VllmClassificationResponse, responses=ERRORS)
+async def classify(request: Request, body: Json[vllm.ClassifyRequest],
+                   engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Classify texts: every label's probability (softmax; the sigmoid of a one-label model's
+    logit, as /v1/predict), in id2label order, and the likeliest label."""
+    rt = _model(request, engine, body.model)
+    if Capability.CLASSIFY not in rt.capabilities:
+        raise WrongModelKind(f"model {rt.name!r} is {rt.described}: /classify needs a classification model "
+                             "(a classifier or a cross-encoder)", field="model")
+    activated = vllm.check_options(body, rt.package.max_len)
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    result = await engine.classify(rt, texts, ClassifyParams(raw_scores=not activated), probe)
+    size = vllm.classification_bytes(len(result.data), result.labels, result.model)
+    return await budgeted_json(engine.responses, size, lambda: vllm.envelope(
+        "classify", result.model, vllm.classification_data(result.labels, [c.scores for c in result.data]),
+        result.n_tokens))
