@@ -89,6 +89,9 @@ class CohereError(BaseModel):
     message: str
 
 
+ERROR_RESPONSES = {c: {"model": CohereError} for c in (400, 401, 404, 413, 422, 429, 503)}
+
+
 def types_asked(types: list[str] | None) -> list[str]:
     """The embedding types in the order first asked, each once; float when none is named."""
     return list(dict.fromkeys(types)) if types else ["float"]

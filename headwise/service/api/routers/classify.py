@@ -1,12 +1,18 @@
 """POST /v1/rerank and /v1/predict: classification packages (cross-encoders, classifiers),
-in the native API's shape (docs/api.md). One Engine.rerank or Engine.classify call each."""
+in the native API's shape (docs/api.md). One Engine.rerank or Engine.classify call each.
+/v1/rerank also takes Jina's body (`documents`) and answers it in Jina's shape
+(service.api.compat.rerank); its errors stay the native API's."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from headwise.service.api.body import Json
+from headwise.service.api.body import Json, json_body
+from headwise.service.api.compat import rerank as compat
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -23,6 +29,7 @@ from headwise.service.errors import Validation, check_response_bytes
 router = APIRouter(tags=["classify"], dependencies=[Depends(require_api_key)])
 
 TOO_LARGE = "ask for fewer texts, top_n, or return_text: false"
+JINA_TOO_LARGE = "ask for fewer documents, top_n, or return_documents: false"
 
 class RerankRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
@@ -42,6 +49,27 @@ class RerankRequest(BaseModel):
     top_n: StrictInt | None = Field(None, ge=1, description="return only the n best results")
     attention: AttentionOptions | None = Field(
         None, description="per result, the attention between the query's and the document's tokens")
+
+
+def own_or_jina(name: str, own: type[BaseModel]):
+    """A body dependency for a rerank route that takes its `own` body (`texts`) or Jina's
+    (`documents`): compat.keyed_body parsed by body.json_body, its errors as the chosen model's
+    alone; documented (service.api.app) as the union `name`."""
+    model = compat.keyed_body(name, own)
+    parse = json_body(model)
+
+    async def either(request: Request):
+        try:
+            return (await parse(request)).root
+        except RequestValidationError as e:
+            raise RequestValidationError(compat.untag(e.errors())) from None
+
+    either.body_model = model
+    return either
+
+
+rerank_body = own_or_jina("RerankBody", RerankRequest)
+RerankBody = rerank_body.body_model
 
 
 class RerankResult(BaseModel):
@@ -106,13 +134,16 @@ def _spec(rt: Runtime, a: AttentionOptions | None):
     return rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype, encoding=a.encoding)
 
 
-@router.post("/v1/rerank", response_model=RerankResponse,
+@router.post("/v1/rerank", response_model=RerankResponse | compat.JinaRerankResponse,
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
-async def rerank(request: Request, body: Json[RerankRequest],
+async def rerank(request: Request, body: Annotated[RerankRequest | compat.JinaRerankRequest, Depends(rerank_body)],
                  engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Score every text against the query with a cross-encoder; results sorted by score, best
-    first; with `attention`, each result's query↔document attention blocks."""
+    first; with `attention`, each result's query↔document attention blocks. Jina's body
+    (`documents` instead of `texts`) is answered in Jina's shape."""
     rt = model_for(request, engine, body.model)
+    if isinstance(body, compat.JinaRerankRequest):
+        return await jina_rerank(rt, body, engine, probe)
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention))
     cap = engine.settings.max_response_bytes
     if body.return_text:  # the echoed texts alone, before any inference is spent on them
@@ -141,6 +172,27 @@ async def rerank(request: Request, body: Json[RerankRequest],
         return {"model": result.model, "results": results, "usage": result.usage}
 
     return await budgeted_json(engine.responses, size, build)
+
+
+async def jina_rerank(rt: Runtime, body: compat.JinaRerankRequest, engine: Engine, probe):
+    """Jina's body (on /v1/rerank and TEI's /rerank): the same engine call and scores as the
+    route's own body, answered in Jina's shape."""
+    texts, params, echo = compat.document_texts(body.documents), ClassifyParams(), body.return_documents
+    cap = engine.settings.max_response_bytes
+    if echo:  # the echoed texts alone, before any inference is spent on them
+        check_response_bytes(ENVELOPE_BYTES + echoed_bytes(texts, body.top_n), cap, JINA_TOO_LARGE)
+    with compat.fields_named({"texts": "documents"}):
+        result = await engine.rerank(rt, body.query, texts, params, probe)
+    scores = [float(c.scores[0]) for c in result.data]
+    order = compat.ranked(scores, body.top_n)
+    size = ENVELOPE_BYTES + sum(response_bytes(params, result.data[i].encoding, result.labels) + compat.ITEM_BYTES
+                                for i in order)
+    if echo:
+        size += echoed_bytes([texts[i] for i in order])
+        check_response_bytes(size, cap, JINA_TOO_LARGE)
+    return await budgeted_json(engine.responses, size, lambda: {
+        "model": result.model, "usage": result.usage,
+        "results": compat.relevance_results(order, scores, texts if echo else None)})
 
 
 @router.post("/v1/predict", response_model=PredictResponse,

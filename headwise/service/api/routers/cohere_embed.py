@@ -39,7 +39,7 @@ router = APIRouter(tags=["cohere"], route_class=route_class(COHERE), dependencie
 
 
 @router.post("/v2/embed", response_model=cohere.EmbedResponse, response_model_exclude_none=True,
-             responses={c: {"model": cohere.CohereError} for c in (400, 401, 404, 413, 422, 429, 503)})
+             responses=cohere.ERROR_RESPONSES)
 async def embed(request: Request, body: Json[cohere.EmbedRequest],
                 engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Embeddings by type, Cohere's EmbedByTypeResponse: only the types asked for."""

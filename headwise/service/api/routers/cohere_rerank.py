@@ -1,10 +1,81 @@
-"""POST /v2/rerank in Cohere's v2 shape (docs/api.md). Errors in Cohere's shape."""
+"""POST /v2/rerank in Cohere's v2 shape (docs/api.md). Errors in Cohere's shape.
+
+Cohere's SDK (`cohere.ClientV2(base_url=...).rerank(...)`) works against it unchanged. Scores
+are the native /v1/rerank's; `max_tokens_per_doc` cuts each document by the model's own
+tokenizer before it is paired with the query.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+import uuid
 
-from headwise.service.api.dependencies import require_api_key
+from fastapi import APIRouter, Depends, Request
+
+from headwise.service.api.body import Json
+from headwise.service.api.compat import cohere
+from headwise.service.api.compat import rerank as compat
+from headwise.service.api.dependencies import (
+    disconnect_probe,
+    get_engine,
+    model_for,
+    require_api_key,
+)
 from headwise.service.api.errors import COHERE, route_class
+from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
+from headwise.service.engine import Capability, Engine, Runtime
+from headwise.service.engine.classify import ClassifyParams, response_bytes
+from headwise.service.engine.runtime import require
+from headwise.service.errors import Validation, check_response_bytes
 
 router = APIRouter(tags=["cohere"], route_class=route_class(COHERE), dependencies=[Depends(require_api_key)])
+
+
+TOO_LARGE = "ask for fewer documents, top_n, or return_documents: false"
+META_BYTES = 256  # the id and meta around the results
+
+
+@router.post("/v2/rerank", response_model=compat.CohereRerankResponse, response_model_exclude_none=True,
+             responses=cohere.ERROR_RESPONSES)
+async def rerank(request: Request, body: Json[compat.CohereRerankRequest],
+                 engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
+    """Each document's relevance to the query (a cross-encoder's sigmoid), best first (ties by
+    index); `index` is the document's place in `documents`."""
+    rt = model_for(request, engine, body.model)
+    if body.relevant_spans is not None and body.relevant_spans.mode == "enabled":
+        raise Validation("relevant_spans: this server returns no spans; send mode 'disabled' or leave it out",
+                         field="relevant_spans")
+    texts, params, echo = compat.document_texts(body.documents), ClassifyParams(), body.return_documents
+    cap = engine.settings.max_response_bytes
+    if echo:  # the echoed texts alone, before any inference is spent on them
+        check_response_bytes(META_BYTES + echoed_bytes(texts, body.top_n), cap, TOO_LARGE)
+    pairs = await _cut(engine, rt, texts, body.max_tokens_per_doc)
+    result = await engine.rerank(rt, body.query, pairs, params, probe)
+    scores = [float(c.scores[0]) for c in result.data]
+    order = compat.ranked(scores, body.top_n)
+    size = META_BYTES + ENVELOPE_BYTES + sum(
+        response_bytes(params, result.data[i].encoding, result.labels) + compat.ITEM_BYTES for i in order)
+    if echo:
+        size += echoed_bytes([texts[i] for i in order])
+        check_response_bytes(size, cap, TOO_LARGE)
+
+    def build() -> dict:
+        meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": compat.search_units(len(texts))},
+                "tokens": {"input_tokens": result.n_tokens, "output_tokens": 0}}
+        return {"id": str(uuid.uuid4()), "results": compat.relevance_results(order, scores, texts if echo else None),
+                "meta": meta}
+
+    return await budgeted_json(engine.responses, size, build)
+
+
+async def _cut(engine: Engine, rt: Runtime, texts: list[str], n: int) -> list[str]:
+    """Each document cut after its first n tokens (the model's tokenizer, no special tokens).
+    With n ≥ max_len nothing is cut here: the pair is cut at max_len anyway, and its document
+    keeps fewer than n tokens whichever way (Cohere's default, 4096, cuts nothing then)."""
+    if n >= rt.package.max_len:
+        return texts
+    require(rt, Capability.CLASSIFY)  # the model's kind, before its tokenizer is asked anything
+    require(rt, Capability.RERANK)
+    with compat.fields_named({"inputs": "documents"}):
+        # cut at max_len (> n tokens): only what may be kept is read
+        encs = await engine.tokenize(rt, texts, truncate=True, special_tokens=False)
+    return [compat.cut_at(t, e.offsets, n) for t, e in zip(texts, encs, strict=True)]

@@ -13,6 +13,8 @@ name order, that can.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -21,9 +23,11 @@ from pydantic import BaseModel, ValidationError
 from headwise.service.api.body import Json, read_body
 from headwise.service.api.compat import tei
 from headwise.service.api.compat.openapi import inline_schema
+from headwise.service.api.compat.rerank import JinaRerankRequest, JinaRerankResponse, untag
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
 from headwise.service.api.responses import budgeted_json, echoed_bytes, json_response
+from headwise.service.api.routers.classify import jina_rerank, own_or_jina
 from headwise.service.api.timing import characters, started_at, tei_headers
 from headwise.service.engine import Capability, Engine, Runtime
 from headwise.service.engine.classify import ClassifyParams
@@ -64,6 +68,9 @@ def pick(request: Request, engine: Engine, name: str | None, kinds: tuple[str, .
                                  f"has no model to answer it (served: {served})")
     request.state.model = rt.name
     return rt
+
+
+rerank_body = own_or_jina("TeiRerankBody", tei.RerankRequest)
 
 
 def _schemas(*models: type[BaseModel]) -> dict:
@@ -114,13 +121,19 @@ async def similarity(request: Request, body: Json[tei.SimilarityRequest],
     return await budgeted_json(engine.responses, res.answer_bytes, lambda: res.scores)
 
 
-@router.post("/rerank", response_model=list[tei.Rank], response_model_exclude_none=True,
+@router.post("/rerank", response_model=list[tei.Rank] | JinaRerankResponse, response_model_exclude_none=True,
              responses=ERRORS)
-async def rerank(request: Request, body: Json[tei.RerankRequest], engine: Engine = Depends(get_engine),
-                 probe=Depends(disconnect_probe), started: float = Depends(started_at)):
+async def rerank(request: Request, body: Annotated[tei.RerankRequest | JinaRerankRequest, Depends(rerank_body)],
+                 engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe),
+                 started: float = Depends(started_at)):
     """Each text's relevance to the query (a cross-encoder's sigmoid, or its logit with
-    raw_scores), best first; `index` is the text's place in `texts`."""
+    raw_scores), best first; `index` is the text's place in `texts`. Jina's body (`documents`
+    instead of `texts`) is answered in Jina's shape, as /v1/rerank answers it."""
     rt = pick(request, engine, body.model, (RERANKER,), "/rerank")
+    if isinstance(body, JinaRerankRequest):
+        if not body.documents:
+            raise Empty("'documents' is empty", field="documents")
+        return await jina_rerank(rt, body, engine, probe)
     truncate = tei.truncation(body)
     if not body.texts:
         raise Empty("'texts' is empty", field="texts")
@@ -240,23 +253,24 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
     })
 
 
-@router.post("/", response_model=list, openapi_extra=_schemas(tei.EmbedRequest, tei.SimilarityRequest,
-                                                              tei.PredictRequest, tei.RerankRequest),
-             responses=ERRORS)
-@router.post("/invocations", response_model=list, openapi_extra=_schemas(tei.EmbedRequest, tei.SimilarityRequest,
-                                                                         tei.PredictRequest, tei.RerankRequest),
-             responses=ERRORS)
+ROOT_BODIES = _schemas(tei.EmbedRequest, tei.SimilarityRequest, tei.PredictRequest, tei.RerankRequest,
+                       JinaRerankRequest)
+
+
+@router.post("/", response_model=list | JinaRerankResponse, openapi_extra=ROOT_BODIES, responses=ERRORS)
+@router.post("/invocations", response_model=list | JinaRerankResponse, openapi_extra=ROOT_BODIES, responses=ERRORS)
 async def root(request: Request, engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe),
                started: float = Depends(started_at)):
-    """TEI's `POST /` (also SageMaker's POST /invocations): {query, texts} is /rerank and inputs
+    """TEI's `POST /` (also SageMaker's POST /invocations): {query, texts} (or Jina's {query,
+    documents}) is /rerank and inputs
     {source_sentence, sentences} is /similarity; otherwise the model's kind decides: /embed for an embedding model, /predict
     for a classifier or re-ranker. The model is the named one, else the default; but text
     inputs with `parameters` (huggingface_hub's text_classification; /embed has no such field)
     go to /predict when a classification model is served."""
     body = await _json_object(request)
     name = body.get("model") if isinstance(body.get("model"), str) else None
-    if "query" in body or "texts" in body:
-        return await rerank(request, _parse(tei.RerankRequest, body), engine, probe, started)
+    if "query" in body or "texts" in body or "documents" in body:
+        return await rerank(request, _parse(rerank_body.body_model, body).root, engine, probe, started)
     if isinstance(body.get("inputs"), dict):
         return await similarity(request, _parse(tei.SimilarityRequest, body), engine, probe)
     if name is None and "parameters" in body and any(kind(r) in (CLASSIFIER, RERANKER) for r in engine.models.values()):
@@ -304,4 +318,4 @@ def _parse(model: type[BaseModel], body: dict):
     try:
         return model.model_validate(body)
     except ValidationError as e:
-        raise RequestValidationError(e.errors(include_input=False, include_url=False)) from None
+        raise RequestValidationError(untag(e.errors(include_input=False, include_url=False))) from None
