@@ -179,6 +179,7 @@ class Sitting:
         from starlette.requests import Request
 
         from headwise.service.api.dependencies import disconnect_probe, get_engine
+        from headwise.service.api.timing import started_at
 
         scope, receive = http_scope(PATH, self.body), body_receive(self.body)
         parse = body_parser(self.app, PATH)
@@ -186,7 +187,8 @@ class Sitting:
                         lambda: parse(Request(scope, receive)))
         self.answering = Answering(self.engine)
         self.endpoint = route_call(self.app, PATH, {parse: await parse(Request(scope, receive)),
-                                                    get_engine: self.answering, disconnect_probe: None})
+                                                    get_engine: self.answering, disconnect_probe: None,
+                                                    started_at: perf_counter()})
         self.request = Request(http_scope(PATH, self.body))
         with suppress(Asked):
             await self.endpoint(self.request)

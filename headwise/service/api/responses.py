@@ -43,12 +43,12 @@ def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response
 
 
 async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offload=None,
-                        headers: dict[str, str] | None = None) -> Response:
+                        headers: list[tuple[bytes, bytes]] | None = None) -> Response:
     """`build()` → the payload dict; its JSON is made off the event loop, in pieces, when
     `size` (the response's serialised bound) is over a chunk (serialize.CHUNK_BYTES), and counted against the process's
     in-flight response budget until sent (Overloaded when it does not fit). `offload(fn)`:
     where to build it whatever its size (analytics: their own thread, of the lowest priority).
-    `headers`: the response's own (TEI's timing headers)."""
+    `headers`: the response's own, as raw (name, value) pairs (TEI's timing headers)."""
     with budget.reserve(size) as reservation:
         if offload is not None:
             body = await offload(lambda: dumps_chunks(build()))
@@ -71,12 +71,14 @@ class BudgetedResponse(Response):
     counted for as long as the client makes it wait."""
 
     def __init__(self, body: bytes | list[bytes], reservation: Reservation, media_type: str = "application/json",
-                 headers: dict[str, str] | None = None):
+                 headers: list[tuple[bytes, bytes]] | None = None):
         chunks = [body] if isinstance(body, bytes) else body
-        super().__init__(chunks[0] if len(chunks) == 1 else b"", media_type=media_type, headers=headers)
+        super().__init__(chunks[0] if len(chunks) == 1 else b"", media_type=media_type)
         if len(chunks) > 1:
             length = str(sum(len(c) for c in chunks)).encode()
             self.raw_headers = [(k, length if k == b"content-length" else v) for k, v in self.raw_headers]
+        if headers:
+            self.raw_headers += headers
         self.chunks = chunks
         self.reservation = reservation
 

@@ -2,8 +2,8 @@
 POST /v1/embed: `x-compute-type`, `x-compute-time`, `x-compute-characters`, `x-compute-tokens`,
 `x-total-time`, `x-tokenization-time`, `x-queue-time` and `x-inference-time`, whole milliseconds
 as TEI writes them. The times are the ones the engine keeps for Triton's statistics
-(service.engine.stats.Timing), so the headers add a clock read and eight short strings per
-response (bench/results/timing-headers.md)."""
+(service.engine.stats.Timing), so the headers add a clock read and eight short header lines
+per response (their cost: bench/results/timing-headers.md)."""
 
 from __future__ import annotations
 
@@ -31,17 +31,22 @@ def characters(inputs) -> int:
     return n
 
 
-def tei_headers(rt: Runtime, result, started: float, chars: int) -> dict[str, str]:
+def tei_headers(rt: Runtime, result, started: float, chars: int) -> list[tuple[bytes, bytes]]:
     """The headers for `result` (an EmbedResult or ClassifyResult) of a request that began at
-    `started` (perf_counter) and computed `chars` characters."""
+    `started` (perf_counter) and computed `chars` characters, as the raw (name, value) pairs
+    the response sends: built here once, not re-encoded by Starlette's Response."""
     total = _ms(time.perf_counter() - started)
-    t = result.timing or Timing()
+    t = result.timing or UNTIMED
     backend = getattr(rt, "backend", None)  # None before load (and in unit tests' stand-ins)
-    return {"x-compute-type": "gpu" if backend is not None and backend.provider == "cuda" else "cpu",
-            "x-compute-time": total, "x-compute-characters": str(chars), "x-compute-tokens": str(result.n_tokens),
-            "x-total-time": total, "x-tokenization-time": _ms(t.tokenize), "x-queue-time": _ms(t.queue),
-            "x-inference-time": _ms(t.infer)}
+    return [(b"x-compute-type", GPU if backend is not None and backend.provider == "cuda" else CPU),
+            (b"x-compute-time", total), (b"x-compute-characters", b"%d" % chars),
+            (b"x-compute-tokens", b"%d" % result.n_tokens), (b"x-total-time", total),
+            (b"x-tokenization-time", _ms(t.tokenize)), (b"x-queue-time", _ms(t.queue)),
+            (b"x-inference-time", _ms(t.infer))]
 
 
-def _ms(seconds: float) -> str:
-    return str(int(seconds * 1000))
+UNTIMED, GPU, CPU = Timing(), b"gpu", b"cpu"
+
+
+def _ms(seconds: float) -> bytes:
+    return b"%d" % int(seconds * 1000)
