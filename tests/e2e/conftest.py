@@ -151,6 +151,12 @@ CHROMIUM_ARGS = [
 ]
 
 
+@pytest.fixture(scope="session")
+def model(server) -> str:
+    """The served model's name (the first, when several are)."""
+    return server.get("/v1/models").json()["data"][0]["name"]
+
+
 def _no_browser(reason: str):
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason} (CI=true: the browser tests must run)")

@@ -15,6 +15,8 @@ import pytest
 from cohere.errors import BadRequestError, NotFoundError, UnprocessableEntityError
 
 from headwise.service.api.compat import cohere as wire
+from tests.fixtures.references import native_embeddings as native
+from tests.fixtures.references import shortened
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -26,22 +28,6 @@ LONG = "attention " * 400  # over max_len (256 tokens)
 @pytest.fixture(scope="module")
 def co(server):
     return cohere.ClientV2(api_key="x", base_url=server.url, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(server) -> str:
-    return server.get("/v1/models").json()["data"][0]["name"]
-
-
-def native(server, texts) -> np.ndarray:
-    r = server.post("/v1/embed", {"inputs": texts})
-    assert r.status_code == 200, r.text
-    return np.array([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
-
-
-def shortened(v: np.ndarray, n: int) -> np.ndarray:
-    w = v[:n].astype(np.float64)
-    return (w / np.linalg.norm(w)).astype(np.float32)
 
 
 def test_every_type_through_the_sdk(co, server, model):

@@ -27,11 +27,6 @@ def client(server):
     c.close()
 
 
-@pytest.fixture(scope="module")
-def model(server) -> str:
-    return server.get("/v1/models").json()["data"][0]["name"]
-
-
 def native(server, texts, **kw) -> list[dict]:
     r = server.post("/v1/embed", {"inputs": texts, **kw})
     assert r.status_code == 200, r.text

@@ -14,6 +14,9 @@ import numpy as np
 import openai
 import pytest
 
+from tests.fixtures.references import native_embeddings as native
+from tests.fixtures.references import shortened
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TEXTS = ["hi", "A man is playing a guitar.", "naïve café — 東京 emoji 🙂"]
@@ -23,22 +26,6 @@ KEY = "compat-key-42"
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(server) -> str:
-    return server.get("/v1/models").json()["data"][0]["name"]
-
-
-def native(server, texts) -> np.ndarray:
-    r = server.post("/v1/embed", {"inputs": texts})
-    assert r.status_code == 200, r.text
-    return np.array([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
-
-
-def shortened(v: np.ndarray, n: int) -> np.ndarray:
-    w = v[:n].astype(np.float64)
-    return (w / np.linalg.norm(w)).astype(np.float32)
 
 
 def test_float_equals_native(client, server, model):

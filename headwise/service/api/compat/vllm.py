@@ -75,22 +75,27 @@ class VllmUsage(BaseModel):
     prompt_tokens_details: dict | None = None
 
 
+class VllmList(BaseModel):
+    """What vLLM's pooling answers share around their `data` (`data` and `usage` follow)."""
+
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+
+
 class ScoreData(BaseModel):
     index: int
     object: Literal["score"] = "score"
     score: float
 
 
-class VllmScoreResponse(BaseModel):
+class VllmScoreResponse(VllmList):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "id": "score-5f0c0f3cb0a44e52a1b1ef1c9d0bb0a6", "object": "list", "created": 1735689600,
         "model": "ms-marco-minilm", "data": [{"index": 0, "object": "score", "score": 0.998}],
         "usage": {"prompt_tokens": 17, "total_tokens": 17, "completion_tokens": 0, "prompt_tokens_details": None}}]})
 
-    id: str
-    object: Literal["list"] = "list"
-    created: int
-    model: str
     data: list[ScoreData]
     usage: VllmUsage
 
@@ -102,17 +107,13 @@ class ClassificationData(BaseModel):
     num_classes: int
 
 
-class VllmClassificationResponse(BaseModel):
+class VllmClassificationResponse(VllmList):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "id": "classify-5f0c0f3cb0a44e52a1b1ef1c9d0bb0a6", "object": "list", "created": 1735689600,
         "model": "tiny-sentiment",
         "data": [{"index": 0, "label": "positive", "probs": [0.01, 0.02, 0.97], "num_classes": 3}],
         "usage": {"prompt_tokens": 8, "total_tokens": 8, "completion_tokens": 0, "prompt_tokens_details": None}}]})
 
-    id: str
-    object: Literal["list"] = "list"
-    created: int
-    model: str
     data: list[ClassificationData]
     usage: VllmUsage
 
