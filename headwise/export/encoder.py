@@ -1,7 +1,8 @@
 """What the encoder kinds (sentence.py, classifier.py) share: an EncoderModel exported as a
 fast graph, fused by onnxruntime's optimiser (plus an fp16 copy for CUDA and, where the kind
-offers one, a per-token int8 copy for CPUs), and an attention graph that also outputs every
-head's weights; verified by verify.py."""
+offers one, a per-token int8 copy for CPUs), an attention graph that also outputs every
+head's weights, and an analysis graph that takes a head mask and outputs every layer's hidden
+states too (graphs.AnalysisGraph); verified by verify.py."""
 
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ class EncoderKind(Kind):
         return loaded
 
     def export_label(self, loaded: LoadedModel) -> str:
-        return f"fast + attention graphs: {', '.join(self.outputs)}"
+        return f"fast, attention and analysis graphs: {', '.join(self.outputs)}"
 
     def export(self, loaded: LoadedModel, work: Path) -> None:
         to_onnx(loaded.model, work / "raw.onnx", self.outputs, with_attention=False)
         to_onnx(loaded.model, work / "attention.onnx", self.outputs, with_attention=True)
+        to_onnx(loaded.model, work / "analysis.onnx", self.outputs, with_attention=False, analysis=True)
 
     def optimise(self, options: Options):
         def fuse(loaded: LoadedModel, work: Path) -> dict:
@@ -52,8 +54,8 @@ class EncoderKind(Kind):
         return int8 if self.int8 else None
 
     def variant(self, loaded: LoadedModel, file: str, precision: str, with_attention: bool = False,
-                **extra) -> Variant:
-        return Variant(file, precision, *io_spec(loaded.model, self.outputs, with_attention), extra)
+                analysis: bool = False, **extra) -> Variant:
+        return Variant(file, precision, *io_spec(loaded.model, self.outputs, with_attention, analysis), extra)
 
     def variants(self, loaded: LoadedModel, options: Options) -> dict[str, Variant]:
         out = {"fast": self.variant(loaded, "fast.onnx", "fp32")}
@@ -62,6 +64,7 @@ class EncoderKind(Kind):
         if options.fp16:
             out["fast.fp16"] = self.variant(loaded, "fast.fp16.onnx", "fp16")
         out["attention"] = self.variant(loaded, "attention.onnx", "fp32", with_attention=True)
+        out["analysis"] = self.variant(loaded, "analysis.onnx", "fp32", analysis=True)
         return out
 
     def facts(self, loaded: LoadedModel) -> dict:

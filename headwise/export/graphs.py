@@ -22,6 +22,9 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # numpy's astype): the service sends those when a client asks for float16, without a copy of
 # the float32 tensor off the GPU or a cast on the CPU.
 ATTENTION_OUTPUTS = ("attentions", "attentions_f16")
+# The analysis graph's own: a head mask in (1 keeps a head, 0 removes its output before W_O)
+# and the residual stream after the embeddings and after each layer out.
+HEAD_MASK, HIDDEN_STATES = "head_mask", "hidden_states"
 
 
 class EncoderGraph(nn.Module):
@@ -41,8 +44,26 @@ class EncoderGraph(nn.Module):
         return result
 
 
-def output_names(outputs: tuple[str, ...], with_attention: bool) -> list[str]:
-    return [*outputs, *(ATTENTION_OUTPUTS if with_attention else ())]
+class AnalysisGraph(nn.Module):
+    """(input_ids, attention_mask, token_type_ids, head_mask) → the named outputs, attentions,
+    attentions_f16, hidden_states: the attention graph with heads that can be removed
+    (head_mask (B, L, H)) and every layer's output. onnxruntime computes only the outputs a run
+    fetches, so a request pays for the hidden states or weights it asks for alone."""
+
+    def __init__(self, model: EncoderModel, outputs: tuple[str, ...]):
+        super().__init__()
+        self.model, self.outputs = model, outputs
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, head_mask: Tensor):
+        out = self.model(input_ids, attention_mask, token_type_ids, need_weights=True, fused=False,
+                         head_mask=head_mask, output_hidden_states=True)
+        attentions = torch.stack(out.attentions, dim=1)  # (B, L, H, T, T)
+        return (*(getattr(out, name) for name in self.outputs), attentions, attentions.to(torch.float16),
+                torch.stack(out.hidden_states, dim=1))  # (B, L + 1, T, D)
+
+
+def output_names(outputs: tuple[str, ...], with_attention: bool, analysis: bool = False) -> list[str]:
+    return [*outputs, *(ATTENTION_OUTPUTS if with_attention or analysis else ()), *((HIDDEN_STATES,) if analysis else ())]
 
 
 def _shapes(model: EncoderModel) -> dict[str, tuple[str, list]]:
@@ -52,15 +73,19 @@ def _shapes(model: EncoderModel) -> dict[str, tuple[str, list]]:
     return {"sentence_embedding": ("float32", ["batch", cfg.d_model]),
             "last_hidden_state": ("float32", ["batch", "seq", cfg.d_model]),
             "logits": ("float32", ["batch", n_labels]),
-            "attentions": ("float32", attentions), "attentions_f16": ("float16", attentions)}
+            "attentions": ("float32", attentions), "attentions_f16": ("float16", attentions),
+            HIDDEN_STATES: ("float32", ["batch", cfg.n_layers + 1, "seq", cfg.d_model])}
 
 
-def io_spec(model: EncoderModel, outputs: tuple[str, ...], with_attention: bool) -> tuple[list[dict], list[dict]]:
+def io_spec(model: EncoderModel, outputs: tuple[str, ...], with_attention: bool,
+            analysis: bool = False) -> tuple[list[dict], list[dict]]:
     """Names, dtypes and symbolic shapes, as the manifest records them."""
-    shapes = _shapes(model)
+    cfg, shapes = model.config, _shapes(model)
     inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "seq"]} for n in INPUTS]
+    if analysis:
+        inputs.append({"name": HEAD_MASK, "dtype": "float32", "shape": ["batch", cfg.n_layers, cfg.n_heads]})
     return inputs, [{"name": n, "dtype": shapes[n][0], "shape": shapes[n][1]}
-                    for n in output_names(outputs, with_attention)]
+                    for n in output_names(outputs, with_attention, analysis)]
 
 
 def dynamic_axes(specs: list[dict]) -> dict[str, dict[int, str]]:
@@ -81,10 +106,16 @@ def export_module(module: nn.Module, example: tuple[Tensor, ...], path: Path, in
         )
 
 
-def to_onnx(model: EncoderModel, path: Path, outputs: tuple[str, ...], with_attention: bool) -> None:
-    """Export with dynamic batch and sequence axes."""
-    b, t = 2, 7
+def to_onnx(model: EncoderModel, path: Path, outputs: tuple[str, ...], with_attention: bool,
+            analysis: bool = False) -> None:
+    """Export with dynamic batch and sequence axes; `analysis`: the AnalysisGraph."""
+    b, t, cfg = 2, 7, model.config
     example = (torch.ones(b, t, dtype=torch.long), torch.ones(b, t, dtype=torch.long),
                torch.zeros(b, t, dtype=torch.long))
-    inputs, outs = io_spec(model, outputs, with_attention)
-    export_module(EncoderGraph(model, outputs, with_attention), example, path, inputs, outs)
+    inputs, outs = io_spec(model, outputs, with_attention, analysis)
+    if analysis:
+        example += (torch.ones(b, cfg.n_layers, cfg.n_heads),)
+        module = AnalysisGraph(model, outputs)
+    else:
+        module = EncoderGraph(model, outputs, with_attention)
+    export_module(module, example, path, inputs, outs)

@@ -29,13 +29,25 @@ def feeds(tokenizer: Tokenizer, texts: list[str]) -> dict[str, np.ndarray]:
     }
 
 
+def session_feeds(sess: ort.InferenceSession, tokenizer: Tokenizer, texts: list,
+                  head_mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """`feeds` for the inputs `sess` takes; the analysis graph's head_mask (B, L, H) all ones
+    (every head kept) unless given."""
+    f = feeds(tokenizer, texts)
+    out = {}
+    for i in sess.get_inputs():
+        if i.name == "head_mask":
+            out[i.name] = head_mask if head_mask is not None else np.ones((len(texts), *i.shape[1:]), np.float32)
+        else:
+            out[i.name] = f[i.name]
+    return out
+
+
 def embed(sess: ort.InferenceSession, tokenizer: Tokenizer, texts: list[str], batch: int = 64) -> np.ndarray:
     """Sentence embeddings in input order; sorted by length so batches carry little padding."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = np.empty((len(texts), sess.get_outputs()[0].shape[1] or 0), dtype=np.float32)
-    names = {i.name for i in sess.get_inputs()}
     for s in range(0, len(order), batch):
         idx = order[s : s + batch]
-        f = {k: v for k, v in feeds(tokenizer, [texts[i] for i in idx]).items() if k in names}
-        out[idx] = sess.run(["sentence_embedding"], f)[0]
+        out[idx] = sess.run(["sentence_embedding"], session_feeds(sess, tokenizer, [texts[i] for i in idx]))[0]
     return out

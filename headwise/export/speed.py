@@ -49,7 +49,7 @@ def measure(pkg: Path, manifest: dict, seconds: float = 0.4, reps: int = 3) -> d
     """Median inputs/s per CPU variant and workload, variants alternated within each
     repetition; `vs_fp32` is the ratio of medians to the fp32 variant's."""
     names = [v for v, spec in manifest["variants"].items() if spec["precision"] in CPU_PRECISIONS
-             and v != "attention"]
+             and v not in ("attention", "analysis")]
     sessions = {v: runner.session(pkg / manifest["variants"][v]["file"]) for v in names}
     out: dict = {"cpu": cpu.describe(), "seconds_per_cell": seconds, "repetitions": reps, "workloads": []}
     for batch, tokens in WORKLOADS:

@@ -12,7 +12,6 @@ import torch
 
 from headwise.export import manifest as mf
 from headwise.export import runner, stsb
-from headwise.export.graphs import INPUTS
 from headwise.model.sentence import LoadedModel, default_checkpoint, load_encoder_model
 
 # A fixed, varied set: ASCII, accents, CJK, emoji, numbers, empty, and longer than max_len.
@@ -54,8 +53,10 @@ LIMITS = {
     # batch_invariance: max |diff| between an input run alone and in the batch of all of them.
     # attentions_f16_mismatches: elements of the graph's float16 attentions that differ from
     # numpy's float16 cast of its float32 ones (none: the service sends either).
+    # hidden_states: every layer's, at real tokens, as last_hidden_state; ablation: the head's
+    # output and the hidden states with ablation_mask's heads removed, against torch's.
     "fp32": {"sentence_embedding": 1e-4, "logits": 1e-4, "last_hidden_state": 1e-3, "attentions_excess": 1e-5,
-             "attentions_f16_mismatches": 0, "batch_invariance": 1e-5},
+             "attentions_f16_mismatches": 0, "batch_invariance": 1e-5, "hidden_states": 1e-3, "ablation": 1e-3},
     "fp16": {"sentence_embedding": 5e-3, "logits": 5e-2, "mean_cosine_to_fp32": 0.999, "stsb_drop": 0.2,
              "batch_invariance": 1e-3},
     "int8": {"mean_cosine_to_fp32": 0.998, "min_cosine_to_fp32": 0.99, "stsb_drop": 0.17,
@@ -79,14 +80,48 @@ def resolve_checkpoint(manifest: dict, checkpoint: Path | None) -> Path:
     )
 
 
-def torch_reference(loaded: LoadedModel, texts: list) -> tuple[dict, np.ndarray]:
+def torch_reference(loaded: LoadedModel, texts: list, head_mask: np.ndarray | None = None) -> tuple[dict, np.ndarray]:
     b = loaded.tokenizer(texts)
     with torch.no_grad():
-        out = loaded.model(b.input_ids, b.attention_mask, b.token_type_ids, need_weights=True, fused=False)
+        out = loaded.model(b.input_ids, b.attention_mask, b.token_type_ids, need_weights=True, fused=False,
+                           head_mask=torch.from_numpy(head_mask) if head_mask is not None else None,
+                           output_hidden_states=True)
     ref = {name: getattr(out, name).numpy() for name in ("sentence_embedding", "logits", "last_hidden_state")
            if getattr(out, name) is not None}
     ref["attentions"] = torch.stack(out.attentions, 1).numpy()  # (B, L, H, T, T)
+    ref["hidden_states"] = torch.stack(out.hidden_states, 1).numpy()  # (B, L + 1, T, D)
     return ref, b.attention_mask.numpy()
+
+
+def ablation_mask(n: int, n_layers: int, n_heads: int) -> np.ndarray:
+    """A fixed head mask for n inputs (B, L, H): input i loses head i mod H of every layer and
+    every head of layer i mod L but one, so that each input's answer moves differently."""
+    m = np.ones((n, n_layers, n_heads), np.float32)
+    for i in range(n):
+        m[i, :, i % n_heads] = 0
+        m[i, i % n_layers, :] = 0
+        m[i, i % n_layers, (i + 1) % n_heads] = 1
+    return m
+
+
+def ablation_diff(sess, loaded: LoadedModel, texts: list) -> float:
+    """Max abs diff of the head's output (sentence embedding or logits) and the hidden states
+    between the analysis graph and torch, both with ablation_mask's heads removed."""
+    cfg = loaded.model.config
+    mask = ablation_mask(len(texts), cfg.n_layers, cfg.n_heads)
+    ref, real = torch_reference(loaded, texts, mask)
+    names = [n for n in ("sentence_embedding", "logits", "hidden_states") if n in ref]
+    got = dict(zip(names, sess.run(names, runner.session_feeds(sess, loaded.tokenizer, texts, mask)), strict=True))
+    worst = 0.0
+    for n in names:
+        d = np.abs(got[n] - ref[n])
+        worst = max(worst, float((_at_real(d, real) if n == "hidden_states" else d).max()))
+    return worst
+
+
+def _at_real(d: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, L + 1, T, D) differences at real tokens only."""
+    return d * mask[:, None, :, None]
 
 
 def max_diffs(outputs: dict[str, np.ndarray], ref: dict[str, np.ndarray], mask: np.ndarray) -> dict:
@@ -100,6 +135,8 @@ def max_diffs(outputs: dict[str, np.ndarray], ref: dict[str, np.ndarray], mask: 
         if name == "last_hidden_state":
             real = mask.astype(bool)
             d[name] = float(np.abs(got[real] - want[real]).max())
+        elif name == "hidden_states":
+            d[name] = float(_at_real(np.abs(got - want), mask).max())
         else:
             d[name] = float(np.abs(got - want).max())
         if name == "attentions":
@@ -111,16 +148,17 @@ def batch_invariance(sess, tokenizer, texts: list[str], batched: dict[str, np.nd
     """Max |diff| between each input's outputs run alone and its outputs in `batched` (all of
     texts in one padded batch): every output, at real tokens only."""
     names = [o.name for o in sess.get_outputs()]
-    wanted = {i.name for i in sess.get_inputs()}
     worst = 0.0
     for i, text in enumerate(texts):
-        f = {k: v for k, v in runner.feeds(tokenizer, [text]).items() if k in wanted}
+        f = runner.session_feeds(sess, tokenizer, [text])
         alone = dict(zip(names, sess.run(names, f), strict=True))
         t = f["attention_mask"].shape[1]
         for name, got in alone.items():
             ref = batched[name][i : i + 1]
             if name == "last_hidden_state":
                 ref = ref[:, :t]
+            elif name == "hidden_states":
+                ref = ref[:, :, :t]
             elif name in ("attentions", "attentions_f16"):
                 ref = ref[..., :t, :t]
             worst = max(worst, float(np.abs(got.astype(np.float32) - ref.astype(np.float32)).max()))
@@ -159,7 +197,6 @@ def verify(
                               f"its checkpoint a {loaded.task} model")
     texts = PARITY_INPUTS[loaded.task]
     ref, mask = torch_reference(loaded, texts)
-    feeds = runner.feeds(loaded.tokenizer, texts)
     sts_file = stsb.find_stsb(stsb_path) if quality and loaded.task == "embedding" else None
     pairs = stsb.load_pairs(sts_file) if sts_file else None
     parity, failures, sts_emb = {}, [], {}
@@ -167,10 +204,12 @@ def verify(
     for vname, v in manifest["variants"].items():
         sess = runner.session(pkg / v["file"])
         names = [o.name for o in sess.get_outputs()]
-        got = dict(zip(names, sess.run(names, {k: feeds[k] for k in INPUTS if k in {i.name for i in sess.get_inputs()}}), strict=True))
+        got = dict(zip(names, sess.run(names, runner.session_feeds(sess, loaded.tokenizer, texts)), strict=True))
         figures = max_diffs(got, ref, mask)
         figures["batch_invariance"] = batch_invariance(sess, loaded.tokenizer, texts, got)
-        if pairs is not None:
+        if "head_mask" in {i.name for i in sess.get_inputs()}:
+            figures["ablation"] = ablation_diff(sess, loaded, texts)
+        if pairs is not None and vname != "analysis":  # the attention graph's numbers, with all heads kept
             a, b, gold = pairs
             emb = runner.embed(sess, loaded.tokenizer, a + b)
             figures["stsb_spearman"] = round(stsb.sts_score(emb[: len(a)], emb[len(a):], gold), 4)
@@ -210,7 +249,7 @@ def _failing(figures: dict, limits: dict) -> list[str]:
 # (figure, column title, format) of every kind of package: max abs diffs in e-notation,
 # quality figures as decimals. A table shows the columns its package has.
 TABLE = [("sentence_embedding", "embedding", ".2e"), ("logits", "logits", ".2e"),
-         ("last_hidden_state", "hidden", ".2e"), ("encoder_hidden_states", "enc_hidden", ".2e"),
+         ("last_hidden_state", "hidden", ".2e"), ("hidden_states", "layers", ".2e"), ("ablation", "ablation", ".2e"), ("encoder_hidden_states", "enc_hidden", ".2e"),
          ("cache", "cache", ".2e"), ("attentions", "attentions", ".2e"), ("cross_attentions", "cross_att", ".2e"),
          ("batch_invariance", "batch_inv", ".2e"), ("stsb_spearman", "stsb", ".4f"),
          ("mean_cosine_to_fp32", "mean_cos", ".4f"), ("min_cosine_to_fp32", "min_cos", ".4f"),

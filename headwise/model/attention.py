@@ -64,6 +64,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         fused: bool | None = None,
         past: tuple[Tensor, Tensor] | None = None,
+        head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]:
         """query: (B, T_q, d_model); key/value: (B, T_k, d_model); mask: additive bias.
 
@@ -71,6 +72,8 @@ class MultiHeadAttention(nn.Module):
         fused: use F.scaled_dot_product_attention; defaults to `not need_weights`. Asking
             for weights from the fused path raises FusedWeightsError.
         past: cached (K, V), each (B, H, T_past, Dh), prepended to this step's keys/values.
+        head_mask: (B, H) multipliers of each head's output before Concat · W_O (0 removes the
+            head: the ablation of Michel et al. 2019; what transformers 4's `head_mask` did).
         Returns (output (B, T_q, d_model), weights or None, present (K, V) for caching).
         """
         if fused is None:
@@ -92,5 +95,7 @@ class MultiHeadAttention(nn.Module):
             weights = None
         else:
             out, weights = attention(q, k, v, mask, self.dropout)  # (B, H, Tq, Dh)
+        if head_mask is not None:
+            out = out * head_mask[:, :, None, None].to(out.dtype)  # (B, H, 1, 1) over (B, H, Tq, Dh)
         out = out.transpose(1, 2).reshape(b, t_q, self.n_heads * self.d_head)  # (B, Tq, D)
         return self.w_o(out), (weights if need_weights else None), (k, v)

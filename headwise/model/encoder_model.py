@@ -16,6 +16,7 @@ class EncoderModelOutput:
     attentions: tuple[Tensor, ...] | None  # n_layers × (B, H, T, T)
     sentence_embedding: Tensor | None = None  # (B, D), from a PoolingHead
     logits: Tensor | None = None  # (B, n_labels), from a ClassificationHead
+    hidden_states: tuple[Tensor, ...] | None = None  # (n_layers + 1) × (B, T, D)
 
 
 class EncoderModel(nn.Module):
@@ -35,7 +36,11 @@ class EncoderModel(nn.Module):
         token_type_ids: Tensor | None = None,
         need_weights: bool = False,
         fused: bool | None = None,
+        head_mask: Tensor | None = None,
+        output_hidden_states: bool = False,
     ) -> EncoderModelOutput:
-        out = self.encoder(input_ids, attention_mask, token_type_ids, need_weights, fused)
+        """head_mask (B, n_layers, n_heads) and output_hidden_states: as Encoder.forward's."""
+        out = self.encoder(input_ids, attention_mask, token_type_ids, need_weights, fused, head_mask,
+                           output_hidden_states)
         head = {self.head.output: self.head(out.last_hidden_state, attention_mask)}
-        return EncoderModelOutput(out.last_hidden_state, out.attentions, **head)
+        return EncoderModelOutput(out.last_hidden_state, out.attentions, hidden_states=out.hidden_states, **head)

@@ -61,10 +61,12 @@ class EncoderLayer(nn.Module):
         self.ff_residual = Residual(cfg)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, need_weights: bool = False, fused: bool | None = None
+        self, x: Tensor, mask: Tensor | None, need_weights: bool = False, fused: bool | None = None,
+        head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """head_mask: (B, H) multipliers of this layer's heads (MultiHeadAttention)."""
         x, (weights, _) = self.attn_residual(
-            x, lambda h: self.self_attn(h, h, h, mask, need_weights, fused)
+            x, lambda h: self.self_attn(h, h, h, mask, need_weights, fused, head_mask=head_mask)
         )
         x, _ = self.ff_residual(x, lambda h: (self.ff(h),))
         return x, weights

@@ -22,6 +22,7 @@ class TransformerOutput:
     cross_attentions: tuple[Tensor, ...] | None = None  # n_layers × (B, H, T_tgt, T_src)
     logits: Tensor | None = None  # (B, T, vocab)
     present: tuple[tuple[Tensor, Tensor], ...] | None = None  # n_layers × (K, V) (B, H, T, Dh)
+    hidden_states: tuple[Tensor, ...] | None = None  # (n_layers + 1) × (B, T, D): embeddings, then each layer
 
 
 class Embeddings(nn.Module):
@@ -81,17 +82,28 @@ class Encoder(nn.Module):
         token_type_ids: Tensor | None = None,
         need_weights: bool = False,
         fused: bool | None = None,
+        head_mask: Tensor | None = None,
+        output_hidden_states: bool = False,
     ) -> TransformerOutput:
-        """input_ids, attention_mask, token_type_ids: (B, T). attention_mask: 1 = real token."""
+        """input_ids, attention_mask, token_type_ids: (B, T). attention_mask: 1 = real token.
+
+        head_mask: (B, n_layers, n_heads) multipliers of each head's output (0: removed).
+        output_hidden_states: also return the residual stream after the embeddings and after
+        each layer (the last one after the final norm, where the model has one), as
+        transformers' `output_hidden_states` does.
+        """
         x = self.embeddings(input_ids, token_type_ids=token_type_ids)
         mask = to_bias(padding_mask(attention_mask), x.dtype) if attention_mask is not None else None
-        attentions = []
-        for layer in self.layers:
-            x, w = layer(x, mask, need_weights, fused)
+        attentions, states = [], [x]
+        for i, layer in enumerate(self.layers):
+            x, w = layer(x, mask, need_weights, fused, head_mask[:, i] if head_mask is not None else None)
             attentions.append(w)
+            states.append(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return TransformerOutput(x, tuple(attentions) if need_weights else None)
+            states[-1] = x
+        return TransformerOutput(x, tuple(attentions) if need_weights else None,
+                                 hidden_states=tuple(states) if output_hidden_states else None)
 
 
 class Decoder(nn.Module):

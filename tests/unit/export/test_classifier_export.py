@@ -17,6 +17,7 @@ from headwise.export.package import build_package
 from headwise.export.verify import PARITY_PAIRS as PARITY_INPUTS
 from headwise.model.tokenizer import Tokenizer
 from headwise.service.package import load_package
+from tests.fixtures.references import ablated_forward
 from tests.fixtures.tiny import make_tiny_bert_classifier as make_classifier
 
 REPO = Path(__file__).resolve().parents[3]
@@ -37,7 +38,8 @@ def test_manifest_says_what_it_is(exported):
     _, _, pkg, n = exported
     m = json.loads((pkg / "manifest.json").read_text())
     assert m["task"] == "classification" and len(m["labels"]) == n
-    assert set(m["variants"]) == {"fast", "fast.fp16", "attention"}
+    assert set(m["variants"]) == {"fast", "fast.fp16", "attention", "analysis"}
+    assert m["parity"]["analysis"]["ablation"] < 1e-5 and m["parity"]["analysis"]["hidden_states"] < 1e-5
     assert m["variants"]["fast"]["outputs"] == ["logits"]
     assert all(p["passed"] for p in m["parity"].values())
 
@@ -60,6 +62,31 @@ def test_every_graph_equals_transformers_on_texts_and_pairs(exported):
         if variant == "attention":
             np.testing.assert_allclose(got["attentions"], torch.stack(want.attentions, 1).numpy(), atol=1e-5)
             np.testing.assert_array_equal(got["attentions_f16"], got["attentions"].astype(np.float16))
+
+
+def test_the_analysis_graph_equals_transformers_with_heads_removed(exported):
+    """hidden_states as transformers' output_hidden_states, and a head mask as the pre-hook
+    reference (tests.fixtures.references.ablated_forward), on texts and pairs."""
+    ckpt, ref, pkg, _ = exported
+    m = json.loads((pkg / "manifest.json").read_text())
+    tok = Tokenizer(ckpt, m["max_len"])
+    b = tok(PARITY_INPUTS)
+    cfg = ref.config
+    head_mask = np.ones((len(PARITY_INPUTS), cfg.num_hidden_layers, cfg.num_attention_heads), np.float32)
+    head_mask[0, 0, 1] = head_mask[3, 1, :] = head_mask[5, :, 0] = 0
+    inputs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask, "token_type_ids": b.token_type_ids}
+    sess = ort.InferenceSession(str(pkg / m["variants"]["analysis"]["file"]), providers=["CPUExecutionProvider"])
+    real = b.attention_mask.numpy().astype(bool)
+    for mask in (np.ones_like(head_mask), head_mask):
+        want = ablated_forward(ref, mask, **inputs)
+        logits, hidden = sess.run(["logits", "hidden_states"], {k: v.numpy() for k, v in inputs.items()} | {"head_mask": mask})
+        np.testing.assert_allclose(logits, want.logits.numpy(), atol=1e-5, rtol=0)
+        states = torch.stack(want.hidden_states, 1).numpy()  # (B, L + 1, T, D)
+        assert hidden.shape == states.shape
+        np.testing.assert_allclose(hidden.transpose(0, 2, 1, 3)[real], states.transpose(0, 2, 1, 3)[real], atol=1e-5)
+    moved = np.abs(sess.run(["logits"], {k: v.numpy() for k, v in inputs.items()} | {"head_mask": head_mask})[0]
+                   - ref(**inputs).logits.detach().numpy())[[0, 3, 5]]
+    assert moved.min() > 0  # the removed heads changed those answers
 
 
 def test_headwise_verify_rechecks_it(exported):
