@@ -24,6 +24,23 @@ class AttentionOptions(BaseModel):
         "rollout: attention rollout over the selected layers (head means inside) [T,T]")
 
 
+class HiddenStatesOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    layers: list[StrictInt] | None = Field(
+        None, description="0..n_layers: 0 is the embeddings' output, i the output of layer i; null: all")
+    pooling: Literal["none", "mean", "cls"] = Field(
+        "none", description="none: [L',T,d_model] per token; mean: over the input's tokens; cls: the first token's "
+                            "([L',d_model])")
+    dtype: Literal["float32", "float16"] = "float32"
+    encoding: Literal["json", "base64"] = Field(
+        "json", description="base64: little-endian raw bytes of the array in `shape` order, C order")
+
+
+# {"<layer>": [heads]}: those heads' outputs zeroed before W_O (docs/analytics.md)
+Ablate = dict[StrictStr, list[StrictInt]]
+
+
 class EmbedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"inputs": "The cat sat on the mat."},
@@ -31,6 +48,8 @@ class EmbedRequest(BaseModel):
         {"inputs": "Attention is all you need.",
          "attention": {"layers": [0, 5], "heads": [0, 3], "format": "dense", "dtype": "float16",
                        "encoding": "base64"}},
+        {"inputs": "Attention is all you need.", "hidden_states": {"layers": [0, 3, 6], "pooling": "mean"},
+         "ablate": {"2": [0, 5]}},
     ]})
 
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
@@ -40,6 +59,8 @@ class EmbedRequest(BaseModel):
     output: Literal["sentence", "tokens"] = Field(
         "sentence", description="sentence: pooled [d_model]; tokens: last hidden state [T, d_model]")
     attention: AttentionOptions | None = Field(None, description="return per-head attention weights")
+    hidden_states: HiddenStatesOptions | None = Field(None, description="return chosen layers' hidden states")
+    ablate: Ablate | None = Field(None, description='{"<layer>": [heads]}: answer with those heads removed')
 
 
 class AttentionData(BaseModel):
@@ -54,12 +75,22 @@ class AttentionData(BaseModel):
     data: Any = Field(..., description="dense: [L,H,T,T] array or base64; topk: {indices, values}")
 
 
+class HiddenStatesData(BaseModel):
+    layers: list[int]
+    pooling: str
+    dtype: str
+    encoding: str
+    shape: list[int]
+    data: Any = Field(..., description="[L',T,d_model] (pooling none) or [L',d_model] array, or base64")
+
+
 class EmbedItem(BaseModel):
     index: int
     embedding: list[float] | list[list[float]]
     tokens: list[str]
     offsets: list[tuple[int, int]]
     attention: AttentionData | None = None
+    hidden_states: HiddenStatesData | None = None
 
 
 class Usage(BaseModel):

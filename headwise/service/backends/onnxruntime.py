@@ -28,7 +28,7 @@ CPU_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 class Backend(Protocol):
     provider: str  # "cuda" | "cpu"
-    # role ("embed" | "attention" | "analytics") → package variant name. "analytics", on CPU
+    # role ("embed" | "attention" | "analysis" | "analytics") → package variant name. "analytics", on CPU
     # only: the embed variant again, in a session of its own (HEADWISE_ANALYTICS_THREADS)
     variants: dict[str, str]
     precision: str  # precision of the embed variant
@@ -104,8 +104,9 @@ class OrtBackend:
         """(role → package variant, the embed variant's precision): what gets a session."""
         package = self.package
         roles = {"embed": choose_variant(package, self.provider, precision)}
-        if "attention" in package.variants:
-            roles["attention"] = "attention"
+        for role in ("attention", "analysis"):  # analysis: hidden states, removed heads (since 2026-11-24)
+            if role in package.variants:
+                roles[role] = role
         if self.provider == "cpu" and self.settings.analytics_threads and package.task != "classification":
             roles["analytics"] = roles["embed"]
         return roles, package.variants[roles["embed"]].precision

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from headwise.service.engine.internals import Ablation
 from headwise.service.engine.params import (
     INDEX_DTYPE,
     JSON_VALUE_BYTES,
@@ -30,6 +31,11 @@ class ClassifyParams:
     attention: AttentionSpec | None = None  # with pairs: the query↔document blocks (pair_attention)
     padded_attention: ClassVar[bool] = False  # the attention budget counts each input at its own length
     token_strings: ClassVar[bool] = True  # pairs are encoded with their strings (encode_items)
+    ablate: Ablation | None = None  # heads removed (service.engine.internals)
+
+    @property
+    def analysis(self) -> bool:
+        return self.ablate is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,9 @@ from headwise.service.settings import Settings
 log = logging.getLogger("headwise.service")
 
 BackendFactory = Callable[[ModelPackage, Settings], Backend]
-TOO_LARGE = "ask for fewer inputs, layers or heads, top-k or base64 attention, or sentence embeddings"
+TOO_LARGE = ("ask for fewer inputs, layers or heads, top-k or base64 attention, pooled or fewer hidden states, "
+             "or sentence embeddings")
+WEIGHTED = ("attention", "analysis")  # the variants whose graph outputs attention weights
 
 
 class EncoderRuntime:
@@ -71,13 +73,16 @@ class EncoderRuntime:
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None,
                      field: str = "inputs") -> tuple[list, int, Timing]:
         """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
-        attention variant's when they ask for attention), tokenised on its thread together with
+        analysis variant's for hidden states or removed heads, else the attention variant's when
+        they ask for attention), tokenised on its thread together with
         whatever else is waiting → (each input's answer, the answer's bound in bytes as
         written, where its time went); counts the attention returned and its statistics."""
-        role = "attention" if params.attention is not None else "embed"
+        role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
-            raise Validation(f"model {self.name!r} has no attention variant")
+            raise Validation(f"model {self.name!r} has no {role} variant" + (
+                " (hidden states and removed heads need a package exported since 2026-11-24: run headwise export "
+                "again)" if role == "analysis" else ""))
         job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected)
         try:
             data = await batcher.submit(job)
@@ -121,8 +126,9 @@ class EncoderRuntime:
             await b.close(timeout)
 
     # -- runs on the batcher's inference thread ---------------------------------------------
-    def feeds(self, entries: list[Entry], padded: int) -> dict[str, np.ndarray]:
-        """The graph's inputs for a batch: ids right-padded with pad_id, mask 1 on real tokens."""
+    def feeds(self, entries: list[Entry], padded: int, role: str = "embed") -> dict[str, np.ndarray]:
+        """The graph's inputs for a batch: ids right-padded with pad_id, mask 1 on real tokens;
+        the analysis graph's head mask, 0 at each entry's removed heads."""
         b = len(entries)
         ids = np.full((b, padded), self.package.pad_id, dtype=np.int64)
         mask = np.zeros((b, padded), dtype=np.int64)
@@ -134,12 +140,20 @@ class EncoderRuntime:
             if e.hole >= 0:
                 mask[i, e.hole] = 0
             types[i, :n] = e.type_ids
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        if role == "analysis":
+            pkg = self.package
+            head_mask = np.ones((b, pkg.n_layers, pkg.n_heads), dtype=np.float32)
+            for i, e in enumerate(entries):
+                if e.job.params.ablate is not None:
+                    head_mask[i] = e.job.params.ablate.mask(pkg.n_layers, pkg.n_heads)
+            feeds["head_mask"] = head_mask
+        return feeds
 
     def run(self, role: str, entries: list[Entry], padded: int, outputs: list[str], record: bool) -> tuple[dict, float]:
         """One backend run of a batch, timed and counted per variant when `record` → (its
         outputs, when the run began)."""
-        feeds = self.feeds(entries, padded)
+        feeds = self.feeds(entries, padded, role)
         if self.settings.fault_injection and record:
             inject_fault(entries)
         t0 = time.perf_counter()
@@ -154,7 +168,7 @@ class EncoderRuntime:
     def f16_attention(self, role: str, spec: AttentionSpec | None) -> bool:
         """Whether a dense float16 answer reads the graph's own float16 weights (half the bytes
         off the device, no cast here); others, aggregates among them, read the float32 ones."""
-        return (role == "attention" and self._f16_attention and spec is not None
+        return (role in WEIGHTED and self._f16_attention and spec is not None
                 and spec.dtype == "float16" and spec.format == "dense" and spec.aggregate == "none")
 
     def _attention_outputs(self, role: str, entries: list[Entry]) -> tuple[list[bool], list[str]]:
@@ -164,7 +178,7 @@ class EncoderRuntime:
         outputs = []
         if any(f16):
             outputs.append("attentions_f16")
-        if role == "attention" and not all(f16):
+        if role in WEIGHTED and not all(f16):
             outputs.append("attentions")
         return f16, outputs
 
@@ -278,7 +292,7 @@ class EncoderRuntime:
                         if on_cpu and s.cpu_max_batch_tokens else s.max_batch_tokens)
         if role == "analytics":  # small batches, no waiting for more: plain work goes between two
             return Limits(min(batch_tokens, s.analytics_batch_tokens), s.max_batch_size, 0.0, s.max_queue)
-        attention = role == "attention"
+        attention = role in WEIGHTED
         return Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
                       cell if attention else 0, s.attention_budget_bytes if attention else 0)
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import Validation
+
+if TYPE_CHECKING:
+    from headwise.service.engine.internals import Ablation, HiddenSpec
 
 DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 INDEX_DTYPE = np.dtype("<i4")
@@ -119,6 +122,12 @@ class RequestParams(Protocol):
     @property
     def token_strings(self) -> bool: ...
 
+    @property
+    def analysis(self) -> bool: ...  # run on the analysis graph (hidden states, removed heads)
+
+    @property
+    def ablate(self) -> Ablation | None: ...
+
 
 @dataclass(frozen=True)
 class EmbedParams:
@@ -133,6 +142,12 @@ class EmbedParams:
     # The answer carries each input's token strings and offsets (/v1/embed's does): they are
     # built on the thread that tokenises, not when the answer is written.
     token_strings: bool = False
+    hidden: HiddenSpec | None = None  # hidden states of chosen layers (service.engine.internals)
+    ablate: Ablation | None = None  # heads removed
+
+    @property
+    def analysis(self) -> bool:
+        return self.hidden is not None or self.ablate is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +158,7 @@ class Embedded:
     sentence: np.ndarray | None  # [d_model] float32
     tokens: np.ndarray | None  # [T, d_model] float32
     attention: dict | None  # service.engine.outputs.attention_payload
+    hidden: dict | None = None  # service.engine.internals.HiddenSpec.payload
 
 
 def usage(prompt: int, total: int | None = None) -> dict:
@@ -179,4 +195,5 @@ def response_bytes(params: EmbedParams, t: int, d_model: int) -> int:
     embedding (one vector, or one per token), its tokens and offsets, its attention."""
     vectors = (t if params.tokens else 0) + (1 if params.sentence else 0)
     attention = params.attention.serialized_bytes(t) if params.attention is not None else 0
-    return vectors * d_model * JSON_VALUE_BYTES["float32"] + t * TOKEN_BYTES + attention
+    hidden = params.hidden.serialized_bytes(t, d_model) if params.hidden is not None else 0
+    return vectors * d_model * JSON_VALUE_BYTES["float32"] + t * TOKEN_BYTES + attention + hidden

@@ -15,6 +15,7 @@ from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
 from headwise.service.api.timing import characters, started_at, tei_headers
 from headwise.service.engine import Engine
+from headwise.service.engine.internals import Ablation, HiddenSpec
 from headwise.service.engine.params import EmbedParams
 
 router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
@@ -25,7 +26,8 @@ router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
 async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Depends(get_engine),
                 probe=Depends(disconnect_probe), started: float = Depends(started_at)):
     """Embed one text or a list; with `attention`, also return every asked-for head's weights,
-    un-padded to each input's own token count. TEI's timing headers come with it."""
+    un-padded to each input's own token count; with `hidden_states`, chosen layers' outputs;
+    with `ablate`, the answer with those heads removed. TEI's timing headers come with it."""
     rt = model_for(request, engine, body.model)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     spec = None
@@ -35,7 +37,7 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
                                  encoding=a.encoding, aggregate=a.aggregate)
     tokens = body.output == "tokens"
     params = EmbedParams(sentence=not tokens, tokens=tokens, normalize=body.normalize, truncate=body.truncate,
-                         attention=spec, token_strings=True)
+                         attention=spec, token_strings=True, **internals(rt, body))
     result = await engine.embed(rt, texts, params, probe)
 
     def build() -> dict:
@@ -45,8 +47,20 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
                     "offsets": e.encoding.offsets}
             if e.attention is not None:
                 item["attention"] = e.attention
+            if e.hidden is not None:
+                item["hidden_states"] = e.hidden
             data.append(item)
         return {"model": result.model, "data": data, "usage": result.usage}
 
     return await budgeted_json(engine.responses, result.answer_bytes, build,
                                headers=tei_headers(rt, result, started, characters(texts)))
+
+
+def internals(rt, body) -> dict:
+    """EmbedParams' `hidden` and `ablate` from the request's `hidden_states` and `ablate`
+    (Validation naming the field for an index out of range)."""
+    pkg = rt.package
+    h = body.hidden_states
+    hidden = HiddenSpec.select(pkg.n_layers, h.layers, pooling=h.pooling, dtype=h.dtype,
+                               encoding=h.encoding) if h is not None else None
+    return {"hidden": hidden, "ablate": Ablation.select(pkg.n_layers, pkg.n_heads, body.ablate)}

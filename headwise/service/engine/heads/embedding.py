@@ -1,6 +1,7 @@
 """The embedding head: sentence embeddings (the graph's pooled output, or pooled here when a
 request asks for other normalisation, or masks a position out) and token embeddings (the last
-hidden state), for /v1/embed, /v1/embeddings, TEI's /embed and /embed_all, and analytics."""
+hidden state), for /v1/embed, /v1/embeddings, TEI's /embed and /embed_all, and analytics; with
+the analysis graph, chosen layers' hidden states."""
 
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ class EmbeddingHead:
             out.append("sentence_embedding")
         if any(e.job.params.tokens or (e.job.params.sentence and not self._pooled(e.job.params)) for e in entries):
             out.append("last_hidden_state")
+        if any(e.job.params.hidden is not None for e in entries):
+            out.append("hidden_states")
         return out
 
     def answer(self, out: dict, i: int, e: Entry, weights: np.ndarray | None) -> Embedded:
@@ -77,4 +80,5 @@ class EmbeddingHead:
                 hidden = np.delete(hidden, e.hole, axis=0)
             sentence = pool(hidden, self.pooling, p.normalize)
         att = attention_payload(weights, t, p.attention) if weights is not None else None
-        return Embedded(e.encoding, sentence, tokens, att)
+        hidden = p.hidden.payload(out["hidden_states"][i], t) if p.hidden is not None else None
+        return Embedded(e.encoding, sentence, tokens, att, hidden)
