@@ -1,7 +1,7 @@
 """Attention analytics through a real `headwise serve` process on the real all-MiniLM-L6-v2
 package: attention.aggregate (head mean, rollout) on /v1/embed and KServe, POST /v1/similarity
 (with explain), POST /v1/occlusion. Every number is checked against a numpy reference computed
-from what the same server returns un-aggregated (or, for occlusion, from onnxruntime directly)."""
+from what the same server returns un-aggregated (or, for occlusion, from transformers)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.fixtures.metrics import total
-from tests.fixtures.references import reference_rollout
+from tests.fixtures.references import occlusion_effects, reference_rollout
 
 TEXT = "Attention rollout tracks how information flows from the input tokens to the last layer."
 LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 14)  # 128 tokens or so
@@ -178,37 +178,29 @@ def test_similarity_is_counted(srv):
 
 # -- POST /v1/occlusion ---------------------------------------------------------------------
 
-def onnx_occlusion(package, ids: list[int]) -> np.ndarray:
-    """The reference: the fast graph run directly by onnxruntime, once whole and once per
-    position with that position's attention_mask 0; effect = 1 − cosine."""
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(package / "fast.onnx"), providers=["CPUExecutionProvider"])
-    t = len(ids)
-    masks = np.ones((t + 1, t), np.int64)
-    masks[np.arange(1, t + 1), np.arange(t)] = 0
-    feeds = {"input_ids": np.tile(np.array(ids, np.int64), (t + 1, 1)), "attention_mask": masks,
-             "token_type_ids": np.zeros((t + 1, t), np.int64)}
-    emb = sess.run(["sentence_embedding"], feeds)[0].astype(np.float64)
-    return np.array([1 - cos(emb[0], e) for e in emb[1:]])
+def batch_inputs(metrics: str, variant: str) -> float:
+    return total(metrics, "headwise_batch_size_sum", model="all-minilm-l6-v2", variant=variant)
 
 
-def batch_inputs(metrics: str) -> float:
-    return total(metrics, "headwise_batch_size_sum", model="all-minilm-l6-v2", variant="fast")
+def test_occlusion_equals_transformers_and_goes_through_the_batcher(srv):
+    from transformers import AutoModel
 
+    from headwise.model.sentence import default_checkpoint
 
-def test_occlusion_equals_onnxruntime_and_goes_through_the_batcher(srv, default_package):
     text = "The cat sat on the mat because it was warm."
     ids = srv.post("/v1/tokenize", {"inputs": text}).json()["data"][0]["ids"]
-    before = batch_inputs(srv.metrics())
+    before = batch_inputs(srv.metrics(), "analysis")
     r = srv.post("/v1/occlusion", {"input": text})
     assert r.status_code == 200, r.text
     body = r.json()
     t = len(ids)
     assert len(body["tokens"]) == t == len(body["effects"]) and body["forward_passes"] == t + 1
-    np.testing.assert_allclose(body["effects"], onnx_occlusion(default_package, ids), atol=1e-5)
-    # the T + 1 rows were batched by the analytics batcher, on the served fast variant
-    assert batch_inputs(srv.metrics()) == before + t + 1
+    model = AutoModel.from_pretrained(str(default_checkpoint())).eval()
+    want = occlusion_effects(model, ids, [[i] for i in range(t)])
+    np.testing.assert_allclose(body["effects"], want, atol=1e-5)
+    # the T + 1 rows were batched by the analytics batcher, on the analysis graph (the fused
+    # fast graph reads attention_mask as lengths, so it cannot mask a position inside)
+    assert batch_inputs(srv.metrics(), "analysis") == before + t + 1
     assert max(body["effects"]) > 0
 
 

@@ -151,3 +151,59 @@ def test_hidden_states_over_the_response_budget_are_refused_before_inference(ser
     r = server.post("/v1/embed", {"inputs": [long] * 32, "hidden_states": {}})
     assert r.status_code == 413, r.text
     assert "hidden states" in r.json()["error"]["message"]
+
+
+# -- /v1/rerank and /v1/predict with heads removed (the tiny cross-encoder and classifier) -------
+
+QUERY, DOCS = "what is the capital of france", ["Paris is the capital of France.", "Berlin is in Germany."]
+ABLATE = {"0": [1], "1": [0]}
+
+
+@pytest.fixture(scope="module")
+def classifiers(start_server, classifier_packages):
+    return start_server(classifier_packages["models"])
+
+
+def hf_logits(classifier_packages, name, pairs, mask):
+    from transformers import AutoTokenizer
+
+    ckpt, ref = classifier_packages[name]
+    tok = AutoTokenizer.from_pretrained(str(ckpt))
+    b = tok([a for a, _ in pairs], [d for _, d in pairs], return_tensors="pt", padding=True)
+    head_mask = np.repeat(mask[None], len(pairs), axis=0)
+    return ablated_forward(ref.eval(), head_mask, **b).logits.numpy()
+
+
+def head_mask_of(ablate: dict, n_layers: int = 2, n_heads: int = 2) -> np.ndarray:
+    m = np.ones((n_layers, n_heads), np.float32)
+    for layer, heads in ablate.items():
+        m[int(layer), heads] = 0
+    return m
+
+
+def test_rerank_and_predict_with_heads_removed_equal_transformers(classifiers, classifier_packages):
+    mask = head_mask_of(ABLATE)
+    pairs = [(QUERY, d) for d in DOCS]
+    r = classifiers.post("/v1/rerank", {"model": "tiny-reranker", "query": QUERY, "texts": DOCS, "raw_scores": True,
+                                        "ablate": ABLATE})
+    assert r.status_code == 200, r.text
+    want = hf_logits(classifier_packages, "tiny-reranker", pairs, mask)[:, 0]
+    for x in r.json()["results"]:
+        assert abs(x["score"] - float(want[x["index"]])) < 1e-5
+    plain = classifiers.post("/v1/rerank", {"model": "tiny-reranker", "query": QUERY, "texts": DOCS,
+                                            "raw_scores": True}).json()["results"]
+    assert {x["index"]: x["score"] for x in plain} != {x["index"]: x["score"] for x in r.json()["results"]}
+    p = classifiers.post("/v1/predict", {"model": "tiny-classifier", "inputs": [list(pair) for pair in pairs],
+                                         "raw_scores": True, "ablate": ABLATE})
+    assert p.status_code == 200, p.text
+    want = hf_logits(classifier_packages, "tiny-classifier", pairs, mask)
+    labels = classifier_packages["tiny-classifier"][1].config.id2label
+    for row, logits in zip(p.json()["data"], want, strict=True):
+        got = {x["label"]: x["score"] for x in row}
+        for i, v in enumerate(logits):
+            assert abs(got[labels[i]] - float(v)) < 1e-5
+
+
+def test_rerank_ablate_names_the_field(classifiers):
+    r = classifiers.post("/v1/rerank", {"model": "tiny-reranker", "query": QUERY, "texts": DOCS, "ablate": {"2": [0]}})
+    assert r.status_code == 422 and "ablate.2" in r.json()["error"]["message"]

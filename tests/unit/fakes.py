@@ -74,7 +74,7 @@ class FakeBackend:
 
     def __init__(self, package, settings):
         self.package = package
-        self.variants = {"embed": "fast", "attention": "attention"}
+        self.variants = {"embed": "fast", "attention": "attention", "analysis": "analysis"}
         self.calls: list[tuple[str, tuple[int, int]]] = []
 
     def run(self, role, feeds, outputs):
@@ -83,13 +83,18 @@ class FakeBackend:
         if self.delay:
             time.sleep(self.delay)
         hidden = fake_hidden(ids)
+        if "head_mask" in feeds:  # the analysis graph: removed heads move every answer of the row
+            hidden = hidden * feeds["head_mask"].mean(axis=(1, 2))[:, None, None]
         m = mask[..., None].astype(np.float32)
         pooled = (hidden * m).sum(1) / m.sum(1)
         if self.package.normalize:
             pooled /= np.linalg.norm(pooled, axis=-1, keepdims=True)
         out = {"sentence_embedding": pooled, "last_hidden_state": hidden}
-        if role == "attention":
+        if role in ("attention", "analysis"):
             out["attentions"] = fake_attention(ids, mask)
+        if role == "analysis":  # layer l's state: the last one scaled by (l + 1) / (L + 1)
+            n = self.package.n_layers + 1
+            out["hidden_states"] = np.stack([hidden * (i + 1) / n for i in range(n)], axis=1)
         return {k: out[k] for k in outputs}
 
 

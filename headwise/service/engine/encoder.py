@@ -98,18 +98,24 @@ class EncoderRuntime:
                 self.series.aggregate(spec.aggregate).inc()
         return data, job.answer_bytes, job.timing
 
-    async def run_encoded(self, encs: list[Encoded], params: EmbedParams, holes: list[int] | None = None,
+    async def run_encoded(self, encs: list[Encoded], params: EmbedParams,
+                          holes: list[tuple[int, ...]] | None = None,
                           is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
-        """Analytics rows: already tokenised inputs through the analytics batcher (the served
-        fast graph, after plain work), one entry each; `holes[i]` ≥ 0 masks that position of
-        input i out (attention_mask 0). The caller has checked max_len and the response bound,
-        and admitted the rows' tokens."""
+        """Analytics rows: already tokenised inputs through the analytics batcher (after plain
+        work), one entry each; `holes[i]` masks those positions of input i out (attention_mask
+        0). Rows run on the served fast graph, but a batch with holes on the analysis graph:
+        the fused graphs read attention_mask as each row's length (right padding), so a hole
+        inside an input would not be masked there. The caller has checked max_len and the
+        response bound, and admitted the rows' tokens."""
         batcher = self.analytics
         job = Job(len(encs), params=params, is_disconnected=is_disconnected)
-        holes = holes or [-1] * len(encs)
+        holes = holes or [()] * len(encs)
+        if any(holes) and "analysis" not in self.batchers:
+            raise Validation(f"model {self.name!r} has no analysis variant, which masking a position inside an input "
+                             "needs (packages exported since 2026-11-24: run headwise export again)")
         entries = [Entry(job, i, e.ids, e.type_ids, e, h) for i, (e, h) in enumerate(zip(encs, holes, strict=True))]
         for e, h in zip(encs, holes, strict=True):
-            if h < 0:
+            if not h:
                 self.series.input_tokens.observe(e.length)
         return await batcher.submit(job, entries)
 
@@ -137,8 +143,8 @@ class EncoderRuntime:
             n = e.length
             ids[i, :n] = e.ids
             mask[i, :n] = 1
-            if e.hole >= 0:
-                mask[i, e.hole] = 0
+            if e.holes:
+                mask[i, list(e.holes)] = 0
             types[i, :n] = e.type_ids
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         if role == "analysis":
@@ -188,7 +194,10 @@ class EncoderRuntime:
         return out["attentions_f16" if f16[i] else "attentions"][i]
 
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
-        """Each entry's answer, as the head cuts it from the batch's outputs."""
+        """Each entry's answer, as the head cuts it from the batch's outputs (an analytics batch
+        with holes on the analysis graph: run_encoded)."""
+        if role in ("analytics", "embed") and any(e.holes for e in entries):
+            role = "analysis"
         head = self.head
         t0 = time.perf_counter()
         f16, attention = self._attention_outputs(role, entries)

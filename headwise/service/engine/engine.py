@@ -30,6 +30,7 @@ from headwise.service.engine.generation.sequence import GenerateInput
 from headwise.service.engine.heads.embedding import token_ids
 from headwise.service.engine.params import EmbedParams, EmbedResult
 from headwise.service.engine.runtime import Capability, Runtime, require
+from headwise.service.engine.spans import check_spans, span_units, word_units
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import (
     FIELD,
@@ -238,13 +239,32 @@ class Engine:
                                            is_disconnected)
 
     async def occlusion(self, rt: Runtime, text: str, truncate: bool,
-                        is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
-        """Each token's occlusion effect on the sentence embedding: T + 1 forward passes."""
+                        is_disconnected: Callable[[], Awaitable[bool]] | None = None, unit: str | None = None,
+                        spans: list | None = None) -> Occlusion:
+        """The occlusion effect on the sentence embedding of each token (unit "token", the
+        default: T + 1 forward passes), of each word (unit "word": its pieces masked together)
+        or of each character span [start, end) of `spans`, which replace `unit` (sending both
+        is Validation): units + 1 forward passes (service.engine.spans)."""
         self._check([text])
         require(rt, Capability.EMBED)
+        if unit not in (None, "token", "word"):
+            raise Validation(f"{FIELD} is 'token' or 'word'", field="unit")
+        if spans is not None and unit is not None:
+            raise Validation(f"{FIELD}: leave it out when sending spans (each span is a unit)", field="unit")
+        max_rows = self.settings.max_client_batch
+        if spans is not None:
+            spans = check_spans(spans, len(text), max_rows - 1)
         encs = await self._encode(rt, [text], truncate)  # checked against max_len (TextTokenizer.encode)
-        return await operations.occlusion(rt, encs[0], self.settings.max_client_batch, self.analytics,
-                                          is_disconnected)
+        units = None
+        if spans is not None:
+            units = span_units(encs[0].offsets, spans)
+        elif unit == "word":
+            units = await asyncio.get_running_loop().run_in_executor(self._tok_pool, word_units, rt.tokenizer, text,
+                                                                     encs[0])
+            if not units.units:
+                raise Validation(f"{FIELD} has no word to occlude (only whitespace, or no characters)", field="input")
+        return await operations.occlusion(rt, encs[0], max_rows, self.analytics, is_disconnected, units,
+                                          self.settings.max_response_bytes)
 
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
         """A queued generation, its answer's bytes reserved until its response is sent."""

@@ -7,7 +7,9 @@ event loop (AnalyticsLane.run).
   embeddings /v1/embed returns (normalize true); with `explain`, each cosine split over token
   pairs (service.engine.analytics.pair_contributions), exact for mean pooling only.
 - occlusion: for each position i of one input, 1 − cos(e, e₋ᵢ), e₋ᵢ the embedding with
-  attention_mask 0 at i (that token neither attended to nor pooled): T + 1 rows.
+  attention_mask 0 at i (that token neither attended to nor pooled): T + 1 rows; or for each
+  unit (a word's pieces, a span's tokens: service.engine.spans) with all its positions at 0
+  together: U + 1 rows.
 
 Formulas and limits: docs/analytics.md.
 """
@@ -25,18 +27,22 @@ from headwise.service.engine.analytics import pair_contributions, top_pairs
 from headwise.service.engine.budget import ShareOf, TokenBudget
 from headwise.service.engine.encoder import EncoderRuntime
 from headwise.service.engine.params import (
+    JSON_INDEX_BYTES,
     JSON_VALUE_BYTES,
     TOKEN_BYTES,
     Embedded,
     EmbedParams,
     usage,
 )
+from headwise.service.engine.spans import Units
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import TooLarge, Validation, check_response_bytes
 
 PAIR_BYTES = 64  # one top pair written as {"source": i, "target": j, "value": v}, generously
 SCORE_BYTES = 64  # one target's index and score, and its item's keys
 ENVELOPE_BYTES = 192  # the answer's own keys and usage counts, and explain's source object
+UNIT_BYTES = 96  # one occlusion unit's keys, start, end and effect, beside its text and tokens
+TEXT_BYTES = 6  # the most one character of an echoed text takes in JSON (a \u00XX escape)
 
 
 @dataclass(frozen=True)
@@ -71,20 +77,36 @@ class Occlusion:
     model: str
     version: str
     encoding: Encoded
-    effects: list[float]  # per position: 1 − cos(full, with that position masked out)
+    effects: list[float]  # per row but the first: 1 − cos(full, with that position or unit masked out)
+    units: Units | None = None  # None: one row per position (unit "token")
 
     @property
     def passes(self) -> int:
-        return self.encoding.length + 1
+        return occlusion_rows(self.encoding.length, self.units)
 
     @property
     def answer_bytes(self) -> int:
-        """The bound of the answer as written: each token's string, offsets and effect."""
-        return self.encoding.length * (TOKEN_BYTES + JSON_VALUE_BYTES["float32"]) + 256
+        return occlusion_bytes(self.encoding.length, self.units)
 
     @property
     def usage(self) -> dict:
         return usage(self.encoding.length, self.encoding.length * self.passes)
+
+
+def occlusion_rows(t: int, units: Units | None) -> int:
+    """Forward passes: the input whole, then one per position (T) or per unit."""
+    return (t if units is None else len(units)) + 1
+
+
+def occlusion_bytes(t: int, units: Units | None) -> int:
+    """The bound of the answer as written: each token's string and offsets, and each
+    position's effect, or each unit's text (every character escaped at worst), characters,
+    token indices and effect."""
+    n = t * TOKEN_BYTES + 256
+    if units is None:
+        return n + t * JSON_VALUE_BYTES["float32"]
+    return n + sum(UNIT_BYTES + TEXT_BYTES * (u.end - u.start) + JSON_INDEX_BYTES * len(u.tokens)
+                   for u in units.units)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -141,21 +163,30 @@ def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float]
 
 
 async def occlusion(rt: EncoderRuntime, enc: Encoded, max_rows: int, lane: AnalyticsLane,
-                    is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Occlusion:
-    """enc: the input, tokenised and checked; its T + 1 rows (the input whole, then one per
-    masked position) go through the analytics batcher as one job of T + 1 inputs, admitted
-    against the analytics budget at (T + 1) · T tokens."""
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None, units: Units | None = None,
+                    max_response_bytes: int | None = None) -> Occlusion:
+    """enc: the input, tokenised and checked; its rows (the input whole, then one per masked
+    position, or per unit with all its positions masked) go through the analytics batcher as
+    one job, admitted against the analytics budget at rows · T tokens."""
     t = enc.length
-    if t + 1 > max_rows:
-        raise TooLarge(f"occlusion of {t} tokens runs {t + 1} forward passes, over the {max_rows} inputs one request "
+    rows = occlusion_rows(t, units)
+    what = f"{t} tokens" if units is None else f"{len(units)} {units.kind}s of {t} tokens"
+    if rows > max_rows:
+        raise TooLarge(f"occlusion of {what} runs {rows} forward passes, over the {max_rows} inputs one request "
                        "may ask for (HEADWISE_MAX_CLIENT_BATCH); send a shorter input")
+    if units is None:
+        holes: list[tuple[int, ...]] = [(), *((i,) for i in range(t))]
+    else:
+        holes = [(), *(tuple(u.tokens) for u in units.units)]
+        if max_response_bytes is not None:
+            check_response_bytes(occlusion_bytes(t, units), max_response_bytes, f"send fewer or shorter {units.kind}s")
     params = EmbedParams(sentence=True, normalize=True)
-    cost = (t + 1) * t
-    with lane.budget.admit(cost, f"occlusion of {t} tokens ({t + 1} rows of {t})").held():
-        data = await rt.run_encoded([enc] * (t + 1), params, list(range(-1, t)), is_disconnected)
+    cost = rows * t
+    with lane.budget.admit(cost, f"occlusion of {what} ({rows} rows of {t})").held():
+        data = await rt.run_encoded([enc] * rows, params, holes, is_disconnected)
         effects = await lane.run(_effects, data)
     rt.series.analytic("occlusion").inc()
-    return Occlusion(rt.name, rt.package.version, enc, effects)
+    return Occlusion(rt.name, rt.package.version, enc, effects, units)
 
 
 def _effects(data: list[Embedded]) -> list[float]:

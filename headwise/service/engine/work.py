@@ -64,7 +64,7 @@ class Entry:
     ids: np.ndarray
     type_ids: np.ndarray
     encoding: Encoded | None = None  # what the ids came from, handed back with the result
-    hole: int = -1  # a position whose attention_mask is 0 (occlusion); -1: none
+    holes: tuple[int, ...] = ()  # positions whose attention_mask is 0 (occlusion)
 
     @property
     def length(self) -> int:

@@ -1,7 +1,10 @@
 """POST /v1/similarity (cosines, optionally split over token pairs) and POST /v1/occlusion
-(each token's effect on the sentence embedding when masked out). docs/api.md, docs/analytics.md."""
+(each token's, word's or span's effect on the sentence embedding when masked out). docs/api.md,
+docs/analytics.md."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
@@ -14,7 +17,7 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.responses import budgeted_json
-from headwise.service.api.schemas import error_responses
+from headwise.service.api.schemas import Usage, error_responses
 from headwise.service.engine import Engine
 
 router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
@@ -36,13 +39,52 @@ class SimilarityRequest(BaseModel):
 
 class OcclusionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"input": "The cat sat on the mat."}]})
+        {"input": "The cat sat on the mat."},
+        {"input": "An unbelievably long tokenization.", "unit": "word"},
+        {"input": "The cat sat on the mat.", "spans": [[0, 7], [15, 22]]}]})
 
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
-    input: StrictStr = Field(..., description="one text; its T tokens cost T + 1 forward passes")
+    input: StrictStr = Field(..., description="one text; its T tokens cost T + 1 forward passes (U + 1 for U units)")
     truncate: StrictBool = Field(True, description="cut the text at max_len; false: 422 when longer")
+    unit: Literal["token", "word"] = Field(
+        "token", description="what one row masks out: a token (every one, [CLS] and [SEP] too), or a word "
+        "(the tokenizer's word: all its pieces at once; special tokens are never masked). Leave it out "
+        "with `spans`")
+    spans: list[tuple[StrictInt, StrictInt]] | None = Field(
+        None, description="character ranges [start, end) of `input` (0 ≤ start < end ≤ its length), each a "
+        "row that masks every token overlapping it (special tokens never); they may overlap. "
+        "1..MAX_CLIENT_BATCH − 1 of them; replaces `unit`")
 
 
+class OcclusionUnit(BaseModel):
+    text: str = Field(..., description="input[start:end]")
+    start: int = Field(..., description="first character, into `input`")
+    end: int = Field(..., description="one past the last character")
+    tokens: list[int] = Field(..., description="the positions (into `tokens`) masked together in its row")
+    effect: float = Field(..., description="1 − cos(embedding, embedding with these tokens masked out)")
+
+
+class OcclusionResponse(BaseModel):
+    """unit "token": `effects`, one per token. unit "word" or `spans`: `unit` and `units`."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"model": "all-minilm-l6-v2", "tokens": ["[CLS]", "cat", "[SEP]"], "offsets": [[0, 0], [0, 3], [0, 0]],
+         "effects": [0.01, 0.42, 0.02], "forward_passes": 4, "usage": {"prompt_tokens": 3, "total_tokens": 12}},
+        {"model": "all-minilm-l6-v2", "unit": "word",
+         "tokens": ["[CLS]", "un", "##bel", "##ie", "##va", "##bly", "cold", "[SEP]"],
+         "offsets": [[0, 0], [0, 2], [2, 5], [5, 7], [7, 9], [9, 12], [13, 17], [0, 0]],
+         "units": [{"text": "unbelievably", "start": 0, "end": 12, "tokens": [1, 2, 3, 4, 5], "effect": 0.31},
+                   {"text": "cold", "start": 13, "end": 17, "tokens": [6], "effect": 0.45}],
+         "forward_passes": 3, "usage": {"prompt_tokens": 8, "total_tokens": 24}}]})
+
+    model: str
+    unit: Literal["word", "span"] | None = Field(None, description="with units: what they are; absent for tokens")
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+    effects: list[float] | None = Field(None, description="unit token: one per token; absent otherwise")
+    units: list[OcclusionUnit] | None = Field(None, description="unit word or spans: one per unit, in order")
+    forward_passes: int = Field(..., description="T + 1, or units + 1")
+    usage: Usage = Field(..., description="prompt_tokens T; total_tokens forward_passes · T")
 
 
 @router.post("/v1/similarity", responses=error_responses(400, 401, 404, 413, 422, 429, 503))
@@ -70,18 +112,25 @@ async def similarity(request: Request, body: Json[SimilarityRequest],
     return await budgeted_json(engine.analytics.responses, res.answer_bytes, build, engine.analytics.run)
 
 
-@router.post("/v1/occlusion", responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+@router.post("/v1/occlusion", response_model=OcclusionResponse, response_model_exclude_none=True,
+             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
 async def occlusion(request: Request, body: Json[OcclusionRequest],
                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
-    """Each token's effect on the sentence embedding: 1 − cos(embedding, embedding with that
-    token's attention_mask 0). T + 1 rows through the analytics batcher, after plain work,
-    admitted at (T + 1) · T tokens."""
+    """Each token's (or word's, or span's) effect on the sentence embedding: 1 − cos(embedding,
+    embedding with its tokens' attention_mask 0). T + 1 rows (units + 1) through the analytics
+    batcher, after plain work, admitted at rows · T tokens."""
     rt = model_for(request, engine, body.model)
-    res = await engine.occlusion(rt, body.input, body.truncate, probe)
-    enc = res.encoding
+    unit = body.unit if "unit" in body.model_fields_set else None
+    res = await engine.occlusion(rt, body.input, body.truncate, probe, unit, body.spans)
+    enc, text = res.encoding, body.input
 
     def build() -> dict:
-        return {"model": res.model, "tokens": enc.tokens, "offsets": enc.offsets, "effects": res.effects,
-                "forward_passes": res.passes, "usage": res.usage}
+        if res.units is None:
+            return {"model": res.model, "tokens": enc.tokens, "offsets": enc.offsets, "effects": res.effects,
+                    "forward_passes": res.passes, "usage": res.usage}
+        units = [{"text": text[u.start:u.end], "start": u.start, "end": u.end, "tokens": u.tokens, "effect": effect}
+                 for u, effect in zip(res.units.units, res.effects, strict=True)]
+        return {"model": res.model, "unit": res.units.kind, "tokens": enc.tokens, "offsets": enc.offsets,
+                "units": units, "forward_passes": res.passes, "usage": res.usage}
 
     return await budgeted_json(engine.analytics.responses, res.answer_bytes, build, engine.analytics.run)

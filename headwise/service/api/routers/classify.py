@@ -20,9 +20,10 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
-from headwise.service.api.schemas import AttentionOptions, Usage, error_responses
+from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams, response_bytes
+from headwise.service.engine.internals import Ablation
 from headwise.service.engine.runtime import Runtime
 from headwise.service.errors import Validation, check_response_bytes
 
@@ -49,6 +50,7 @@ class RerankRequest(BaseModel):
     top_n: StrictInt | None = Field(None, ge=1, description="return only the n best results")
     attention: AttentionOptions | None = Field(
         None, description="per result, the attention between the query's and the document's tokens")
+    ablate: Ablate | None = Field(None, description='{"<layer>": [heads]}: score with those heads removed')
 
 
 def own_or_jina(name: str, own: type[BaseModel]):
@@ -106,6 +108,7 @@ class PredictRequest(BaseModel):
                          "items are texts, pairs [a, b] or [text]")
     raw_scores: StrictBool = Field(False, description="logits as they are; false: softmax (sigmoid for one label)")
     truncate: StrictBool = Field(True, description="cut at max_len; false: 422 when longer")
+    ablate: Ablate | None = Field(None, description='{"<layer>": [heads]}: answer with those heads removed')
 
 
 class Prediction(BaseModel):
@@ -123,6 +126,10 @@ class PredictResponse(BaseModel):
     model: str
     data: list[list[Prediction]]
     usage: Usage
+
+
+def _ablate(rt: Runtime, ablate: dict | None) -> Ablation | None:
+    return Ablation.select(rt.package.n_layers, rt.package.n_heads, ablate)
 
 
 def _spec(rt: Runtime, a: AttentionOptions | None):
@@ -144,7 +151,8 @@ async def rerank(request: Request, body: Annotated[RerankRequest | compat.JinaRe
     rt = model_for(request, engine, body.model)
     if isinstance(body, compat.JinaRerankRequest):
         return await jina_rerank(rt, body, engine, probe)
-    params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention))
+    params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention),
+                            ablate=_ablate(rt, body.ablate))
     cap = engine.settings.max_response_bytes
     if body.return_text:  # the echoed texts alone, before any inference is spent on them
         check_response_bytes(ENVELOPE_BYTES + echoed_bytes(body.texts, body.top_n), cap, TOO_LARGE)
@@ -201,7 +209,7 @@ async def predict(request: Request, body: Json[PredictRequest],
                   engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Classify texts and pairs: per input every label with its score, best first."""
     rt = model_for(request, engine, body.model)
-    params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores)
+    params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, ablate=_ablate(rt, body.ablate))
     result = await engine.classify(rt, predict_inputs(body.inputs), params, probe)
 
     def build() -> dict:

@@ -76,8 +76,8 @@ class EmbeddingHead:
             sentence = out["sentence_embedding"][i]
         elif p.sentence:
             hidden = out["last_hidden_state"][i, :t]
-            if e.hole >= 0 and self.pooling == "mean":  # as the graph's pooling: real positions only
-                hidden = np.delete(hidden, e.hole, axis=0)
+            if e.holes and self.pooling == "mean":  # as the graph's pooling: real positions only
+                hidden = np.delete(hidden, list(e.holes), axis=0)
             sentence = pool(hidden, self.pooling, p.normalize)
         att = attention_payload(weights, t, p.attention) if weights is not None else None
         hidden = p.hidden.payload(out["hidden_states"][i], t) if p.hidden is not None else None
