@@ -124,5 +124,4 @@ def word_units(tokenizer: TextTokenizer, text: str, enc: Encoded) -> Units:
     and the one it may cut still holds that token's characters. Blocking: a tokenizer thread."""
     offsets = enc.offsets
     cut = max((offsets[i][1] for i in located(offsets)), default=0)
-    # TextTokenizer keeps no word ids and has no public tokenizer yet: its untruncated one
-    return group_words(offsets, word_ranges(tokenizer._full, text[:cut]))
+    return group_words(offsets, word_ranges(tokenizer.untruncated, text[:cut]))

@@ -182,6 +182,12 @@ class TextTokenizer:
                     f"{self.max_len} (send truncate: true to cut it)", field=field)
 
     @property
+    def untruncated(self) -> Tokenizer:
+        """The `tokenizers` tokenizer itself, without truncation or padding: for what Encoded
+        does not keep (word ids: service.engine.spans)."""
+        return self._full
+
+    @property
     def vocab_size(self) -> int:
         return self._full.get_vocab_size(with_added_tokens=True)
 
