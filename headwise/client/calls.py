@@ -161,13 +161,17 @@ def generate_stream(prompt: str | None = None, *, source: str | None = None, mod
     return StreamCall("/v1/generate", body, lambda: parse.GenerateStream(dtype, encoding))
 
 
-def head_importance(inputs: str | Sequence[str] | None = None, *, model: str | None = None,
+def head_importance(input: str | tuple[str, str] | Sequence[str], *, model: str | None = None,
+                    truncate: bool = True, raw_scores: bool = False, top_k: int = 10,
                     **extra: Any) -> Call[HeadImportanceResult]:
-    """POST /v1/head_importance: each head's importance, `importance` [n_layers, n_heads].
-    Matches the server once it ships the route (404 until then); `inputs` is sent as
-    `inputs`, and `extra` fields (the method, its options) as they are."""
+    """POST /v1/head_importance: each head's effect when removed alone, `importance`
+    [n_layers, n_heads] (1 − cos of an embedding model's sentence embeddings; a cross-encoder's
+    score minus its score without the head, for a text or a (query, document) pair), and
+    `top`, the top_k largest as (layer, head, effect)."""
+    item = input if isinstance(input, str) else list(input)
     return Call("POST", "/v1/head_importance", _body(
-        {"model": model, "inputs": _texts(inputs) if inputs is not None else None}, extra), parse.head_importance)
+        {"model": model, "input": item, "truncate": truncate, "raw_scores": raw_scores, "top_k": top_k}, extra),
+        parse.head_importance)
 
 
 def models() -> Call[list[ModelInfo]]:

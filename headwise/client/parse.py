@@ -196,21 +196,12 @@ class GenerateStream:
 
 
 def head_importance(d: Mapping[str, Any]) -> HeadImportanceResult:
-    """The [n_layers, n_heads] matrix of POST /v1/head_importance, under `importance` (or
-    `scores`, `matrix`, `data`): nested JSON numbers, or `{shape, data, dtype, encoding}` as
-    attention is written."""
-    for key in ("importance", "scores", "matrix", "data"):
-        v = d.get(key)
-        if isinstance(v, Mapping) and "shape" in v and "data" in v:
-            m = decode_array(v["data"], v["shape"], v.get("dtype", d.get("dtype", "float32")),
-                             v.get("encoding", d.get("encoding", "json")))
-        elif isinstance(v, list):
-            m = np.asarray(v, dtype=np.float64)
-        else:
-            continue
-        if m.ndim == 2:
-            return HeadImportanceResult(d.get("model"), m, raw=dict(d))
-    raise ValueError("no [n_layers, n_heads] matrix in the answer (looked for importance, scores, matrix, data)")
+    """POST /v1/head_importance's answer: `importance` [n_layers, n_heads] as float64, `top`
+    as (layer, head, effect) tuples."""
+    m = np.asarray(d["importance"], dtype=np.float64).reshape(d["shape"])
+    top = [(int(x["layer"]), int(x["head"]), float(x["effect"])) for x in d.get("top", [])]
+    return HeadImportanceResult(d.get("model"), m, measure=d.get("measure"), baseline=d.get("baseline"), top=top,
+                                tokens=list(d.get("tokens", [])), raw=dict(d))
 
 
 def model_info(c: Mapping[str, Any]) -> ModelInfo:

@@ -265,10 +265,15 @@ class GenerateResult:
 
 @dataclass(frozen=True, eq=False)
 class HeadImportanceResult:
-    """Per-head importance, [n_layers, n_heads] (as the server will answer once it ships)."""
+    """Each head's effect when removed alone, [n_layers, n_heads]; `measure` "cosine" (an
+    embedding model) or "score" (a cross-encoder, whose score with every head is `baseline`)."""
 
     model: str | None
     importance: np.ndarray
+    measure: str | None = None
+    baseline: float | None = None
+    top: list[tuple[int, int, float]] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
 

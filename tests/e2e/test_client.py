@@ -113,6 +113,14 @@ def test_hidden_states_and_ablation(server, hw):
         np.testing.assert_array_equal(item.embedding, np.asarray(w["embedding"], np.float32))
 
 
+def test_head_importance(server, hw):
+    want = ok(server.post("/v1/head_importance", {"input": TEXTS[0], "top_k": 3}))
+    res = hw.head_importance(TEXTS[0], top_k=3)
+    assert res.importance.shape == (6, 12) and res.measure == "cosine"
+    np.testing.assert_array_equal(res.importance, np.asarray(want["importance"]))
+    assert res.top == [(x["layer"], x["head"], x["effect"]) for x in want["top"]]
+
+
 def test_tokenize_and_models(server, hw):
     want = ok(server.post("/v1/tokenize", {"inputs": TEXTS}))
     assert [d.ids for d in hw.tokenize(TEXTS).data] == [d["ids"] for d in want["data"]]

@@ -35,6 +35,7 @@ from headwise.service.api.routers import (
     embed,
     generate,
     health,
+    importance,
     kserve,
     metrics,
     models,
@@ -215,7 +216,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
-    routers = [r.router for r in (embed, tokenize, analytics, models, health, metrics, generate, classify, openai,
+    routers = [r.router for r in (embed, tokenize, analytics, importance, models, health, metrics, generate, classify, openai,
                                   kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]
     for router in routers:
         app.include_router(router)

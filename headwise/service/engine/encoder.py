@@ -16,7 +16,8 @@ from headwise.service.cpu import ANALYTICS_NICENESS
 from headwise.service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
 from headwise.service.engine.faults import inject_fault, unlinked
 from headwise.service.engine.heads import Head, head_for
-from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, RequestParams
+from headwise.service.engine.internals import Ablation
+from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import base_card
 from headwise.service.engine.stats import ModelStats, Timing
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
@@ -98,22 +99,26 @@ class EncoderRuntime:
                 self.series.aggregate(spec.aggregate).inc()
         return data, job.answer_bytes, job.timing
 
-    async def run_encoded(self, encs: list[Encoded], params: EmbedParams,
+    async def run_encoded(self, encs: list[Encoded], params: RequestParams,
                           holes: list[tuple[int, ...]] | None = None,
-                          is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> list[Embedded]:
+                          is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+                          ablations: list[Ablation | None] | None = None) -> list:
         """Analytics rows: already tokenised inputs through the analytics batcher (after plain
         work), one entry each; `holes[i]` masks those positions of input i out (attention_mask
-        0). Rows run on the served fast graph, but a batch with holes on the analysis graph:
-        the fused graphs read attention_mask as each row's length (right padding), so a hole
-        inside an input would not be masked there. The caller has checked max_len and the
-        response bound, and admitted the rows' tokens."""
+        0), `ablations[i]` removes those heads of input i (head importance). Rows run on the
+        served fast graph, but a batch with holes or removed heads on the analysis graph: the
+        fused graphs read attention_mask as each row's length (right padding), so a hole inside
+        an input would not be masked there. The caller has checked max_len and the response
+        bound, and admitted the rows' tokens."""
         batcher = self.analytics
         job = Job(len(encs), params=params, is_disconnected=is_disconnected)
         holes = holes or [()] * len(encs)
-        if any(holes) and "analysis" not in self.batchers:
+        ablations = ablations or [None] * len(encs)
+        if (any(holes) or any(ablations)) and "analysis" not in self.batchers:
             raise Validation(f"model {self.name!r} has no analysis variant, which masking a position inside an input "
-                             "needs (packages exported since 2026-11-24: run headwise export again)")
-        entries = [Entry(job, i, e.ids, e.type_ids, e, h) for i, (e, h) in enumerate(zip(encs, holes, strict=True))]
+                             "or removing heads needs (packages exported since 2026-11-24: run headwise export again)")
+        entries = [Entry(job, i, e.ids, e.type_ids, e, h, a)
+                   for i, (e, h, a) in enumerate(zip(encs, holes, ablations, strict=True))]
         for e, h in zip(encs, holes, strict=True):
             if not h:
                 self.series.input_tokens.observe(e.length)
@@ -151,8 +156,9 @@ class EncoderRuntime:
             pkg = self.package
             head_mask = np.ones((b, pkg.n_layers, pkg.n_heads), dtype=np.float32)
             for i, e in enumerate(entries):
-                if e.job.params.ablate is not None:
-                    head_mask[i] = e.job.params.ablate.mask(pkg.n_layers, pkg.n_heads)
+                ablate = e.ablate if e.ablate is not None else e.job.params.ablate
+                if ablate is not None:
+                    head_mask[i] = ablate.mask(pkg.n_layers, pkg.n_heads)
             feeds["head_mask"] = head_mask
         return feeds
 
@@ -196,7 +202,7 @@ class EncoderRuntime:
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
         """Each entry's answer, as the head cuts it from the batch's outputs (an analytics batch
         with holes on the analysis graph: run_encoded)."""
-        if role in ("analytics", "embed") and any(e.holes for e in entries):
+        if role in ("analytics", "embed") and any(e.holes or e.ablate is not None for e in entries):
             role = "analysis"
         head = self.head
         t0 = time.perf_counter()

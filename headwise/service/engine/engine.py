@@ -28,7 +28,8 @@ from headwise.service.engine.generation import GenerativeRuntime
 from headwise.service.engine.generation.runtime import Generation
 from headwise.service.engine.generation.sequence import GenerateInput
 from headwise.service.engine.heads.embedding import token_ids
-from headwise.service.engine.params import EmbedParams, EmbedResult
+from headwise.service.engine.importance import Importance, head_importance
+from headwise.service.engine.params import EmbedParams, EmbedResult, RequestParams
 from headwise.service.engine.runtime import Capability, Runtime, require
 from headwise.service.engine.spans import check_spans, span_units, word_units
 from headwise.service.engine.tokenizer import Encoded
@@ -265,6 +266,29 @@ class Engine:
                 raise Validation(f"{FIELD} has no word to occlude (only whitespace, or no characters)", field="input")
         return await operations.occlusion(rt, encs[0], max_rows, self.analytics, is_disconnected, units,
                                           self.settings.max_response_bytes)
+
+    async def head_importance(self, rt: Runtime, item: str | tuple[str, str], truncate: bool, raw_scores: bool,
+                              is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Importance:
+        """Each head's effect when removed alone (service.engine.importance): of a text on an
+        embedding model's sentence embedding, or of a text or (query, document) pair on a
+        cross-encoder's score. L·H + 1 forward passes through the analytics batcher."""
+        self._check([item], field="input")
+        if Capability.EMBED in rt.capabilities:
+            if not isinstance(item, str):
+                raise Validation(f"{FIELD}: a pair needs a cross-encoder; {rt.name!r} is an embedding model",
+                                 field="input")
+            encs = await self._encode(rt, [item], truncate)
+            params: RequestParams = EmbedParams(sentence=True, normalize=True)
+        else:
+            if Capability.RERANK not in rt.capabilities:
+                raise Validation(f"head importance needs an embedding model or a cross-encoder (one label); model "
+                                 f"{rt.name!r} is {rt.described}", field="model")
+            loop = asyncio.get_running_loop()
+            encs = await loop.run_in_executor(self._tok_pool, rt.tokenizer.encode_items, [item], truncate)
+            rt.tokenizer.check(encs, "input")
+            params = ClassifyParams(truncate=truncate, raw_scores=raw_scores)
+        return await head_importance(rt, encs[0], params, self.settings.max_client_batch, self.analytics,
+                                     is_disconnected)
 
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
         """A queued generation, its answer's bytes reserved until its response is sent."""

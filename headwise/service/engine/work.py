@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from headwise.service.engine.internals import Ablation
 from headwise.service.engine.params import RequestParams
 from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
@@ -65,6 +66,7 @@ class Entry:
     type_ids: np.ndarray
     encoding: Encoded | None = None  # what the ids came from, handed back with the result
     holes: tuple[int, ...] = ()  # positions whose attention_mask is 0 (occlusion)
+    ablate: Ablation | None = None  # this entry's removed heads, over its job's (head importance)
 
     @property
     def length(self) -> int:

@@ -224,16 +224,16 @@ def test_tokenize_models_and_model_info():
     assert c.model_info("a/b").d_model == 384 and fake.requests[-1].url.raw_path == b"/v1/models/a%2Fb"
 
 
-@pytest.mark.parametrize("answer", [
-    {"model": "m", "importance": [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]},
-    {"model": "m", "importance": {"shape": [3, 2], "dtype": "float32", "encoding": "base64",
-                                  "data": b64(np.array([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]), "<f4")}},
-])
-def test_head_importance_matrix(answer):
+def test_head_importance_matrix():
+    answer = {"model": "m", "measure": "score", "baseline": 0.9, "shape": [3, 2],
+              "importance": [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]], "top": [{"layer": 2, "head": 1, "effect": 0.6}],
+              "tokens": ["[CLS]", "a", "[SEP]", "b", "[SEP]"], "forward_passes": 7,
+              "usage": {"prompt_tokens": 5, "total_tokens": 35}}
     c, fake = make({"/v1/head_importance": answer})
-    res = c.head_importance(["a", "b"], model="m", method="gradient")
-    assert fake.body == {"model": "m", "inputs": ["a", "b"], "method": "gradient"}
+    res = c.head_importance(("a", "b"), model="m", top_k=1)
+    assert fake.body == {"model": "m", "input": ["a", "b"], "truncate": True, "raw_scores": False, "top_k": 1}
     assert res.importance.shape == (3, 2) and np.allclose(res.importance[2], [0.5, 0.6])
+    assert res.measure == "score" and res.baseline == 0.9 and res.top == [(2, 1, 0.6)]
 
 
 def test_async_client_shares_the_same_calls():
