@@ -112,6 +112,30 @@ def test_attention_fp16_all_heads(client, server, model):
         assert np.array_equal(att[i, :, :, :n, :n], want)
 
 
+@pytest.mark.parametrize("pooling", ["none", "mean"])
+def test_hidden_states_equal_native(client, server, model, pooling):
+    res = client.infer(model, [text_input(TEXTS, True)],
+                       outputs=[th.InferRequestedOutput("hidden_states", binary_data=True),
+                                th.InferRequestedOutput("attention_mask")],
+                       parameters={"hidden_states_layers": "6,0", "hidden_states_pooling": pooling})
+    got, mask = res.as_numpy("hidden_states"), res.as_numpy("attention_mask")
+    want = native(server, TEXTS, hidden_states={"layers": [6, 0], "pooling": pooling})
+    assert got.shape[:2] == (len(TEXTS), 2) and got.shape[-1] == 384
+    for i, item in enumerate(want):
+        h = np.asarray(item["hidden_states"]["data"], np.float32)
+        if pooling == "none":
+            t = int(mask[i].sum())
+            np.testing.assert_array_equal(got[i, :, :t], h)
+            assert not got[i, :, t:].any()
+        else:
+            np.testing.assert_array_equal(got[i], h)
+    md = {o["name"]: o for o in client.get_model_metadata(model)["outputs"]}
+    assert md["hidden_states"]["shape"] == [-1, -1, -1, 384]
+    with pytest.raises(InferenceServerException, match="hidden_states_layers"):
+        client.infer(model, [text_input(TEXTS, True)], outputs=[th.InferRequestedOutput("hidden_states")],
+                     parameters={"hidden_states_layers": "7"})
+
+
 def test_versioned_routes_and_request_id(server, model):
     body = {"id": "req-7", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [1, 1], "data": [["hi"]]}]}
     r = httpx.post(f"{server.url}/v2/models/{model}/versions/1/infer", json=body, timeout=60)

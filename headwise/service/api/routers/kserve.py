@@ -3,7 +3,8 @@ binary tensor data extension for inputs and outputs.
 
 Inference goes through Engine.embed as POST /v1/embed does, so every output equals what
 /v1/embed returns for the same texts and attention request. `attentions` [N, L, H, T, T] and
-`last_hidden_state` [N, T, d] are zero-padded to the batch's longest input; `attention_mask`
+`last_hidden_state` [N, T, d] are zero-padded to the batch's longest input, as is
+`hidden_states` [N, L', T, d] (chosen layers, per token; [N, L', d] pooled); `attention_mask`
 [N, T] says which positions are real. Classification packages (cross-encoders, classifiers)
 take `text` and `text_pair` and answer `logits` and `scores` (service.api.routers.kserve_classify).
 Errors: {"error": "..."} (service.errors).
@@ -33,6 +34,7 @@ from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_clas
 from headwise.service.api.responses import BudgetedResponse, json_response, probe
 from headwise.service.api.routers import kserve_classify
 from headwise.service.engine import Capability, Engine, Runtime
+from headwise.service.engine.internals import POOLINGS, HiddenSpec
 from headwise.service.engine.params import AGGREGATES, JSON_VALUE_BYTES, EmbedParams, EmbedResult
 from headwise.service.errors import InvalidRequest, NotFound, TooLarge, check_response_bytes
 
@@ -61,6 +63,8 @@ def outputs_of(rt: Runtime) -> list[dict]:
            {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
     if "attention" in p.variants:
         out.append({"name": "attentions", "datatype": "FP32", "shape": [-1, p.n_layers, p.n_heads, -1, -1]})
+    if "analysis" in p.variants:  # [N, L', T, d] per token, [N, L', d] pooled (parameters below)
+        out.append({"name": "hidden_states", "datatype": "FP32", "shape": [-1, -1, -1, p.d_model]})
     out.append({"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]})
     return out
 
@@ -209,6 +213,25 @@ def _pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
     return out
 
 
+def _pad_hidden(arrays: list[np.ndarray], t: int) -> np.ndarray:
+    """[L', T_i, d] per input → [N, L', t, d], zeros past each input's end; pooled [L', d] → [N, L', d]."""
+    if arrays[0].ndim == 2:
+        return np.stack(arrays).astype(np.float32)
+    out = np.zeros((len(arrays), arrays[0].shape[0], t, arrays[0].shape[-1]), dtype=np.float32)
+    for i, a in enumerate(arrays):
+        out[i, :, :a.shape[1]] = a
+    return out
+
+
+def _hidden_spec(params: dict, rt: Runtime) -> HiddenSpec:
+    """hidden_states_layers (as attention_layers, 0..n_layers) and hidden_states_pooling."""
+    pooling = params.get("hidden_states_pooling", "none")
+    if pooling not in POOLINGS:
+        raise InvalidRequest("parameter hidden_states_pooling must be none, mean or cls")
+    n = rt.package.n_layers
+    return HiddenSpec.select(n, _indices(params, "hidden_states_layers", n + 1), pooling=pooling)
+
+
 def _respond(header: dict, want: dict[str, bool], lengths: list[int], result: EmbedResult | None,
              att_dtype: str) -> tuple[bytes, int | None]:
     t = max(lengths)
@@ -219,6 +242,8 @@ def _respond(header: dict, want: dict[str, bool], lengths: list[int], result: Em
         arrays["last_hidden_state"] = _pad_tokens([e.tokens for e in result.data], t)
     if "attentions" in want:
         arrays["attentions"] = _pad_attention([e.attention["data"] for e in result.data], t, att_dtype)
+    if "hidden_states" in want:
+        arrays["hidden_states"] = _pad_hidden([e.hidden["data"] for e in result.data], t)
     outs, buffers = [], []
     for name, binary in want.items():
         o, raw = v2.output(name, v2.datatype_of(arrays[name]), arrays[name], binary)
@@ -231,11 +256,12 @@ def _respond(header: dict, want: dict[str, bool], lengths: list[int], result: Em
     return v2.encode_response(head, buffers)
 
 
-def _response_bound(rt: Runtime, want: dict[str, bool], lengths: list[int], spec) -> int:
+def _response_bound(rt: Runtime, want: dict[str, bool], lengths: list[int], spec, hidden: HiddenSpec | None) -> int:
     """The bytes the padded output tensors take in the body: raw when binary, else as JSON."""
     n, t, p = len(lengths), max(lengths), rt.package
     cells = {"attention_mask": n * t, "sentence_embedding": n * p.d_model, "last_hidden_state": n * t * p.d_model,
-             "attentions": n * t * t * (spec.planes() if spec is not None else 0)}
+             "attentions": n * t * t * (spec.planes() if spec is not None else 0),
+             "hidden_states": n * hidden.values(t, p.d_model) if hidden is not None else 0}
     return sum(cells[name] * (8 if binary else JSON_VALUE_BYTES["float32"]) for name, binary in want.items())
 
 
@@ -268,22 +294,24 @@ async def infer(model: str, request: Request, version: str | None = None, engine
         spec = rt.attention_spec(_indices(params, "attention_layers", p.n_layers),
                                  _indices(params, "attention_heads", p.n_heads), dtype=att_dtype,
                                  aggregate=aggregate)
+    hidden = _hidden_spec(params, rt) if "hidden_states" in want else None
     result = None
-    if spec is not None or "sentence_embedding" in want or "last_hidden_state" in want:
+    if spec is not None or hidden is not None or "sentence_embedding" in want or "last_hidden_state" in want:
         # One engine call for every output; the attention budget counts the padded
         # [N, L, H, T, T] tensor, which is what travels.
         asked = EmbedParams(sentence="sentence_embedding" in want, tokens="last_hidden_state" in want,
-                            normalize=normalize, truncate=truncate, attention=spec, padded_attention=True)
+                            normalize=normalize, truncate=truncate, attention=spec, padded_attention=True,
+                            hidden=hidden)
         result = await engine.embed(rt, texts, asked, await disconnect_probe(request))
         lengths = [e.encoding.length for e in result.data]
     else:  # the attention mask alone
         lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
-    size = _response_bound(rt, want, lengths, spec)
+    size = _response_bound(rt, want, lengths, spec, hidden)
     check_response_bytes(size, engine.settings.max_response_bytes,
                          "ask for fewer inputs, layers or heads, or binary outputs")
     header = {**header, "model_name": rt.name, "model_version": rt.package.version}
     with engine.responses.reserve(size) as reservation:
-        if "attentions" in want or "last_hidden_state" in want:
+        if "attentions" in want or "last_hidden_state" in want or "hidden_states" in want:
             body, n = await run_in_threadpool(_respond, header, want, lengths, result, att_dtype)
         else:
             body, n = _respond(header, want, lengths, result, att_dtype)
