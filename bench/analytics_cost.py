@@ -1,7 +1,8 @@
 """What each attention analytic costs against a plain /v1/embed request, through a real
 `headwise serve` process over HTTP, one client, requests one after another: per-head
-attention, head mean, rollout, similarity (one target) with and without explain, occlusion,
-at a few exact token counts.
+attention, head mean, rollout, similarity (one target) with and without explain, occlusion (by
+token and by word), hidden states, one head ablated and head importance, at a few exact token
+counts.
 
     python -m bench.analytics_cost PACKAGE [--tokens 20 128] [--reps 15] [--precision fp32]
     python -m bench.analytics_cost PACKAGE --tokens 128 512 --rows plain rollout  # those rows only
@@ -92,6 +93,13 @@ def cells(text: str, other: str) -> list[tuple[str, str, dict, int]]:
         ("similarity, 1 target", "/v1/similarity", {"source": text, "targets": [other]}, 1),
         ("similarity, 1 target, explain", "/v1/similarity", {"source": text, "targets": [other], "explain": True}, 1),
         ("occlusion (T + 1 passes)", "/v1/occlusion", {"input": text}, 5),
+        ("occlusion by word (W + 1 passes)", "/v1/occlusion", {"input": text, "unit": "word"}, 5),
+        ("hidden states, every layer, float16 base64", "/v1/embed",
+         {"inputs": text, "hidden_states": {"dtype": "float16", "encoding": "base64"}}, 1),
+        ("hidden states, every layer, mean pooled", "/v1/embed", {"inputs": text, "hidden_states": {"pooling": "mean"}},
+         1),
+        ("ablate one head", "/v1/embed", {"inputs": text, "ablate": {"3": [5]}}, 1),
+        ("head importance (L·H + 1 passes)", "/v1/head_importance", {"input": text}, 5),
     ]
 
 
