@@ -225,7 +225,7 @@ class Sitting:
         if (copy := copy_out(real, runs)) is not None:
             await self.time("device run", "copy out: IOBinding's copy_outputs_to_cpu of the same outputs", copy,
                             part=True)
-        with swapped(rt, backend=Replay(recorder), feeds=lambda entries, padded: {}):
+        with swapped(rt, backend=Replay(recorder), feeds=lambda entries, padded, role="embed": {}):
             await self.time("post-process", "EncoderRuntime.run_batch after the run (outputs answered at once)",
                             lambda: [run_batch(role, b, padded) for b, padded in batches])
         return in_order(batches, answers, job.size)
