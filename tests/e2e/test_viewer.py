@@ -266,7 +266,8 @@ def test_no_request_leaves_the_server(page, server):
     paths = {urlsplit(u).path for u in page.requests if urlsplit(u).scheme.startswith("http")}
     assert {"/", "/static/app.js", "/static/style.css", "/v1/models", "/v1/embed"} <= paths
     # the page and its assets (app.js's modules included) name no other host either
-    modules = {f"/static/{p.name}" for p in (REPO / "service" / "static").glob("*.js")}
+    modules = {f"/static/{p.name}" for p in (REPO / "headwise" / "service" / "static").glob("*.js")}
+    assert len(modules) > 10, "the static folder moved? no modules found"
     assert modules <= paths, modules - paths  # every module loaded, none left out of the page
     for asset in ("/", "/static/style.css", *sorted(modules)):
         r = httpx.get(server.url + asset, timeout=10)

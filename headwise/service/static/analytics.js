@@ -2,7 +2,8 @@
  * generate.js). Three buttons, one request each, drawn by analyticsviews.js:
  *   Rollout     POST /v1/embed {attention: {aggregate: "rollout"}} on the first text
  *   Similarity  POST /v1/similarity {source, targets: [second text], explain: true}
- *   Occlusion   POST /v1/occlusion {input: first text}
+ *   Occlusion   POST /v1/occlusion {input: first text}, by token; or {input, unit: "word"}
+ *               (the unit picker #an-unit), the words of the text shaded
  * The model is the encoder picker's (#model). Errors are shown in the panel.
  */
 
@@ -24,13 +25,14 @@ function pooling() {
 
 async function show(kind, request) {
   const out = $("#an-out"), err = $("#an-error");
+  const textA = $("#an-text-a").value; // as sent
   panel().dataset.state = "busy";
   err.hidden = true;
   try {
     const res = await request();
     if (kind === "rollout") renderRollout(out, res.data[0], pooling());
     else if (kind === "similarity") renderSimilarity(out, res);
-    else renderOcclusion(out, res);
+    else renderOcclusion(out, res, textA);
     panel().dataset.view = kind;
   } catch (e) {
     err.textContent = `${e.message} (${e.type}, HTTP ${e.status})`;
@@ -48,7 +50,8 @@ function wire() {
   $("#an-similarity").addEventListener("click", () => show("similarity", () =>
     api("/v1/similarity", { model: model(), source: a(), targets: [b()], explain: true, top_k: 10 })));
   $("#an-occlusion").addEventListener("click", () => show("occlusion", () =>
-    api("/v1/occlusion", { model: model(), input: a() })));
+    api("/v1/occlusion", $("#an-unit").value === "word"
+      ? { model: model(), input: a(), unit: "word" } : { model: model(), input: a() })));
   panel().hidden = false;
 }
 

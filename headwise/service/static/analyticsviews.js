@@ -3,11 +3,12 @@
  *   renderRollout     the rollout matrix R [T, T] and each token's importance for the pooled
  *                     embedding: mean pooling → the mean of R's rows; CLS pooling → R's CLS row
  *   renderSimilarity  the score, the [T_source, T_target] contributions, the top pairs
- *   renderOcclusion   each token shaded by its occlusion effect
+ *   renderOcclusion   each token shaded by its occlusion effect; by word (unit "word"), the
+ *                     text itself with each word shaded by its effect
  */
 
 import { h, fmt } from "./dom.js";
-import { cmapCss } from "./colours.js";
+import { cmapCss, signedCss } from "./colours.js";
 
 /** Token importance for the pooled embedding from rollout R (rows: queries, columns: keys). */
 export function importance(R, pooling) {
@@ -16,13 +17,6 @@ export function importance(R, pooling) {
   const out = new Array(T).fill(0);
   for (const row of R) row.forEach((v, j) => { out[j] += v / T; });
   return out;
-}
-
-// Diverging colour for signed values: blue for positive, red for negative, white at 0.
-function signedCss(v, max) {
-  const t = max > 0 ? Math.min(1, Math.abs(v) / max) : 0;
-  const c = Math.round(255 * (1 - 0.75 * t));
-  return v >= 0 ? `rgb(${c},${c},255)` : `rgb(255,${c},${c})`;
 }
 
 function matrix(id, rows, cols, values, colour, caption) {
@@ -76,7 +70,37 @@ export function renderSimilarity(out, res) {
   );
 }
 
-export function renderOcclusion(out, res) {
+// The text with each unit (a word: {start, end} in code points, effect) shaded by norm(effect).
+function shadedWords(id, text, units, norm) {
+  const chars = Array.from(text); // the server's offsets count code points, not UTF-16 units
+  const parts = [];
+  let pos = 0;
+  units.forEach((u, i) => {
+    const start = Math.max(u.start, pos);
+    if (start > pos) parts.push(chars.slice(pos, start).join(""));
+    const n = norm(u.effect);
+    parts.push(h("span", {
+      class: "an-token an-word", dataset: { i: String(i), start: String(u.start), end: String(u.end), value: String(u.effect) },
+      title: `${u.text}: ${fmt(u.effect, 5)} (tokens ${u.tokens.join(", ")})`,
+      style: `background:${cmapCss(n)}` + (n > 0.6 ? ";color:#fff" : ""),
+    }, chars.slice(start, u.end).join("")));
+    pos = Math.max(pos, u.end);
+  });
+  if (pos < chars.length) parts.push(chars.slice(pos).join(""));
+  return h("p", { id, class: "an-tokens an-words", "aria-label": "occlusion effect per word" }, parts);
+}
+
+export function renderOcclusion(out, res, text) {
+  if (res.unit === "word") {
+    const max = Math.max(...res.units.map((u) => u.effect), 0);
+    out.replaceChildren(
+      h("h3", {}, "Occlusion by word"),
+      h("p", { class: "hint" }, `1 − cosine between the embedding and the embedding with all of one word's tokens masked out; `
+        + `${res.units.length} words, ${res.forward_passes} forward passes. Hover a word for its value.`),
+      shadedWords("an-occlusion-words", text, res.units, (v) => (max > 0 ? Math.max(0, v) / max : 0)),
+    );
+    return;
+  }
   const max = Math.max(...res.effects, 0);
   out.replaceChildren(
     h("h3", {}, "Occlusion"),

@@ -1,5 +1,6 @@
 /* headwise viewer: colours. One colour per head (the line view, the model view's outlines,
- * the summary), and the heatmaps' sequential colour map (white → deep blue). */
+ * the summary), the heatmaps' sequential colour map (white → deep blue), and a diverging one for
+ * signed values (blue positive, red negative, white at 0). */
 
 // One colour per head: Tableau 10 plus two, then evenly spaced hues for bigger models.
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -24,3 +25,10 @@ const CMAP_CSS = CMAP.map((c) => `rgb(${c.join(",")})`);
 const cmapIndex = (v) => (v > 0 ? (v < 1 ? Math.round(v * 255) : 255) : 0);
 export const cmap = (v) => CMAP[cmapIndex(v)];
 export const cmapCss = (v) => CMAP_CSS[cmapIndex(v)];
+
+// Diverging colour for signed values: blue for positive, red for negative, white at 0.
+export function signedCss(v, max) {
+  const t = max > 0 ? Math.min(1, Math.abs(v) / max) : 0;
+  const c = Math.round(255 * (1 - 0.75 * t));
+  return v >= 0 ? `rgb(${c},${c},255)` : `rgb(255,${c},${c})`;
+}

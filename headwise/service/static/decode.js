@@ -2,7 +2,8 @@
  *
  * An `attention` object of the API is {shape, format, dtype, encoding, data}: dense, either
  * nested JSON numbers or base64 bytes (little-endian, C order) of float16 or float32. Float16
- * widens to float32 exactly, so the page keeps every array as a Float32Array.
+ * widens to float32 exactly, so the page keeps every array as a Float32Array. The same
+ * encoding serves `hidden_states` (decodeHidden).
  */
 
 // float16 bits → value, as a 65536-entry table built on first use.
@@ -36,12 +37,9 @@ function flatten(nested, out) {
   return out;
 }
 
-/** Decode an `attention` object of the API into {shape, values: Float32Array}. */
-export function decodeAttention(a) {
-  if (!a || !Array.isArray(a.shape) || a.shape.length !== 4) {
-    throw new Error("the server's attention has no 4-d shape [layers, heads, T, T]");
-  }
-  if (a.format && a.format !== "dense") throw new Error(`attention format "${a.format}" is not dense`);
+/** Decode a dense array of the API ({shape, dtype, encoding, data}: `attention`,
+ * `hidden_states`) into {shape, values: Float32Array}; `what` names it in errors. */
+export function decodeArray(a, what = "array") {
   const n = a.shape.reduce((x, y) => x * y, 1);
   let values;
   if ((a.encoding || "json") === "base64") {
@@ -56,13 +54,30 @@ export function decodeAttention(a) {
       values = new Float32Array(bytes.length >> 2);
       for (let i = 0; i < values.length; i++) values[i] = view.getFloat32(4 * i, true);
     } else {
-      throw new Error(`attention dtype "${dtype}" is not supported`);
+      throw new Error(`${what} dtype "${dtype}" is not supported`);
     }
   } else {
     values = Float32Array.from(flatten(a.data, []));
   }
   if (values.length !== n) {
-    throw new Error(`attention has ${values.length} values, its shape [${a.shape}] needs ${n}`);
+    throw new Error(`${what} has ${values.length} values, its shape [${a.shape}] needs ${n}`);
   }
   return { shape: a.shape, values };
+}
+
+/** Decode an `attention` object of the API into {shape, values: Float32Array}. */
+export function decodeAttention(a) {
+  if (!a || !Array.isArray(a.shape) || a.shape.length !== 4) {
+    throw new Error("the server's attention has no 4-d shape [layers, heads, T, T]");
+  }
+  if (a.format && a.format !== "dense") throw new Error(`attention format "${a.format}" is not dense`);
+  return decodeArray(a, "attention");
+}
+
+/** Decode a `hidden_states` object of the API (pooling "none": [L', T, D]). */
+export function decodeHidden(hs) {
+  if (!hs || !Array.isArray(hs.shape) || hs.shape.length !== 3) {
+    throw new Error("the server's hidden states have no 3-d shape [layers, T, d_model]");
+  }
+  return decodeArray(hs, "hidden_states");
 }

@@ -1,6 +1,10 @@
 /* headwise viewer: running the model. POST /v1/embed with every layer's and head's attention
  * (dense, float16, base64) for sentence A (and B), each answer turned into a result (tokens,
- * offsets, the decoded attention, the per-head statistics), then the views shown on it. */
+ * offsets, the decoded attention, the per-head statistics, the embedding), then the views shown
+ * on it. With heads removed (ablation.js) the request carries `ablate`, and the embeddings with
+ * every head are fetched beside it (once per model and texts) to say how far the answer moved.
+ * A run ends with the event "headwise:results" on document when it showed new results.
+ * run() resolves to true (shown), false (failed) or null (a newer run took over). */
 
 import { $, $$, clamp } from "./dom.js";
 import { decodeAttention } from "./decode.js";
@@ -12,6 +16,7 @@ import { loadModels, modelFact, modelId, selectedModel } from "./models.js";
 import { renderTokens } from "./tokens.js";
 import { buildHeadControls } from "./headview.js";
 import { markDirty, renderActive } from "./views.js";
+import { ablateBody, baselineFor, describeAblation, rememberBaseline } from "./ablation.js";
 
 const SPECIAL_TOKENS = new Set(["[CLS]", "[SEP]", "<s>", "</s>"]);
 const LABELS = ["A", "B"];
@@ -23,14 +28,14 @@ export async function run() {
   if (empty >= 0) {
     showError(new ApiError(`Sentence ${LABELS[empty]} is empty. Type some text first.`, "validation", 0));
     $(empty ? "#text-b" : "#text-a").focus();
-    return;
+    return false;
   }
   clearError();
   const seq = ++state.runSeq;
   setBusy(true, "Running the model…");
   const t0 = performance.now();
   try {
-    if (!state.models.length && !(await loadModels())) return;
+    if (!state.models.length && !(await loadModels())) return false;
     const model = $("#model").value;
     const card = selectedModel();
     if (card && card.attention === false) {
@@ -42,11 +47,15 @@ export async function run() {
       attention: { layers: null, heads: null, format: "dense", dtype: "float16", encoding: "base64" },
     };
     if (model) body.model = model;
-    const res = await api("/v1/embed", body);
-    if (seq !== state.runSeq) return; // a newer run started meanwhile
+    const ablate = ablateBody();
+    if (ablate) body.ablate = ablate;
+    const [res, before] = await Promise.all([api("/v1/embed", body), ablate ? baselineFor(model, texts) : null]);
+    if (seq !== state.runSeq) return null; // a newer run started meanwhile
     const data = (res.data || []).slice().sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
     if (data.length !== texts.length) throw new ApiError(`asked for ${texts.length} inputs, got ${data.length}`, "bad_response", 0);
     const results = data.map((d, i) => makeResult(d, texts[i], i));
+    if (!ablate) rememberBaseline(model, texts, results.map((r) => r.embedding));
+    results.forEach((r, i) => { r.ablate = ablate; r.baseline = before ? before[i] : r.embedding; });
     const ms = performance.now() - t0;
     state.modelName = res.model || model;
     adoptResults(results);
@@ -57,13 +66,18 @@ export async function run() {
     const truncated = maxLen && results.some((r) => r.T >= maxLen);
     $("#status").textContent = `${state.modelName} · ${results.map((r) => `${r.label}: ${r.T} tokens`).join(", ")}`
       + ` · ${results[0].L} layers × ${results[0].H} heads · ${Math.round(ms)} ms`
-      + (truncated ? ` · truncated to the model's ${maxLen}-token limit` : "");
+      + (truncated ? ` · truncated to the model's ${maxLen}-token limit` : "")
+      + (ablate ? ` · heads removed: ${describeAblation(ablate)}` : "");
+    $("#views").classList.toggle("ablated", Boolean(ablate));
     document.body.dataset.state = "ready";
     document.body.dataset.run = String(seq);
+    document.dispatchEvent(new CustomEvent("headwise:results"));
+    return true;
   } catch (err) {
-    if (seq !== state.runSeq) return;
+    if (seq !== state.runSeq) return null;
     $("#status").textContent = "";
     showError(err instanceof ApiError ? err : new ApiError(err.message, "client", 0));
+    return false;
   } finally {
     if (seq === state.runSeq) {
       $("#run").disabled = false;
@@ -90,6 +104,7 @@ function makeResult(d, text, i) {
     layers: d.attention.layers || Array.from({ length: L }, (_, n) => n),
     heads: d.attention.heads || Array.from({ length: H }, (_, n) => n),
     att: values,
+    embedding: d.embedding,
   };
   r.stats = allStats(r);
   return r;

@@ -52,6 +52,8 @@ export function exportJson() {
     note: "attention data[layer][head][query][key]: the server's float16 weights, written with 5 significant digits (enough to recover each float16 exactly)",
     sentences,
   };
+  // with heads removed (ablation.js) the weights are the ablated model's: say which heads
+  if (state.results[0] && state.results[0].ablate) doc.ablate = state.results[0].ablate;
   const blob = new Blob([JSON.stringify(doc)], { type: "application/json" });
   download(blob, `headwise-attention-${safeName(state.modelName)}.json`);
   $("#status").textContent = `Downloaded the attention of ${sentences.length} sentence${sentences.length > 1 ? "s" : ""}`

@@ -43,12 +43,13 @@ export function renderModelView() {
       const s = r.stats[li * r.H + hi];
       const isCursor = li === state.mvCursor.li && hi === state.mvCursor.hi;
       const isCurrent = li === state.layer && selected.has(hi);
+      const removed = Boolean(r.ablate && (r.ablate[r.layers[li]] || []).includes(r.heads[hi])); // embed.js
       cells.push(h("button", {
         type: "button", role: "gridcell",
-        class: `mv-cell${isCurrent ? " current" : ""}`,
+        class: `mv-cell${isCurrent ? " current" : ""}${removed ? " removed" : ""}`,
         tabindex: isCursor ? "0" : "-1",
         dataset: { layer: r.layers[li], head: r.heads[hi], li, hi },
-        "aria-label": `Layer ${r.layers[li]}, head ${r.heads[hi]}: entropy ${fmt(s.entropy, 2)} bits, `
+        "aria-label": `Layer ${r.layers[li]}, head ${r.heads[hi]}${removed ? " (removed)" : ""}: entropy ${fmt(s.entropy, 2)} bits, `
           + `mean distance ${fmt(s.distance, 1)}. Open in head view.`,
         title: `Layer ${r.layers[li]} · head ${r.heads[hi]}\nentropy ${fmt(s.entropy, 2)} bits · special ${fmt(s.special, 2)}`
           + ` · distance ${fmt(s.distance, 2)} · prev ${fmt(s.prev, 2)} · next ${fmt(s.next, 2)}`,

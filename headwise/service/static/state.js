@@ -23,5 +23,6 @@ export const state = {
   runSeq: 0,
   dirty: { head: true, model: true, summary: true },
   lastIso: null, // "hover" | "focus": which of the two isolated a token last
+  ablate: new Set(), // heads removed from the model (ablation.js), as "layer:head" keys
 };
 export const current = () => state.results[state.sentence];
