@@ -21,7 +21,8 @@ DTYPES = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 INDEX_DTYPE = np.dtype("<i4")
 # The most one value takes in the JSON orjson writes, its comma included ("-1.2345678e-5,"):
 # what the response budgets count, so that a check holds for the bytes really built.
-JSON_VALUE_BYTES = {"float32": 16, "float16": 11}
+# orjson writes a float16 with its float32 digits ("-0.000011980534,"): no shorter than a float32.
+JSON_VALUE_BYTES = {"float32": 16, "float16": 16}
 JSON_INDEX_BYTES = 6  # an int32 key index below 100,000 and its comma
 TOKEN_BYTES = 48  # one token's string and [start, end] offsets in the JSON, generously
 AGGREGATES = ("none", "mean", "rollout")
