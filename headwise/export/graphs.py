@@ -47,8 +47,9 @@ class EncoderGraph(nn.Module):
 class AnalysisGraph(nn.Module):
     """(input_ids, attention_mask, token_type_ids, head_mask) → the named outputs, attentions,
     attentions_f16, hidden_states: the attention graph with heads that can be removed
-    (head_mask (B, L, H)) and every layer's output. onnxruntime computes only the outputs a run
-    fetches, so a request pays for the hidden states or weights it asks for alone."""
+    (head_mask (B, L, H)) and every layer's output. onnxruntime runs the whole graph whatever a
+    run fetches, so every analysis run also stacks the weights and the states: what that costs
+    against the fast graph is in bench/results/analytics-internals.md."""
 
     def __init__(self, model: EncoderModel, outputs: tuple[str, ...]):
         super().__init__()
