@@ -5,7 +5,8 @@ takes the cache and the new token(s) and returns the grown cache. Encoder-decode
 `encoder` runs the source once and also projects it to every decoder layer's cross-attention
 keys and values; `decoder_step` runs the target with a self-attention KV cache and attends
 over those precomputed keys/values. Each graph has an `.attention` twin that also outputs the
-attention probabilities. docs/model-package.md lists every name and shape.
+attention probabilities, and (the step graphs) the new tokens' hidden states.
+docs/model-package.md lists every name and shape.
 
 The KV cache travels as two stacked tensors, keys and values, (L, B, H, T, Dh): two arrays for
 a runtime to carry between steps instead of 2·L, batch on axis 1 and time on axis 3.
@@ -20,7 +21,12 @@ from torch import Tensor, nn
 
 from headwise.export.graphs import export_module
 from headwise.model.attention import MultiHeadAttention, attention
-from headwise.model.transformer import Decoder, EncoderDecoder, position_ids_from_mask
+from headwise.model.transformer import (
+    Decoder,
+    EncoderDecoder,
+    TransformerOutput,
+    position_ids_from_mask,
+)
 
 
 def _stack_cache(present) -> tuple[Tensor, Tensor]:
@@ -33,8 +39,15 @@ def _unstack_cache(keys: Tensor, values: Tensor) -> tuple[tuple[Tensor, Tensor],
     return tuple((keys[i], values[i]) for i in range(keys.size(0)))  # L × ((B, H, T, Dh), ...)
 
 
+def _stack_states(out: TransformerOutput) -> Tensor:
+    """The new tokens' residual stream after the embeddings and each layer (the last after the
+    final norm): (B, L + 1, T, D)."""
+    return torch.stack(out.hidden_states, dim=1)  # (L + 1) × (B, T, D) → (B, L + 1, T, D)
+
+
 class PrefillGraph(nn.Module):
-    """(input_ids, attention_mask) → next-token logits, present keys/values[, attentions]."""
+    """(input_ids, attention_mask) → next-token logits, present keys/values[, attentions,
+    hidden_states]."""
 
     def __init__(self, decoder: Decoder, with_attention: bool):
         super().__init__()
@@ -44,15 +57,18 @@ class PrefillGraph(nn.Module):
         out = self.decoder(
             input_ids, attention_mask, need_weights=self.with_attention, fused=False,
             position_ids=position_ids_from_mask(attention_mask), last_logits_only=True,
+            output_hidden_states=self.with_attention,
         )
         result = (out.logits[:, -1], *_stack_cache(out.present))  # logits (B, V)
         if self.with_attention:
-            result += (torch.stack(out.attentions, dim=1),)  # (B, L, H, T, T)
+            result += (torch.stack(out.attentions, dim=1),  # (B, L, H, T, T)
+                       _stack_states(out))
         return result
 
 
 class DecodeGraph(nn.Module):
-    """(input_ids, attention_mask over past + new, past keys/values) → logits, present[, attentions]."""
+    """(input_ids, attention_mask over past + new, past keys/values) → logits, present[,
+    attentions, hidden_states]."""
 
     def __init__(self, decoder: Decoder, with_attention: bool):
         super().__init__()
@@ -65,10 +81,12 @@ class DecodeGraph(nn.Module):
         out = self.decoder(
             input_ids, attention_mask, need_weights=self.with_attention, fused=False,
             past=_unstack_cache(past_keys, past_values), position_ids=positions, last_logits_only=True,
+            output_hidden_states=self.with_attention,
         )
         result = (out.logits[:, -1], *_stack_cache(out.present))
         if self.with_attention:
-            result += (torch.stack(out.attentions, dim=1),)  # (B, L, H, T, T_past + T)
+            result += (torch.stack(out.attentions, dim=1),  # (B, L, H, T, T_past + T)
+                       _stack_states(out))
         return result
 
 
@@ -124,7 +142,7 @@ class PrecomputedCrossAttention(nn.Module):
 class DecoderStepGraph(nn.Module):
     """(input_ids, attention_mask over past + new, encoder_attention_mask, cross_keys,
     cross_values, past_keys, past_values) → logits, present keys/values[, attentions,
-    cross_attentions]."""
+    cross_attentions, hidden_states]."""
 
     def __init__(self, model: EncoderDecoder, with_attention: bool):
         super().__init__()
@@ -143,12 +161,13 @@ class DecoderStepGraph(nn.Module):
         out = self.decoder(
             input_ids, attention_mask, memory, encoder_attention_mask, need_weights=self.with_attention,
             fused=False, past=_unstack_cache(past_keys, past_values), position_ids=positions,
-            last_logits_only=True,
+            last_logits_only=True, output_hidden_states=self.with_attention,
         )
         result = (out.logits[:, -1], *_stack_cache(out.present))
         if self.with_attention:
             result += (torch.stack(out.attentions, dim=1),  # (B, L, H, T, T_past + T)
-                       torch.stack(out.cross_attentions, dim=1))  # (B, L, H, T, S)
+                       torch.stack(out.cross_attentions, dim=1),  # (B, L, H, T, S)
+                       _stack_states(out))
         return result
 
 
@@ -163,13 +182,14 @@ def graph_table(model: Decoder | EncoderDecoder) -> dict[str, tuple]:
     if isinstance(model, Decoder):
         n = len(model.layers)
         cache = lambda t: [n, "batch", h, t, dh]  # noqa: E731
+        states = ("hidden_states", FLOAT, ["batch", n + 1, "seq", cfg.d_model])
         return {
             "prefill": (
                 PrefillGraph,
                 [("input_ids", INT, ["batch", "seq"]), ("attention_mask", INT, ["batch", "seq"])],
                 [("logits", FLOAT, ["batch", v]), ("present_keys", FLOAT, cache("seq")),
                  ("present_values", FLOAT, cache("seq"))],
-                [("attentions", FLOAT, ["batch", n, h, "seq", "seq"])],
+                [("attentions", FLOAT, ["batch", n, h, "seq", "seq"]), states],
             ),
             "decode": (
                 DecodeGraph,
@@ -177,7 +197,7 @@ def graph_table(model: Decoder | EncoderDecoder) -> dict[str, tuple]:
                  ("past_keys", FLOAT, cache("past_seq")), ("past_values", FLOAT, cache("past_seq"))],
                 [("logits", FLOAT, ["batch", v]), ("present_keys", FLOAT, cache("total_seq")),
                  ("present_values", FLOAT, cache("total_seq"))],
-                [("attentions", FLOAT, ["batch", n, h, "seq", "total_seq"])],
+                [("attentions", FLOAT, ["batch", n, h, "seq", "total_seq"]), states],
             ),
         }
     n_enc, n = len(model.encoder.layers), len(model.decoder.layers)
@@ -199,7 +219,8 @@ def graph_table(model: Decoder | EncoderDecoder) -> dict[str, tuple]:
             [("logits", FLOAT, ["batch", v]), ("present_keys", FLOAT, cache("total_seq")),
              ("present_values", FLOAT, cache("total_seq"))],
             [("attentions", FLOAT, ["batch", n, h, "seq", "total_seq"]),
-             ("cross_attentions", FLOAT, ["batch", n, h, "seq", "src_seq"])],
+             ("cross_attentions", FLOAT, ["batch", n, h, "seq", "src_seq"]),
+             ("hidden_states", FLOAT, ["batch", n + 1, "seq", cfg.d_model])],
         ),
     }
 

@@ -24,7 +24,9 @@ from headwise.model.transformer import Decoder, EncoderDecoder, position_ids_fro
 # Max abs diff vs torch (fp32). attentions_excess as in headwise/export/verify.py:
 # max(|diff| - 1e-4·|torch|), i.e. np.allclose(atol=1e-5, rtol=1e-4).
 LIMITS = {"logits": 1e-3, "cache": 1e-3, "encoder_hidden_states": 1e-3, "attentions_excess": 1e-5,
-          "cross_attentions_excess": 1e-5}
+          "cross_attentions_excess": 1e-5, "hidden_states": 1e-3}
+DECODER_OUTPUTS = ("logits", "present_keys", "present_values", "attentions", "hidden_states")
+STEP_OUTPUTS = ("logits", "present_keys", "present_values", "attentions", "cross_attentions", "hidden_states")
 STEPS = 3
 
 
@@ -52,6 +54,9 @@ class _Figures:
         if mask is not None and name.startswith("present_"):
             real = mask.astype(bool)
             got, want = got.transpose(1, 3, 0, 2, 4)[real], want.transpose(1, 3, 0, 2, 4)[real]
+        if mask is not None and name == "hidden_states" and mask.shape[1] == got.shape[2]:
+            real = mask.astype(bool)  # (B, T): padding rows of a prefill are never used
+            got, want = got.transpose(0, 2, 1, 3)[real], want.transpose(0, 2, 1, 3)[real]  # (real, L + 1, D)
         f = self.parity.setdefault(variant, {})
         diff = np.abs(got - want)
         key = "cache" if name.startswith(("present_", "cross_keys", "cross_values")) else name
@@ -80,14 +85,16 @@ def _check_decoder(model: Decoder, sessions: dict, special: dict, fig: _Figures)
     def reference(ids: np.ndarray, mask: np.ndarray):
         with torch.no_grad():
             m = _t(mask)
-            return model(_t(ids), m, need_weights=True, fused=False, position_ids=position_ids_from_mask(m))
+            return model(_t(ids), m, need_weights=True, fused=False, position_ids=position_ids_from_mask(m),
+                         output_hidden_states=True)
 
     for form in ("", ".attention"):
         out = sessions["prefill" + form].run(None, {"input_ids": ids, "attention_mask": mask})
         ref = reference(ids, mask)
-        want = {"logits": ref.logits[:, -1].numpy(), "attentions": torch.stack(ref.attentions, 1).numpy()}
+        want = {"logits": ref.logits[:, -1].numpy(), "attentions": torch.stack(ref.attentions, 1).numpy(),
+                "hidden_states": torch.stack(ref.hidden_states, 1).numpy()}  # (B, L + 1, T, D)
         want["present_keys"], want["present_values"] = _stack(ref.present)
-        for name, got in zip(("logits", "present_keys", "present_values", "attentions"), out, strict=False):
+        for name, got in zip(DECODER_OUTPUTS, out, strict=False):
             fig.add("prefill" + form, name, got, want[name], mask)
         keys, values = out[1], out[2]
         seq, m = ids, mask
@@ -98,9 +105,10 @@ def _check_decoder(model: Decoder, sessions: dict, special: dict, fig: _Figures)
             out = sessions["decode" + form].run(None, feeds)
             ref = reference(seq, m)
             want = {"logits": ref.logits[:, -1].numpy(),
-                    "attentions": torch.stack(ref.attentions, 1)[:, :, :, -1:].numpy()}
+                    "attentions": torch.stack(ref.attentions, 1)[:, :, :, -1:].numpy(),
+                    "hidden_states": torch.stack(ref.hidden_states, 1)[:, :, -1:].numpy()}  # (B, L + 1, 1, D)
             want["present_keys"], want["present_values"] = _stack(ref.present)
-            for name, got in zip(("logits", "present_keys", "present_values", "attentions"), out, strict=False):
+            for name, got in zip(DECODER_OUTPUTS, out, strict=False):
                 fig.add("decode" + form, name, got, want[name], m)
             keys, values = out[1], out[2]
 
@@ -134,13 +142,13 @@ def _check_encoder_decoder(model: EncoderDecoder, sessions: dict, special: dict,
             out = sessions["decoder_step" + form].run(None, feeds)
             with torch.no_grad():
                 ref = model.decoder(_t(tgt), None, enc.last_hidden_state, _t(src_mask), need_weights=True,
-                                    fused=False)
+                                    fused=False, output_hidden_states=True)
             w = {"logits": ref.logits[:, -1].numpy(),
                  "attentions": torch.stack(ref.attentions, 1)[:, :, :, -1:].numpy(),
-                 "cross_attentions": torch.stack(ref.cross_attentions, 1)[:, :, :, -1:].numpy()}
+                 "cross_attentions": torch.stack(ref.cross_attentions, 1)[:, :, :, -1:].numpy(),
+                 "hidden_states": torch.stack(ref.hidden_states, 1)[:, :, -1:].numpy()}  # (B, L + 1, 1, D)
             w["present_keys"], w["present_values"] = _stack(ref.present)
-            for name, got in zip(("logits", "present_keys", "present_values", "attentions", "cross_attentions"),
-                                 out, strict=False):
+            for name, got in zip(STEP_OUTPUTS, out, strict=False):
                 fig.add("decoder_step" + form, name, got, w[name])
             keys, values = out[1], out[2]
             tgt = np.concatenate([tgt, forced[:, step : step + 1]], 1)

@@ -132,12 +132,16 @@ class Decoder(nn.Module):
         past: tuple[tuple[Tensor, Tensor], ...] | None = None,
         position_ids: Tensor | None = None,
         last_logits_only: bool = False,
+        output_hidden_states: bool = False,
     ) -> TransformerOutput:
         """input_ids: (B, T) new tokens; attention_mask: (B, T_past + T), 1 = real token;
         memory: encoder output (B, S, D) with memory_mask (B, S); past: cached K/V per layer.
         last_logits_only: logits (B, 1, V) for the last position only, all generation needs
         (the vocabulary projection of every prompt position would add about half again to
-        GPT-2 small's prefill)."""
+        GPT-2 small's prefill).
+        output_hidden_states: also return the residual stream of the T new tokens after the
+        embeddings and after each layer (the last one after the final norm, where the model
+        has one), as Encoder.forward and transformers' `output_hidden_states` do."""
         t = input_ids.size(1)
         t_past = past[0][0].size(2) if past else 0
         if position_ids is None:
@@ -146,7 +150,7 @@ class Decoder(nn.Module):
         pad = padding_mask(attention_mask) if attention_mask is not None else None
         self_mask = to_bias(combine(causal_mask(t, t_past + t, x.device), pad), x.dtype)
         cross_mask = to_bias(padding_mask(memory_mask), x.dtype) if memory_mask is not None else None
-        self_ws, cross_ws, present = [], [], []
+        self_ws, cross_ws, present, states = [], [], [], [x]
         for i, layer in enumerate(self.layers):
             x, sw, cw, kv = layer(
                 x, self_mask, memory, cross_mask, need_weights, fused, past[i] if past else None
@@ -154,8 +158,10 @@ class Decoder(nn.Module):
             self_ws.append(sw)
             cross_ws.append(cw)
             present.append(kv)
+            states.append(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
+            states[-1] = x
         if last_logits_only:
             # F.linear on 2-D input exports as one Gemm reading the embedding as is; x @ Eᵀ
             # would have the exporter fold a transposed copy of it into the file.
@@ -169,6 +175,7 @@ class Decoder(nn.Module):
             cross_attentions=tuple(cross_ws) if need_weights and has_cross else None,
             logits=logits,
             present=tuple(present),
+            hidden_states=tuple(states) if output_hidden_states else None,
         )
 
 
@@ -195,10 +202,13 @@ class EncoderDecoder(nn.Module):
         tgt_mask: Tensor | None = None,
         need_weights: bool = False,
         fused: bool | None = None,
+        output_hidden_states: bool = False,
     ) -> tuple[TransformerOutput, TransformerOutput]:
-        """Returns (encoder output, decoder output)."""
-        enc = self.encoder(src_ids, src_mask, need_weights=need_weights, fused=fused)
+        """Returns (encoder output, decoder output); output_hidden_states: both carry theirs."""
+        enc = self.encoder(src_ids, src_mask, need_weights=need_weights, fused=fused,
+                           output_hidden_states=output_hidden_states)
         dec = self.decoder(
-            tgt_ids, tgt_mask, enc.last_hidden_state, src_mask, need_weights=need_weights, fused=fused
+            tgt_ids, tgt_mask, enc.last_hidden_state, src_mask, need_weights=need_weights, fused=fused,
+            output_hidden_states=output_hidden_states,
         )
         return enc, dec

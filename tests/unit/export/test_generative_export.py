@@ -190,6 +190,37 @@ def test_marian_stops_at_eos_like_transformers(marian):
     assert 1 < first < STEPS and np.all(via_onnx[0, first + 1 :] == pkg.special["pad"])
 
 
+# --- hidden states ----------------------------------------------------------------------
+
+
+def test_decoder_hidden_states_equal_transformers_and_change_nothing_else(gpt2, marian):
+    """Decoder.forward(output_hidden_states=True): transformers' `output_hidden_states`
+    (the last after the final norm where there is one) within 1e-5; logits, cache and the
+    last hidden state bit-identical to a call that does not ask."""
+    from transformers import GPT2LMHeadModel, MarianMTModel
+
+    ids = torch.tensor([[5, 17, 42, 9, 100, 3]])
+    ours, _ = load_checkpoint(gpt2[0])
+    hf = GPT2LMHeadModel.from_pretrained(str(gpt2[0]), attn_implementation="eager").eval()
+    with torch.no_grad():
+        plain, got = ours(ids), ours(ids, output_hidden_states=True)
+        want = hf(ids, output_hidden_states=True).hidden_states
+    assert plain.hidden_states is None and len(got.hidden_states) == len(want) == 3
+    torch.testing.assert_close(torch.stack(got.hidden_states), torch.stack(want), atol=1e-5, rtol=0)
+    assert torch.equal(plain.logits, got.logits) and torch.equal(plain.last_hidden_state, got.last_hidden_state)
+    assert all(torch.equal(torch.stack(p), torch.stack(q)) for p, q in zip(plain.present, got.present, strict=True))
+
+    ours, _ = load_checkpoint(marian[0])
+    hf = MarianMTModel.from_pretrained(str(marian[0]), attn_implementation="eager").eval()
+    src, tgt = torch.tensor([[4, 8, 15, 16, 0]]), torch.tensor([[ours.config.vocab_size - 1, 3, 12]])
+    with torch.no_grad():
+        (_, dec), (_, plain) = ours(src, tgt, output_hidden_states=True), ours(src, tgt)
+        want = hf(input_ids=src, decoder_input_ids=tgt, output_hidden_states=True).decoder_hidden_states
+    assert len(dec.hidden_states) == len(want) == 4
+    torch.testing.assert_close(torch.stack(dec.hidden_states), torch.stack(want), atol=1e-5, rtol=0)
+    assert torch.equal(plain.logits, dec.logits) and plain.hidden_states is None
+
+
 # --- the package itself -----------------------------------------------------------------
 
 
@@ -219,6 +250,11 @@ def test_decoder_package_layout_and_shapes(gpt2):
     assert pre["present_keys"].shape == (L, 2, H, t, m["d_head"])
     att = pre["attentions"]
     assert att.shape == (2, L, H, t, t)
+    assert pre["hidden_states"].shape == (2, L + 1, t, m["d_model"])  # [B, L + 1, T_new, D]
+    assert "hidden_states" not in m["variants"]["prefill"]["outputs"]
+    assert m["outputs"]["decode.attention"][-1] == {"name": "hidden_states", "dtype": "float32",
+                                                    "shape": ["batch", L + 1, "seq", m["d_model"]]}
+    assert m["parity"]["decode.attention"]["hidden_states"] < 1e-4
     real = mask.astype(bool)
     np.testing.assert_allclose(att.sum(-1), 1, atol=1e-5)
     future = np.triu(np.ones((t, t), bool), 1)
@@ -246,6 +282,9 @@ def test_encoder_decoder_package_layout_and_shapes(marian):
                   past_keys=pkg.empty_cache(3), past_values=pkg.empty_cache(3))
     cross = out["cross_attentions"]
     assert cross.shape == (3, 3, m["n_heads"], 1, s)  # [B, L, H, 1, T_src] per step
+    assert out["hidden_states"].shape == (3, 4, 1, m["d_model"])  # [B, L + 1, T_new, D]
+    assert m["parity"]["decoder_step.attention"]["hidden_states"] < 1e-4
+    assert "hidden_states" not in m["variants"]["encoder.attention"]["outputs"]
     np.testing.assert_allclose(cross.sum(-1), 1, atol=1e-5)
     assert np.all(cross[1][..., ~src_mask[1].astype(bool)] == 0)
 

@@ -1,6 +1,6 @@
 """POST /v1/generate: text from a decoder (`prompt`) or encoder-decoder (`source`) model,
-optionally streamed as Server-Sent Events, optionally with every step's attention
-(docs/generation.md)."""
+optionally streamed as Server-Sent Events, optionally with every step's attention and hidden
+states (docs/generation.md)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from headwise.service.api.body import Json
 from headwise.service.api.dependencies import get_engine, model_for, require_api_key
 from headwise.service.api.errors import NATIVE
 from headwise.service.api.responses import BudgetedResponse, BudgetedStream
-from headwise.service.api.schemas import error_responses
+from headwise.service.api.schemas import HiddenStatesOptions, error_responses
 from headwise.service.api.serialize import dumps_chunks
 from headwise.service.engine import Engine
 from headwise.service.engine.generation.runtime import DEFAULT_NEW_TOKENS
 from headwise.service.engine.generation.sampling import SamplingParams
 from headwise.service.engine.generation.sequence import GenerateInput, Sequence
-from headwise.service.engine.runtime import Runtime
+from headwise.service.engine.runtime import Capability, Runtime, require
 from headwise.service.errors import Disconnected, ServiceError
 
 router = APIRouter(tags=["generate"], dependencies=[Depends(require_api_key)])
@@ -47,6 +47,8 @@ class GenerateRequest(BaseModel):
         {"model": "opus-mt-en-de", "source": "The cat sat on the mat.", "max_new_tokens": 32,
          "attention": {"layers": [5], "heads": None}},
         {"prompt": "Once upon a time", "temperature": 0.8, "top_p": 0.95, "seed": 7, "stream": True},
+        {"model": "gpt2", "prompt": "The cat sat", "max_new_tokens": 4,
+         "hidden_states": {"layers": [0, 12], "dtype": "float16", "encoding": "base64"}},
     ]})
 
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
@@ -61,6 +63,9 @@ class GenerateRequest(BaseModel):
     stop: StrictStr | list[StrictStr] | None = Field(None, description="stop before any of these strings")
     stream: StrictBool = Field(False, description="Server-Sent Events, one per token")
     attention: GenerateAttention | None = Field(None, description="return every step's attention")
+    hidden_states: HiddenStatesOptions | None = Field(
+        None, description="return chosen layers' hidden states: the prompt's (decoders) and, per generated token, "
+                          "those at the position whose logits chose it ([L', d_model])")
 
 
 def _ask(body: GenerateRequest, rt: Runtime) -> GenerateInput:
@@ -68,12 +73,16 @@ def _ask(body: GenerateRequest, rt: Runtime) -> GenerateInput:
     if body.attention is not None:
         a = body.attention
         spec = rt.attention_spec(a.layers, a.heads, dtype=a.dtype, encoding=a.encoding)
+    h = body.hidden_states
+    if h is not None:
+        require(rt, Capability.GENERATE)  # an encoder's hidden states are /v1/embed's
+    hidden = rt.hidden_spec(h.layers, pooling=h.pooling, dtype=h.dtype, encoding=h.encoding) if h is not None else None
     return GenerateInput(
         prompt=body.prompt, source=body.source,
         max_new_tokens=body.max_new_tokens if "max_new_tokens" in body.model_fields_set else None,
         sampling=SamplingParams(float(body.temperature or 0.0), body.top_k, float(body.top_p)),
         seed=body.seed, stop=(body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ()),
-        stream=body.stream, attention=spec)
+        stream=body.stream, attention=spec, hidden=hidden)
 
 
 @router.post("/v1/generate", responses={**error_responses(400, 401, 404, 413, 422, 429, 503),
@@ -81,7 +90,7 @@ def _ask(body: GenerateRequest, rt: Runtime) -> GenerateInput:
 async def generate(request: Request, body: Json[GenerateRequest],
                    engine: Engine = Depends(get_engine)):
     """Generate up to `max_new_tokens` tokens. Non-streamed: one JSON result. Streamed:
-    `data: {index, token, id, text[, attention]}` per token, then `data: {<the result>}`,
+    `data: {index, token, id, text[, attention][, hidden_states]}` per token, then `data: {<the result>}`,
     then `data: [DONE]`."""
     rt = model_for(request, engine, body.model)
     gen = await engine.generate(rt, _ask(body, rt))
@@ -98,7 +107,9 @@ async def generate(request: Request, body: Json[GenerateRequest],
                 disconnected.inc()
                 raise Disconnected()
         result = seq.result.result()
-        big = seq.params.attention is not None and len(seq.ids) * rt.package.n_layers * rt.package.n_heads > 4096
+        p = rt.package
+        big = ((seq.params.attention is not None and len(seq.ids) * p.n_layers * p.n_heads > 4096)
+               or (seq.params.hidden is not None and len(seq.ids) * (p.n_layers + 1) * p.d_model > 65536))
         body_bytes = await run_in_threadpool(dumps_chunks, result) if big else _dumps(result)
     return BudgetedResponse(body_bytes, reservation)
 

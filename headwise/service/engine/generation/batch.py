@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from headwise.service.engine.generation.hidden import prompt_states
 from headwise.service.engine.generation.sequence import Sequence
 from headwise.service.engine.outputs import step_attention
 
@@ -116,10 +117,17 @@ class Stepper:
         self.start = special.get("decoder_start")
         self.on_run = on_run or (lambda variant, seconds, rows, tokens: None)
 
-    def _run(self, graph: str, attention: bool, feeds: dict, outputs: list[str]) -> dict:
-        variant = graph + ".attention" if attention and self.backend.has(graph + ".attention") else graph
+    def _run(self, graph: str, seqs: list[Sequence], feeds: dict, outputs: list[str]) -> dict:
+        """One call of `graph`, in its `.attention` form when a row of `seqs` asks for attention
+        or hidden states; only what some row asks for is fetched."""
+        attention = any(s.wants_attention for s in seqs)
+        hidden = any(s.wants_hidden for s in seqs)
+        variant = graph + ".attention" if (attention or hidden) and self.backend.has(graph + ".attention") else graph
         if variant.endswith(".attention"):
-            outputs = outputs + ["attentions"] + (["cross_attentions"] if graph == "decoder_step" else [])
+            if attention:
+                outputs = outputs + ["attentions"] + (["cross_attentions"] if graph == "decoder_step" else [])
+            if hidden:
+                outputs = [*outputs, "hidden_states"]
         t0 = time.perf_counter()
         out = self.backend.run(variant, feeds, outputs)
         ids = feeds["input_ids"]
@@ -128,45 +136,47 @@ class Stepper:
 
     def admit(self, seqs: list[Sequence]) -> tuple[Batch | None, list]:
         """New sequences → their batch (None when all finished at once) and events."""
-        attention = any(s.wants_attention for s in seqs)
         events = []
         if not self.decoder_only:
             src, src_mask = pad_rows(seqs, self.pad, left=False)
-            enc = self._run("encoder", False, {"input_ids": src, "attention_mask": src_mask},
+            enc = self._run("encoder", [], {"input_ids": src, "attention_mask": src_mask},
                             ["cross_keys", "cross_values"])
             empty = np.zeros((self.L, len(seqs), self.H, 0, self.Dh), np.float32)
             batch = Batch(list(seqs), empty, empty.copy(), np.zeros((len(seqs), 0), I64),
                           np.full(len(seqs), self.start, I64), enc["cross_keys"], enc["cross_values"], src_mask)
             return batch, events
         ids, mask = pad_rows(seqs, self.pad, left=True)
-        out = self._run("prefill", attention, {"input_ids": ids, "attention_mask": mask},
+        out = self._run("prefill", seqs, {"input_ids": ids, "attention_mask": mask},
                         ["logits", "present_keys", "present_values"])
         tokens = np.zeros(len(seqs), I64)
         for i, s in enumerate(seqs):
             real = mask[i].astype(bool)
-            row = None
+            row = states = None
             if s.wants_attention:
                 a = out["attentions"][i]  # [L, H, P, P]
                 s.prompt_attention = step_attention(a[:, :, real][:, :, :, real], s.params.attention)
                 row = a[:, :, -1:, real]
+            if s.wants_hidden:
+                h = out["hidden_states"][i]  # [L + 1, P, D]
+                s.prompt_hidden = prompt_states(h[:, real], s.params.hidden)
+                states = h[:, -1]  # [L + 1, D]: the last prompt token's, whose logits choose token 0
             tokens[i] = s.choose(out["logits"][i])
-            events.append((s, s.advance(int(tokens[i]), row, None)))
+            events.append((s, s.advance(int(tokens[i]), row, None, states)))
         batch = Batch(list(seqs), out["present_keys"], out["present_values"], mask, tokens)
         return keep(batch), events
 
     def step(self, batch: Batch) -> list:
         """One token for every row of the batch; returns [(sequence, events)]."""
-        attention = any(s.wants_attention for s in batch.rows)
         b = len(batch.rows)
         mask = np.concatenate([batch.mask, np.ones((b, 1), I64)], 1)
         feeds = {"input_ids": batch.next_ids[:, None], "attention_mask": mask,
                  "past_keys": batch.keys, "past_values": batch.values}
         if self.decoder_only:
-            out = self._run("decode", attention, feeds, ["logits", "present_keys", "present_values"])
+            out = self._run("decode", batch.rows, feeds, ["logits", "present_keys", "present_values"])
         else:
             feeds.update(encoder_attention_mask=batch.enc_mask, cross_keys=batch.cross_keys,
                          cross_values=batch.cross_values)
-            out = self._run("decoder_step", attention, feeds, ["logits", "present_keys", "present_values"])
+            out = self._run("decoder_step", batch.rows, feeds, ["logits", "present_keys", "present_values"])
         batch.keys, batch.values, batch.mask = out["present_keys"], out["present_values"], mask
         delay = max(s.step_delay for s in batch.rows)
         if delay:
@@ -175,12 +185,14 @@ class Stepper:
         for i, s in enumerate(batch.rows):
             if s.finished:  # cancelled while the graph ran
                 continue
-            self_att = cross = None
+            self_att = cross = states = None
             if s.wants_attention:
                 self_att = out["attentions"][i][..., mask[i].astype(bool)]
                 if "cross_attentions" in out:
                     cross = out["cross_attentions"][i][..., batch.enc_mask[i].astype(bool)]
+            if s.wants_hidden:
+                states = out["hidden_states"][i][:, -1]  # [L + 1, 1, D] → [L + 1, D]: the fed token's
             token = s.choose(out["logits"][i])
             batch.next_ids[i] = token
-            events.append((s, s.advance(token, self_att, cross)))
+            events.append((s, s.advance(token, self_att, cross, states)))
         return events

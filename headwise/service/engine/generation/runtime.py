@@ -16,9 +16,11 @@ from tokenizers import Tokenizer
 from headwise.service.engine.budget import Reservation, ResponseBudget
 from headwise.service.engine.faults import FAULT
 from headwise.service.engine.generation.batch import Stepper
+from headwise.service.engine.generation.hidden import hidden_bytes
 from headwise.service.engine.generation.sampling import SamplingParams
 from headwise.service.engine.generation.scheduler import Scheduler
 from headwise.service.engine.generation.sequence import GenerateInput, GenParams, Sequence
+from headwise.service.engine.internals import HiddenSpec
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability, base_card
 from headwise.service.engine.stats import ModelStats
@@ -115,6 +117,25 @@ class GenerativeRuntime:
             raise Validation(f"model {self.name!r} has no attention graphs")
         return AttentionSpec.select(self.package.n_layers, self.package.n_heads, layers, heads, **how)
 
+    def _step_graphs(self) -> tuple[str, ...]:
+        """The graphs whose `.attention` form outputs the fed tokens' hidden states."""
+        return ("prefill", "decode") if self.package.architecture == "decoder" else ("decoder_step",)
+
+    def has_hidden_states(self) -> bool:
+        """Whether every step graph's `.attention` form outputs `hidden_states` (packages
+        exported before it was added do not)."""
+        v = self.package.variants
+        return all(g + ".attention" in v and "hidden_states" in v[g + ".attention"].outputs for g in self._step_graphs())
+
+    def hidden_spec(self, layers, **how) -> HiddenSpec:
+        """The decoder's layers 0..n_layers; Validation for an index out of range, or for a
+        package whose step graphs do not output hidden states."""
+        if not self.has_hidden_states():
+            raise Validation(f"hidden_states: model {self.name!r} has step graphs without the hidden_states "
+                             "output (packages exported before it was added): export it again",
+                             field="hidden_states")
+        return HiddenSpec.select(self.package.n_layers, layers, **how)
+
     async def generate(self, ask: GenerateInput, budget: ResponseBudget,
                        pool: Executor | None = None) -> Generation:
         """Check and tokenise the request, reserve its answer's bytes, queue it. The prompt is
@@ -148,7 +169,7 @@ class GenerativeRuntime:
             raise Validation(f"max_new_tokens: at most {limit} (HEADWISE_MAX_NEW_TOKENS)")
         if len(ask.stop) > 16 or any(not s or len(s) > 256 for s in ask.stop):
             raise Validation("stop: at most 16 strings, each 1 to 256 characters")
-        return GenParams(new, ask.sampling, ask.seed, ask.stop, ask.stream, ask.attention)
+        return GenParams(new, ask.sampling, ask.seed, ask.stop, ask.stream, ask.attention, ask.hidden)
 
     def abort(self, exc: Exception) -> None:
         if self.scheduler is not None:
@@ -177,14 +198,15 @@ class GenerativeRuntime:
                                                                   self.d_head), self.special, on_run)
 
     def warm_up(self) -> None:
-        """Two tokens through every graph, plain and with attention (no metrics)."""
+        """Two tokens through every graph, plain and with attention and hidden states (no metrics)."""
         stepper = Stepper(self.backend, self.package.architecture,
                           (self.package.n_layers, self.package.n_heads, self.d_head), self.special)
         ids = np.asarray(self.decoder.encode("warm up").ids[: self.package.max_len - 2] or [0], np.int64)
 
         for attention in (False, True):
             sel = AttentionSpec((0,), (0,), False, False) if attention else None
-            params = GenParams(2, SamplingParams(), 0, (), False, sel)
+            hidden = HiddenSpec((0,)) if attention and self.has_hidden_states() else None
+            params = GenParams(2, SamplingParams(), 0, (), False, sel, hidden)
             seq = Sequence(model=self.name, source_field=self.source_field, prompt_ids=ids, prompt_tokens=[],
                            params=params, limit=2, tokenizer=self.decoder, eos=None,
                            suppress_ids=self.suppress_ids, metrics=_Quiet())
@@ -214,13 +236,13 @@ class GenerativeRuntime:
         new = min(params.max_new_tokens, room)
         sel = params.attention
         if sel is not None:
-            cells = self._attention_cells(n, new)
-            need = sel.values_bytes(cells)
+            need = sel.values_bytes(self._attention_cells(n, new))
             if need > self.settings.attention_budget_bytes:
                 raise TooLarge(f"asked-for attention is up to {need} bytes, over the budget of "
                                f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or tokens")
-            check_response_bytes(sel.written_cells(cells), self.settings.max_response_bytes,
-                                 "ask for fewer layers, heads or tokens, or base64")
+        if sel is not None or params.hidden is not None:
+            check_response_bytes(self._internals_bytes(params, n, new), self.settings.max_response_bytes,
+                                 "ask for fewer layers, heads or tokens, pooled hidden states, or base64")
         return Prompt(enc.ids, list(enc.tokens), new)
 
     def sequence(self, text: str, params: GenParams, prompt: Prompt) -> Sequence:
@@ -239,12 +261,19 @@ class GenerativeRuntime:
         cells = (n * n if decoder else 0) + sum(ctx + i for i in range(new))
         return cells if decoder else cells + new * n
 
+    def _internals_bytes(self, params: GenParams, n: int, new: int) -> int:
+        """Bytes the asked-for attention and hidden states of `new` steps after `n` prompt or
+        source tokens take in the response body."""
+        sel, hid = params.attention, params.hidden
+        att = sel.written_cells(self._attention_cells(n, new)) if sel is not None else 0
+        prompt = n if self.package.architecture == "decoder" else 0  # a source has no decoder states
+        return att + (hidden_bytes(hid, prompt, new, self.package.d_model) if hid is not None else 0)
+
     def answer_bytes(self, seq: Sequence) -> int:
         """An upper bound of the result's size as written (the process-wide response budget's
-        measure): its attention, and each token's text and id, generously."""
-        sel = seq.params.attention
-        att = sel.written_cells(self._attention_cells(len(seq.prompt_ids), seq.limit)) if sel is not None else 0
-        return att + (len(seq.prompt_ids) + seq.limit) * 64 + 4096
+        measure): its attention and hidden states, and each token's text and id, generously."""
+        n = len(seq.prompt_ids)
+        return self._internals_bytes(seq.params, n, seq.limit) + (n + seq.limit) * 64 + 4096
 
     def _fault_delay(self, text: str) -> float:
         """Tests only (HEADWISE_FAULT_INJECTION=true): a text starting `__headwise_fault__:slow=S `

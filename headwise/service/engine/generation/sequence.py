@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from headwise.service.engine.generation.hidden import step_states
 from headwise.service.engine.generation.sampling import SamplingParams, make_rng, pick, suppress
+from headwise.service.engine.internals import HiddenSpec
 from headwise.service.engine.outputs import step_attention
 from headwise.service.engine.params import AttentionSpec
 
@@ -28,6 +30,7 @@ class GenerateInput:
     stop: tuple[str, ...] = ()
     stream: bool = False
     attention: AttentionSpec | None = None  # from the runtime's attention_spec
+    hidden: HiddenSpec | None = None  # from the runtime's hidden_spec
 
 
 @dataclass
@@ -38,6 +41,7 @@ class GenParams:
     stop: tuple[str, ...]
     stream: bool
     attention: AttentionSpec | None
+    hidden: HiddenSpec | None = None
 
 
 @dataclass(eq=False)
@@ -57,6 +61,8 @@ class Sequence:
     ids: list[int] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     prompt_attention: dict | None = None
+    hidden_steps: list[dict] = field(default_factory=list)
+    prompt_hidden: dict | None = None
     finish_reason: str | None = None
     cancelled: bool = False
     text: str = ""
@@ -82,13 +88,19 @@ class Sequence:
     def wants_attention(self) -> bool:
         return self.params.attention is not None
 
+    @property
+    def wants_hidden(self) -> bool:
+        return self.params.hidden is not None
+
     # -- inference thread -----------------------------------------------------------------
     def choose(self, logits: np.ndarray) -> int:
         return pick(suppress(logits, self.suppress_ids), self.params.sampling, self.rng)
 
-    def advance(self, token: int, self_att: np.ndarray | None, cross_att: np.ndarray | None) -> list:
-        """Take the chosen token (and this step's attention rows [L, H, 1, T]); returns the
-        events to deliver: the token event, and the result when this was the last one."""
+    def advance(self, token: int, self_att: np.ndarray | None, cross_att: np.ndarray | None,
+                hidden: np.ndarray | None = None) -> list:
+        """Take the chosen token (and this step's attention rows [L, H, 1, T], and hidden states
+        [L + 1, D] at the position whose logits chose it); returns the events to deliver: the
+        token event, and the result when this was the last one."""
         now = time.perf_counter()
         labels = self.metrics
         if self.t_last is None:
@@ -107,6 +119,10 @@ class Sequence:
             if cross_att is not None:
                 step["cross_attention"] = step_attention(cross_att, sel)
             self.steps.append(step)
+        states = None
+        if self.params.hidden is not None and hidden is not None:
+            states = step_states(hidden, self.params.hidden)
+            self.hidden_steps.append(states)
         self._update_text(token)
         if token == self.eos:
             self.finish_reason = "eos"
@@ -116,6 +132,8 @@ class Sequence:
         event = {"index": index, "token": self.tokenizer.id_to_token(token), "id": token, "text": delta}
         if step:
             event["attention"] = step
+        if states is not None:
+            event["hidden_states"] = states
         out = [event] if self.params.stream else []
         if self.finish_reason is not None:
             out.append(self.final())
@@ -157,6 +175,14 @@ class Sequence:
                 att["prompt"] = self.prompt_attention
             att["steps"] = self.steps
             out["attention"] = att
+        hid = self.params.hidden
+        if hid is not None:
+            states = {"layers": list(hid.layers), "pooling": hid.pooling, "dtype": hid.dtype,
+                      "encoding": hid.encoding}
+            if self.prompt_hidden is not None:
+                states["prompt"] = self.prompt_hidden
+            states["steps"] = self.hidden_steps
+            out["hidden_states"] = states
         return out
 
     # -- event loop -------------------------------------------------------------------------
