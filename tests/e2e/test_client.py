@@ -157,7 +157,8 @@ def test_async_client_answers_as_the_sync_one(server, hw):
     assert np.array_equal(emb.embeddings, want.embeddings)
     for got, ref in zip(emb.data, want.data, strict=True):
         assert got.attention.values.dtype == np.float16 and np.array_equal(got.attention.values, ref.attention.values)
-    assert np.array_equal(sim.scores, hw.similarity(TEXTS[0], TEXTS[1:], explain=True).scores)
+    # analytics rows batch with whatever else is waiting: equal within the graph's batch invariance
+    np.testing.assert_allclose(sim.scores, hw.similarity(TEXTS[0], TEXTS[1:], explain=True).scores, atol=1e-6)
     assert np.array_equal(occ.effects, hw.occlusion(TEXTS[2]).effects) and models[0].n_heads == 12
     assert isinstance(err, HeadwiseError) and err.status == 404
 
