@@ -20,6 +20,7 @@ from headwise.client.types import (
     EmbedItem,
     EmbedResult,
     GenerateAttention,
+    GenerateHidden,
     GenerateResult,
     GenerateStep,
     GenerateToken,
@@ -44,7 +45,7 @@ from headwise.client.types import (
 
 __all__ = [
     "AsyncClient", "Attention", "AttentionBlock", "AttentionOptions", "Client", "EmbedItem", "EmbedResult",
-    "GenerateAttention", "GenerateResult", "GenerateStep", "GenerateToken", "HeadImportanceResult", "HeadwiseError",
+    "GenerateAttention", "GenerateHidden", "GenerateResult", "GenerateStep", "GenerateToken", "HeadImportanceResult", "HeadwiseError",
     "HiddenState", "HiddenStatesOptions", "Label", "ModelInfo", "OcclusionResult", "PredictResult", "RerankAttention",
     "RerankItem", "RerankResult", "SimilarityItem", "SimilarityResult", "TokenPair", "TokenizeItem", "TokenizeResult",
     "Tokens", "Usage", "decode_array",

@@ -16,6 +16,7 @@ from headwise.client.types import (
     EmbedItem,
     EmbedResult,
     GenerateAttention,
+    GenerateHidden,
     GenerateResult,
     GenerateStep,
     GenerateToken,
@@ -141,11 +142,19 @@ def generate(d: Mapping[str, Any]) -> GenerateResult:
             layers=list(a["layers"]), heads=list(a["heads"]), dtype=dtype, encoding=enc,
             prompt=decode_array(prompt["data"], prompt["shape"], dtype, enc) if prompt else None,
             steps=[_step(s, dtype, enc) for s in a.get("steps", [])])
+    hidden = None
+    if (h := d.get("hidden_states")) is not None:
+        dtype, enc = h.get("dtype", "float32"), h.get("encoding", "json")
+        prompt = h.get("prompt")
+        hidden = GenerateHidden(
+            layers=list(h["layers"]), pooling=h.get("pooling", "none"), dtype=dtype,
+            prompt=decode_array(prompt["data"], prompt["shape"], dtype, enc) if prompt else None,
+            steps=[decode_array(s["data"], s["shape"], dtype, enc) for s in h.get("steps", [])])
     return GenerateResult(
         model=d["model"], text=d["text"], tokens=list(d["tokens"]), ids=list(d["ids"]),
         finish_reason=d["finish_reason"], usage=_usage(d.get("usage")),
         input_tokens=list(given.get("tokens", [])), input_ids=list(given.get("ids", [])),
-        attention=att, raw=dict(d))
+        attention=att, hidden_states=hidden, raw=dict(d))
 
 
 class GenerateStream:

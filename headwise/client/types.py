@@ -260,7 +260,20 @@ class GenerateResult:
     input_tokens: list[str]  # the prompt's (decoder) or source's (encoder-decoder)
     input_ids: list[int]
     attention: GenerateAttention | None = None
+    hidden_states: GenerateHidden | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class GenerateHidden:
+    """/v1/generate's hidden states: `steps[k]` [L′, d_model], the states at the position whose
+    logits chose token k; `prompt` (decoders) [L′, P, d_model], or [L′, d_model] pooled."""
+
+    layers: list[int]
+    pooling: str
+    dtype: str
+    prompt: np.ndarray | None
+    steps: list[np.ndarray]
 
 
 @dataclass(frozen=True, eq=False)

@@ -229,6 +229,13 @@ def test_generate_and_its_stream(zoo):
     assert tokens[0].attention.self_attention.dtype == np.float16
     assert np.allclose(tokens[-1].attention.self_attention, res.attention.steps[-1].self_attention, atol=1e-3)
 
+    hs = c.generate("the quick brown fox", model="tiny-gpt2", max_new_tokens=5, seed=3,
+                    hidden_states={"layers": [2, 0], "encoding": "base64"}).hidden_states
+    want = ok(srv.post("/v1/generate", {**body, "hidden_states": {"layers": [2, 0]}}))["hidden_states"]
+    assert hs.layers == [2, 0] and len(hs.steps) == len(res.ids) and hs.steps[0].shape == (2, 32)
+    np.testing.assert_array_equal(hs.prompt, np.asarray(want["prompt"]["data"], dtype=np.float32))
+    np.testing.assert_array_equal(hs.steps[-1], np.asarray(want["steps"][-1]["data"], dtype=np.float32))
+
     async def streamed():
         async with AsyncClient(srv.url) as a:
             return [e async for e in a.generate_stream("the quick brown fox", model="tiny-gpt2", max_new_tokens=5, seed=3)]
