@@ -27,6 +27,7 @@ LATENCY = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 
 FAST = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0)
 COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+UNIT = tuple(round(0.05 * i, 2) for i in range(1, 21))  # 0.05, 0.1, ..., 1: shares, normalised entropies
 
 
 def multiprocess_dir() -> str | None:
@@ -90,12 +91,32 @@ class Metrics:
         self.inter_token_latency = Histogram(p + "inter_token_latency_seconds",
                                              "time between two tokens of one generation", ["model"],
                                              buckets=(*FAST, 2.0, 5.0), registry=r)
+        # Head drift (enable_head_drift): registered only when HEADWISE_ATTENTION_SAMPLE > 0.
+        self.head_entropy: Histogram | None = None
+        self.head_special_share: Histogram | None = None
+        self.head_samples: Counter | None = None
         # process_* (memory, CPU) and python_* for the dashboard's process panels.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             r.register(collector)
         self.gpu = gpu_collector() if gpu is True else gpu or None
         if self.gpu is not None:
             r.register(self.gpu)
+
+    def enable_head_drift(self) -> None:
+        """Register the head-drift metrics (service.engine.drift), once: with sampling off they
+        are absent from the scrape rather than empty. Labels `layer` and `head` are indices, so
+        a model has L·H series of each histogram."""
+        if self.head_samples is not None:
+            return
+        r, p, labels = self.registry, "headwise_", ["model", "layer", "head"]
+        self.head_entropy = Histogram(p + "head_attention_entropy",
+                                      "a sampled input's mean attention entropy per head, over ln T (0..1)",
+                                      labels, buckets=UNIT, registry=r)
+        self.head_special_share = Histogram(p + "head_special_share",
+                                            "a sampled input's mean attention share on its special tokens per head",
+                                            labels, buckets=UNIT, registry=r)
+        self.head_samples = Counter(p + "head_samples_total", "plain embed requests sampled for head drift",
+                                    ["model", "outcome"], registry=r)
 
     def render(self) -> bytes:
         if multiprocess_dir():

@@ -64,6 +64,10 @@ class Settings(BaseSettings):
         1, ge=0, le=1024, description="on CPU, intra-op threads of the session that runs analytics rows at the "
         "lowest priority beside plain traffic; 0: analytics share the plain session and thread, between "
         "its batches")
+    attention_sample: float = Field(
+        0.0, ge=0, le=1, description="share of plain embedding requests that also run the attention graph after "
+        "plain work, off their path, for the head-drift metrics (headwise_head_*: service.engine.drift); 0: off, "
+        "and those metrics are absent")
     grace_seconds: float = Field(25.0, ge=0)
     max_input_chars: int = Field(100_000, ge=1, description="characters per input; longer → 413 before tokenisation")
     max_connections: int = Field(1000, ge=1, description="open client connections per process; one more is "

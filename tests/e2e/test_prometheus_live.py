@@ -85,7 +85,8 @@ def headwise_url(request, start_server):
     """A real `headwise serve` on the real default package (tests/e2e/conftest.py), with one
     worker and with two (prometheus-client's multiprocess mode, as HEADWISE_WORKERS=2 in
     compose gives)."""
-    srv = start_server(env={"HEADWISE_WORKERS": str(request.param)})
+    # every request sampled for head drift, so that the dashboard's Head drift row has data too
+    srv = start_server(env={"HEADWISE_WORKERS": str(request.param), "HEADWISE_ATTENTION_SAMPLE": "1"})
     try:
         yield srv.url
     finally:

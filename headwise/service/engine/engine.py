@@ -22,6 +22,7 @@ from headwise.service.cpu import lowered_thread
 from headwise.service.engine import explain as operations
 from headwise.service.engine.budget import ResponseBudget, ShareOf, TokenBudget
 from headwise.service.engine.classify import ClassifyParams, ClassifyResult
+from headwise.service.engine.drift import DriftSampler
 from headwise.service.engine.encoder import BackendFactory, EncoderRuntime
 from headwise.service.engine.explain import AnalyticsLane, Occlusion, Similarity
 from headwise.service.engine.generation import GenerativeRuntime
@@ -63,6 +64,8 @@ class Engine:
             TokenBudget(settings.analytics_tokens_inflight, settings.analytics_max_request_tokens,
                         metrics.analytics_tokens),
             ShareOf(self.responses, share, "analytics answers being built or sent"))
+        self.drift = (DriftSampler(settings.attention_sample, metrics, self.analytics.pool)
+                      if settings.attention_sample > 0 else None)  # head drift (service.engine.drift)
         self.backend_factory = backend_factory or open_backend
         self.models: dict[str, Runtime] = {}
         self.ready = False
@@ -194,6 +197,8 @@ class Engine:
         if token_ids(inputs):
             rt.tokenizer.check_ids(inputs)
         data, size, timing = await rt.submit(inputs, params, is_disconnected)
+        if self.drift is not None:
+            self.drift.offer(rt, inputs, params, data)
         return EmbedResult(rt.name, rt.package.version, data, size, timing)
 
     async def classify(self, rt: Runtime, inputs: list[str | tuple[str, str]], params: ClassifyParams,

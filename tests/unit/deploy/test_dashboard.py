@@ -143,7 +143,7 @@ def test_lexer_finds_metrics_and_not_functions():
 def test_metrics_md_lists_exactly_the_registered_metrics():
     """docs/metrics.md's table and headwise/service/metrics.py's registry: the same metrics, with the
     same types, label names and histogram buckets."""
-    documented, registered = documented_metrics(), registered_metrics()
+    documented, registered = documented_metrics(), registered_metrics(every_metric())
     assert len(documented) >= 20, "docs/metrics.md: the table was not found or not parsed"
     if not any(n.startswith("process_") for n in registered):  # ProcessCollector reads /proc: Linux
         documented = {n: v for n, v in documented.items() if not n.startswith("process_")}
@@ -156,6 +156,32 @@ def test_metrics_md_lists_exactly_the_registered_metrics():
         assert doc_kind == kind, f"{name}: docs/metrics.md says {doc_kind}, the code registers a {kind}"
         assert doc_labels == labels, f"{name}: docs/metrics.md labels {sorted(doc_labels)}, code {sorted(labels)}"
         assert doc_buckets == buckets, f"{name}: docs/metrics.md buckets {doc_buckets}, code {buckets}"
+
+
+def every_metric():
+    """A `Metrics` with everything a setting can add registered: the head-drift metrics
+    (HEADWISE_ATTENTION_SAMPLE > 0), and GPU metrics from a fake NVML."""
+    from headwise.service.gpu_metrics import GpuCollector
+    from headwise.service.metrics import Metrics
+    from tests.unit.fakes import FakeNvml
+
+    m = Metrics(gpu=GpuCollector(FakeNvml()))
+    m.enable_head_drift()
+    return m
+
+
+HEAD_DRIFT = {"headwise_head_attention_entropy", "headwise_head_special_share", "headwise_head_samples_total"}
+
+
+def test_head_drift_metrics_are_documented_and_absent_by_default():
+    """docs/metrics.md's "Head drift" table lists exactly the metrics `enable_head_drift`
+    adds, which a default registry (HEADWISE_ATTENTION_SAMPLE=0) does not have."""
+    from tests.fixtures.dashboard import METRICS_MD, parse_metrics_md
+
+    section = METRICS_MD.read_text().split("\n## Head drift\n", 1)[1].split("\n## ", 1)[0]
+    assert set(parse_metrics_md(section)) == HEAD_DRIFT
+    assert registered_metrics(every_metric()).keys() >= HEAD_DRIFT
+    assert not HEAD_DRIFT & registered_metrics().keys()
 
 
 def documented_routes(text: str) -> list[str]:
@@ -256,6 +282,28 @@ def test_required_panels():
     assert {"model", "provider", "precision"} <= used_labels(info["targets"][0]["expr"])[1]
     _find(lambda p, e: "process_resident_memory_bytes" in e, "process memory")
     _find(lambda p, e: "process_cpu_seconds_total" in e, "process CPU")
+
+
+def test_head_drift_row():
+    """Issue 30: a "Head drift" row with each head's median entropy, the special-token share per
+    head, and the sampled and dropped rates; its alert reads the same histogram."""
+    dash = dashboard()
+    (row,) = [p for p in dash["panels"] if p["type"] == "row" and p["title"] == "Head drift"]
+    below = [p for p in dash["panels"] if p["type"] != "row" and p["gridPos"]["y"] > row["gridPos"]["y"]]
+    exprs = {p["id"]: " ".join(t["expr"] for t in p["targets"]) for p in below}
+
+    def shows(pred, what):
+        assert any(pred(_squash(e)) for e in exprs.values()), f"the Head drift row shows no {what}"
+
+    shows(lambda e: "histogram_quantile(0.5," in e and "headwise_head_attention_entropy_bucket" in e
+          and "by(model,layer,head,le)" in e, "median entropy per (layer, head)")
+    shows(lambda e: "headwise_head_special_share_bucket" in e and "by(model,layer,head,le)" in e,
+          "special-token share per (layer, head)")
+    shows(lambda e: "rate(headwise_head_samples_total" in e and "outcome" in e, "sampled and dropped rates")
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    (drift,) = [r for r in rules if r.get("alert") == "HeadwiseHeadEntropyDrift"]
+    assert "headwise_head_attention_entropy_bucket" in drift["expr"] and drift["for"] == "30m"
+    assert {"layer", "head"} <= used_labels(drift["expr"])[1]
 
 
 def test_dashboard_shape():

@@ -19,6 +19,7 @@ REQUIRED_ALERTS = {
     "HeadwiseLatencySLOBreach",
     "HeadwiseQueueSaturated",
     "HeadwiseInstanceDown",
+    "HeadwiseHeadEntropyDrift",
 }
 
 
