@@ -5,7 +5,6 @@ tests/unit/export/test_generative_export.py run on the same package files."""
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import shutil
@@ -23,6 +22,7 @@ from tests.fixtures.generative_onnx import (
     onnx_greedy_decoder,
     onnx_greedy_encoder_decoder,
 )
+from tests.fixtures.references import payload_array as array
 
 MAX_NEW = 40
 MAX_PROMPT = 48
@@ -81,15 +81,6 @@ def stream(srv, **body) -> tuple[list[dict], dict]:
         assert line.startswith("data: ")
         events.append(json.loads(line[6:]))
     return events[:-1], events[-1]
-
-
-def array(a: dict, dtype: str, encoding: str) -> np.ndarray:
-    if encoding == "base64":
-        raw = np.frombuffer(base64.b64decode(a["data"]), dtype="<f2" if dtype == "float16" else "<f4")
-        return raw.reshape(a["shape"]).astype(np.float64)
-    x = np.asarray(a["data"], dtype=np.float64)
-    assert list(x.shape) == a["shape"]
-    return x
 
 
 def metric(text: str, name: str, **labels) -> float:

@@ -9,7 +9,6 @@ generated token k - 1. So transformers runs on prompt + ids[:-1] (decoder inputs
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 from pathlib import Path
@@ -18,6 +17,8 @@ import httpx
 import numpy as np
 import pytest
 import torch
+
+from tests.fixtures.references import payload_array as array
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -57,15 +58,6 @@ def generate(srv, **body) -> dict:
     r = srv.post("/v1/generate", json=body)
     assert r.status_code == 200, r.text
     return r.json()
-
-
-def array(a: dict, dtype: str = "float32", encoding: str = "json") -> np.ndarray:
-    if encoding == "base64":
-        raw = np.frombuffer(base64.b64decode(a["data"]), dtype="<f2" if dtype == "float16" else "<f4")
-        return raw.reshape(a["shape"]).astype(np.float64)
-    x = np.asarray(a["data"], dtype=np.float64)
-    assert list(x.shape) == a["shape"]
-    return x
 
 
 def hf_gpt2_states(ckpt: Path, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
