@@ -35,7 +35,9 @@ from tests.integration.sentences import SENTENCES
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ARTIFACTS = REPO / "tests" / "e2e" / "artifacts"
-SIZE_GOAL_MB = 700  # the CPU image's goal (issues 20 and 28); docs/deployment.md has the sizes
+# The CPU image's goal: 700 MB in issues 20 and 28; 750 since issue 30 put the analysis graph
+# (90 MB for MiniLM) in every encoder package. docs/deployment.md has the sizes.
+SIZE_GOAL_MB = 750
 
 
 def _pin(name: str) -> str:

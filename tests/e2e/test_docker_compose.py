@@ -124,15 +124,16 @@ def test_prometheus_scrapes_headwise_in_compose_and_the_dashboard_has_data(stack
     assert _wait(lambda: [r for r in _query(prom, embed) if float(r["value"][1]) >= sent["ok"] * 0.5], 45)
 
     # The GPU panels read headwise_gpu_* (NVML): the CPU image has no GPU and no nvidia-ml-py,
-    # so those panels are empty by design; every other query must return data.
+    # so those panels are empty by design, as are the Head drift row's (headwise_head_*: the
+    # compose file leaves HEADWISE_ATTENTION_SAMPLE at 0); every other query must return data.
     empty, gpu = [], []
     for where, q in dashboard_queries():
         expr = substitute(q, rate_interval=RATE_INTERVAL)
         if not _query(prom, expr):
-            (gpu if "headwise_gpu_" in expr else empty).append(f"{where}: {expr}")
+            (gpu if "headwise_gpu_" in expr or "headwise_head_" in expr else empty).append(f"{where}: {expr}")
     assert not empty, "dashboard queries with no data:\n" + "\n".join(empty)
     print(f"{len(dashboard_queries()) - len(gpu)} dashboard queries return data; "
-          f"{len(gpu)} GPU queries are empty on the CPU image")
+          f"{len(gpu)} GPU and head-drift queries are empty on the CPU image with sampling off")
 
     groups = httpx.get(prom + "/api/v1/rules", timeout=10).json()["data"]["groups"]
     rules = [r for g in groups for r in g["rules"]]

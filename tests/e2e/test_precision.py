@@ -61,7 +61,7 @@ def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 def test_the_default_is_fp32_and_equals_sentence_transformers(default_server, st_reference):
     card = default_server.get("/v1/models").json()["data"][0]
     assert card["precision"] == "fp32"
-    assert [v for v, spec in card["variants"].items() if spec["serving"]] == ["fast", "attention"]
+    assert [v for v, spec in card["variants"].items() if spec["serving"]] == ["fast", "attention", "analysis"]
     got = np.array([d["embedding"] for d in embed(default_server, SENTENCES)])
     assert cosines(got, st_reference).min() >= 0.99999
 

@@ -41,7 +41,7 @@ def test_manifest_facts(manifest):
     assert (manifest["n_layers"], manifest["n_heads"], manifest["d_model"], manifest["max_len"]) == (6, 12, 384, 256)
     assert (manifest["pooling"], manifest["normalize"]) == ("mean", True)
     assert manifest["opset"] >= 17
-    assert set(manifest["variants"]) == {"fast", "fast.int8", "fast.fp16", "attention"}
+    assert set(manifest["variants"]) == {"fast", "fast.int8", "fast.fp16", "attention", "analysis"}
     assert manifest["outputs"]["attention"][-2:] == [
         {"name": "attentions", "dtype": "float32", "shape": ["batch", 6, 12, "seq", "seq"]},
         {"name": "attentions_f16", "dtype": "float16", "shape": ["batch", 6, 12, "seq", "seq"]}]
