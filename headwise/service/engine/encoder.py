@@ -33,6 +33,7 @@ BackendFactory = Callable[[ModelPackage, Settings], Backend]
 TOO_LARGE = ("ask for fewer inputs, layers or heads, top-k or base64 attention, pooled or fewer hidden states, "
              "or sentence embeddings")
 WEIGHTED = ("attention", "analysis")  # the variants whose graph outputs attention weights
+REEXPORT = "packages exported since 2026-11-24 have it: run headwise export again"
 
 
 class EncoderRuntime:
@@ -81,9 +82,9 @@ class EncoderRuntime:
         role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
-            raise Validation(f"model {self.name!r} has no {role} variant" + (
-                " (hidden states and removed heads need a package exported since 2026-11-24: run headwise export "
-                "again)" if role == "analysis" else ""))
+            if role == "analysis":
+                raise self._no_analysis("hidden states and removed heads need")
+            raise Validation(f"model {self.name!r} has no attention variant")
         job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected)
         try:
             data = await batcher.submit(job)
@@ -115,14 +116,16 @@ class EncoderRuntime:
         holes = holes or [()] * len(encs)
         ablations = ablations or [None] * len(encs)
         if (any(holes) or any(ablations)) and "analysis" not in self.batchers:
-            raise Validation(f"model {self.name!r} has no analysis variant, which masking a position inside an input "
-                             "or removing heads needs (packages exported since 2026-11-24: run headwise export again)")
+            raise self._no_analysis("masking a position inside an input or removing heads needs")
         entries = [Entry(job, i, e.ids, e.type_ids, e, h, a)
                    for i, (e, h, a) in enumerate(zip(encs, holes, ablations, strict=True))]
         for e, h in zip(encs, holes, strict=True):
             if not h:
                 self.series.input_tokens.observe(e.length)
         return await batcher.submit(job, entries)
+
+    def _no_analysis(self, what: str) -> Validation:
+        return Validation(f"model {self.name!r} has no analysis variant, which {what} ({REEXPORT})")
 
     def _all_batchers(self) -> list[Batcher]:
         """Analytics first: they may borrow the embed batcher's thread, which closing it ends."""
