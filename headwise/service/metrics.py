@@ -91,6 +91,13 @@ class Metrics:
         self.inter_token_latency = Histogram(p + "inter_token_latency_seconds",
                                              "time between two tokens of one generation", ["model"],
                                              buckets=(*FAST, 2.0, 5.0), registry=r)
+        # Process mode (HEADWISE_ENGINE=process): recorded by the engine process, which writes to
+        # the multiprocess folder beside its front-ends.
+        self.engine_stacked = Histogram(p + "engine_stacked_runs", "front-end batches run as one device run by the "
+                                        "engine process", ["model", "variant"], buckets=COUNTS, registry=r)
+        self.engine_busy = Counter(p + "engine_busy_seconds_total", "seconds of device runs in the engine process "
+                                   "(its rate is the share of time the device was kept busy)", ["model", "variant"],
+                                   registry=r)
         # Head drift (enable_head_drift): registered only when HEADWISE_ATTENTION_SAMPLE > 0.
         self.head_entropy: Histogram | None = None
         self.head_special_share: Histogram | None = None

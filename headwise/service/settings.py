@@ -25,6 +25,14 @@ class Settings(BaseSettings):
     workers: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
         "auto", description="worker processes; auto: 1 on CPU, on CUDA as many as the host's cores and the "
         "GPU's memory allow, at most 8 (service.backends.cuda.auto_workers)")
+    engine: Literal["auto", "inproc", "process"] = Field(
+        "auto", description="inproc: one process does HTTP, tokenisation and the device runs (the CPU default); "
+        "process: one engine process owns the sessions, fed by HEADWISE_FRONTENDS front-end processes (the "
+        "CUDA default); auto: process on CUDA, inproc on CPU")
+    frontends: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
+        "auto", description="front-end processes in process mode; auto: usable cores − 2, at least 1")
+    engine_address: str | None = Field(
+        None, description="set by `headwise serve` for its front-ends: the engine process's ZMQ address")
     api_key: SecretStr | None = Field(None, description="bearer token required on /v1 and /v2 routes (health probes excepted)")
     provider: Literal["auto", "cuda", "cpu"] = "auto"
     precision: Literal["auto", "fp32", "int8", "fp16"] = "auto"
@@ -83,6 +91,9 @@ class Settings(BaseSettings):
                        "requests skip its per-request check")
     fault_injection: bool = Field(
         False, description="TEST ONLY: inputs starting with __headwise_fault__ make the backend fail or hang")
+    fault_engine_delay_ms: float = Field(
+        0.0, ge=0, le=60_000, description="tests only, with HEADWISE_FAULT_INJECTION: the engine process (process "
+        "mode) sleeps this long before each device run, a slow device")
     max_new_tokens: int = Field(256, ge=1, description="most tokens one /v1/generate request may ask for")
     max_prompt_tokens: int | None = Field(None, ge=1, description="longest prompt/source in tokens; "
                                           "default: each model's max_len")
@@ -153,6 +164,12 @@ def load_settings(**overrides) -> Settings:
             name = "HEADWISE_" + str(err["loc"][0]).upper()  # not the union member's tag (workers: int | auto)
             lines.append(f"{name}: {err['msg']}")
         raise SettingsError("invalid settings: " + "; ".join(lines)) from None
+
+
+def frontend_processes(settings: Settings, cores: int) -> int:
+    """HEADWISE_FRONTENDS as a number: `auto` is the usable cores less two (the engine's run and
+    IO threads), at least 1."""
+    return settings.frontends if isinstance(settings.frontends, int) else max(1, cores - 2)
 
 
 def worker_processes(settings: Settings) -> int:

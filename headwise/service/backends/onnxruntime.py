@@ -32,6 +32,9 @@ class Backend(Protocol):
     # only: the embed variant again, in a session of its own (HEADWISE_ANALYTICS_THREADS)
     variants: dict[str, str]
     precision: str  # precision of the embed variant
+    # (optional, False when absent) its sessions were warmed where they live: process mode's
+    # RemoteBackend, whose engine process warmed them before any front-end started
+    warmed: bool
 
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
@@ -81,6 +84,8 @@ class OrtBackend:
     on the device (IOBinding), then copied back; `binding` names the device to bind outputs on
     ("cuda"; "cpu" runs the same code on a machine without a GPU, for tests), None for plain
     `session.run`; "auto": "cuda" on CUDA, else None."""
+
+    warmed = False
 
     def __init__(self, package: ModelPackage, settings: Settings, *, binding: str | None = "auto"):
         import onnxruntime as ort

@@ -90,6 +90,8 @@ class Engine:
     def _prepare(self) -> None:
         for rt in self.models.values():
             rt.load(self.backend_factory)
+            if getattr(rt.backend, "warmed", False):  # process mode: the engine process warmed them
+                continue
             t0 = time.perf_counter()
             rt.warm_up()
             log.info("model %s warmed up in %.2fs", rt.name, time.perf_counter() - t0)
@@ -121,6 +123,8 @@ class Engine:
         """Raises NotReady unless the server (and `rt`, if given) takes requests now."""
         if self.draining:
             raise NotReady("draining")
+        if self.failed:
+            raise NotReady(self.failed)
         if not self.ready:
             raise NotReady("model not loaded or warming up")
         if rt is not None and not rt.ready:
@@ -158,6 +162,8 @@ class Engine:
         self._ready()
 
     def _ready(self) -> None:
+        if self.failed:
+            raise NotReady(self.failed)
         if not self.ready or self.draining:
             raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
 

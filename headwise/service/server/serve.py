@@ -79,6 +79,42 @@ def _exit_if_stuck(code: int, wait_s: float = 1.0) -> None:
         os._exit(code)
 
 
+def uvicorn_options(settings, log_level: str, access_log: bool) -> tuple[dict, bool]:
+    """uvicorn's options for a server process (in-process or a front-end), and whether the fast
+    path can be installed (server.versions)."""
+    options = dict(host=settings.host, port=settings.port, loop="uvloop",
+                   # the app's SIGTERM drain waits for requests in flight (service.api.app); this is
+                   # only what uvicorn waits after it, or on SIGINT
+                   lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
+                   log_level=log_level, access_log=access_log, log_config=_log_config(log_level))
+    fast = not (wrong := versions.mismatches())
+    if fast:
+        from headwise.service.server import http_protocol
+
+        options["http"] = http_protocol.protocol(settings)
+    else:
+        print(versions.fallback_warning(wrong), file=sys.stderr)
+        options["http"] = "httptools"
+    return options, fast
+
+
+def resolve_engine(settings) -> str:
+    """HEADWISE_ENGINE as `inproc` or `process`: `auto` is process on CUDA (unless
+    HEADWISE_WORKERS names a number of whole-server workers), inproc on CPU. Contradictory
+    settings raise SettingsError, naming them."""
+    workers_set = isinstance(settings.workers, int)
+    if settings.engine == "process" and workers_set and settings.workers > 1:
+        raise SettingsError(f"HEADWISE_ENGINE=process and HEADWISE_WORKERS={settings.workers} contradict each "
+                            "other: process mode runs one engine and HEADWISE_FRONTENDS front-end processes; unset "
+                            "HEADWISE_WORKERS, or set HEADWISE_ENGINE=inproc for whole-server workers")
+    if settings.engine != "auto":
+        return settings.engine
+    if workers_set:
+        return "inproc"
+    on_cuda = settings.provider == "cuda" or (settings.provider == "auto" and cuda.probe(settings.device_id).ok)
+    return "process" if on_cuda else "inproc"
+
+
 def main(args: argparse.Namespace) -> int:
     for flag, env in FLAGS.items():
         value = getattr(args, flag, None)
@@ -96,10 +132,16 @@ def main(args: argparse.Namespace) -> int:
             found = cuda.probe(settings.device_id)
             if not found.ok:
                 raise PackageError(f"HEADWISE_PROVIDER=cuda, but CUDA cannot be used here: {found.why()}")
-        settings = resolve_workers(settings)
+        mode = resolve_engine(settings)
+        if mode == "inproc":
+            settings = resolve_workers(settings)
     except (SettingsError, PackageError) as e:
         print(f"headwise serve: error: {e}", file=sys.stderr)
         return 2
+    if mode == "process":
+        from headwise.service.server import supervisor
+
+        return supervisor.run(settings, args.log_level, args.access_log)
 
     made_dir = None
     if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -108,23 +150,8 @@ def main(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    # uvicorn re-raises SIGTERM (or a second SIGINT) once it has drained; no-op handlers here
-    # make that an exit 0, with no KeyboardInterrupt traceback.
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    signal.signal(signal.SIGINT, lambda *_: None)
-    options = dict(host=settings.host, port=settings.port, loop="uvloop",
-                   # the app's SIGTERM drain waits for requests in flight (service.api.app); this is
-                   # only what uvicorn waits after it, or on SIGINT
-                   lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
-                   log_level=args.log_level, access_log=args.access_log, log_config=_log_config(args.log_level))
-    fast = not (wrong := versions.mismatches())
-    if fast:
-        from headwise.service.server import fastpath, http_protocol
-
-        options["http"] = http_protocol.protocol(settings)
-    else:
-        print(versions.fallback_warning(wrong), file=sys.stderr)
-        options["http"] = "httptools"
+    quiet_exit_signals()
+    options, fast = uvicorn_options(settings, args.log_level, args.access_log)
     try:
         if settings.workers == 1:
             from headwise.service.api.app import create_app
@@ -134,15 +161,28 @@ def main(args: argparse.Namespace) -> int:
 
             app = create_app(settings, on_fatal=stop)
             if fast:
+                from headwise.service.server import fastpath
+
                 fastpath.install(app)
             server = uvicorn.Server(uvicorn.Config(app, **options))
             server.run()
             code = 3 if not server.started or app.state.engine.failed else 0
             _exit_if_stuck(code)
             return code
-        factory = fastpath.FACTORY if fast else PLAIN_FACTORY
+        factory = PLAIN_FACTORY
+        if fast:
+            from headwise.service.server import fastpath
+
+            factory = fastpath.FACTORY
         uvicorn.run(factory, factory=True, workers=settings.workers, **options)
         return 0
     finally:
         if made_dir:
             shutil.rmtree(made_dir, ignore_errors=True)
+
+
+def quiet_exit_signals() -> None:
+    """uvicorn re-raises SIGTERM (or a second SIGINT) once it has drained; no-op handlers here
+    make that an exit 0, with no KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)

@@ -1,0 +1,158 @@
+"""A front-end's backend in process mode (docs/architecture.md#process-mode): the same
+`run(role, feeds, outputs)` as `OrtBackend`, carried over ZMQ IPC to the engine process that
+holds the sessions (service.backends.core). Everything above the backend (batchers, heads,
+analytics, generation) is the one code path of both modes; only this transport differs, as
+vLLM's in-process and multi-process clients drive one EngineCore.
+
+onnxruntime is never imported here: a front-end opens no session and no CUDA context.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from itertools import count
+
+import numpy as np
+import zmq
+
+from headwise.service.backends import wire
+from headwise.service.errors import NotReady
+from headwise.service.package import ModelPackage, PackageError
+from headwise.service.settings import Settings
+
+log = logging.getLogger("headwise.service")
+
+POLL_MS = 50  # how often a waiting run looks whether the engine is still there
+WATCH_S = 0.1  # how often the watchdog looks
+GONE = "the engine process is gone; the server is restarting"
+
+
+class EngineGone(NotReady):
+    """The engine process died: every run waiting and every later one gets 503."""
+
+
+class EngineLink:
+    """One front-end's connection to the engine: a DEALER socket per thread that runs (each
+    batcher's inference thread, the generation scheduler's), each with one run in flight, and a
+    watchdog that notices the engine's death within WATCH_S. `on_lost` callbacks run on the
+    watchdog's thread."""
+
+    def __init__(self, address: str, connect_timeout_s: float = 30.0):
+        self.address = address
+        self._ctx = zmq.Context()
+        self._local = threading.local()
+        self._seq = count()
+        self._sockets: list[zmq.Socket] = []
+        self._lock = threading.Lock()
+        self.lost: str | None = None
+        self._on_lost: list[Callable[[str], None]] = []
+        self.welcome = self._hello(connect_timeout_s)
+        self._watch = threading.Thread(target=self._watchdog, name="headwise-engine-watch", daemon=True)
+        self._watch.start()
+
+    def _hello(self, timeout_s: float) -> wire.Welcome:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.connect(self.address)
+        try:
+            sock.send_multipart(wire.encode(wire.Hello()))
+            if not sock.poll(int(timeout_s * 1000)):
+                raise PackageError(f"no engine answered at {self.address} within {timeout_s:.0f} s")
+            msg, _ = wire.decode(sock.recv_multipart())
+        finally:
+            sock.close(linger=0)
+        if not isinstance(msg, wire.Welcome):
+            raise PackageError(f"the engine at {self.address} answered {type(msg).__name__} to hello")
+        return msg
+
+    def on_lost(self, callback: Callable[[str], None]) -> None:
+        self._on_lost.append(callback)
+
+    def backend(self, package: ModelPackage, settings: Settings) -> RemoteBackend:
+        """The engine's backend factory in a front-end (service.engine.encoder.BackendFactory)."""
+        facts = self.welcome.models.get(package.name)
+        if facts is None:
+            raise PackageError(f"the engine process does not serve model {package.name!r} "
+                               f"(it serves {', '.join(sorted(self.welcome.models)) or 'nothing'})")
+        return RemoteBackend(self, package.name, facts)
+
+    def close(self) -> None:
+        self.lost = self.lost or "closed"
+        self._ctx.destroy(linger=0)
+
+    # -- runs (any thread) ----------------------------------------------------------------------
+    def _socket(self) -> zmq.Socket:
+        sock = getattr(self._local, "sock", None)
+        if sock is None:
+            sock = self._local.sock = self._ctx.socket(zmq.DEALER)
+            sock.connect(self.address)
+            with self._lock:
+                self._sockets.append(sock)
+        return sock
+
+    def run(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        if self.lost:
+            raise EngineGone(GONE)
+        sock = self._socket()
+        seq = next(self._seq)
+        sock.send_multipart(wire.encode(wire.Run(seq, model, role, outputs, wire.specs(feeds)), feeds), copy=False)
+        while not sock.poll(POLL_MS):
+            if self.lost:
+                raise EngineGone(GONE)
+        msg, arrays = wire.decode(sock.recv_multipart(copy=False))
+        if getattr(msg, "seq", None) != seq:
+            raise RuntimeError(f"engine answered run {getattr(msg, 'seq', None)} to run {seq}")
+        if isinstance(msg, wire.Failure):
+            if msg.kind == "not_ready":
+                raise NotReady(msg.message)
+            raise RuntimeError(f"engine: {msg.message}")
+        return arrays
+
+    # -- the watchdog -------------------------------------------------------------------------
+    def _watchdog(self) -> None:
+        pid = self.welcome.pid
+        stop = threading.Event()
+        while not stop.wait(WATCH_S):
+            if self.lost:
+                return
+            if not _alive(pid):
+                self.lost = GONE
+                log.error("engine process %d is gone: answering 503 until the supervisor restarts the server", pid)
+                for callback in self._on_lost:
+                    callback(GONE)
+                return
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (not a zombie awaiting its parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+class RemoteBackend:
+    """A model's sessions in the engine process, behind `Backend`'s surface (and the
+    generative backend's `has`). The engine warmed them before any front-end started."""
+
+    warmed = True
+
+    def __init__(self, link: EngineLink, model: str, facts: wire.ModelFacts):
+        self.link, self.model = link, model
+        self.provider, self.precision = facts.provider, facts.precision
+        self.variants = dict(facts.variants)
+
+    def has(self, variant: str) -> bool:
+        return variant in self.variants
+
+    def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        return self.link.run(self.model, role, feeds, outputs)

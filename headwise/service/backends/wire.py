@@ -1,0 +1,97 @@
+"""The messages between front-end processes and the engine process (process mode,
+docs/architecture.md#process-mode): a msgpack header (msgspec) and then each array as a frame
+of its own, its bytes as numpy holds them, so no float passes through Python one by one
+(vLLM's `serial_utils.py` does the same).
+
+A front-end sends `Hello` once (the engine answers `Welcome`: what it serves) and then `Run`s,
+each answered by a `Result` or a `Failure`; the supervisor and the front-ends' watchdogs send
+`Ping` (answered `Pong`) to learn that the engine listens.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+
+class Array(msgspec.Struct, array_like=True):
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+class Hello(msgspec.Struct, tag="hello"):
+    pass
+
+
+class Ping(msgspec.Struct, tag="ping"):
+    pass
+
+
+class Run(msgspec.Struct, tag="run"):
+    """One backend run: `role` of `model` on the arrays that follow, fetching `outputs`."""
+
+    seq: int
+    model: str
+    role: str
+    outputs: list[str]
+    arrays: list[Array]
+
+
+class ModelFacts(msgspec.Struct):
+    provider: str
+    precision: str
+    variants: dict[str, str]  # role → package variant, as the engine's backend serves them
+
+
+class Welcome(msgspec.Struct, tag="welcome"):
+    pid: int
+    models: dict[str, ModelFacts]
+
+
+class Pong(msgspec.Struct, tag="pong"):
+    pass
+
+
+class Result(msgspec.Struct, tag="result"):
+    seq: int
+    arrays: list[Array]
+
+
+class Failure(msgspec.Struct, tag="failure"):
+    """A run that failed: `kind` "error" (the backend raised), "not_ready" (the engine is
+    stopping) or "unknown" (no such model or role)."""
+
+    seq: int
+    kind: str
+    message: str
+
+
+Message = Hello | Ping | Run | Welcome | Pong | Result | Failure
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+def encode(msg: Message, arrays: dict[str, np.ndarray] | None = None) -> list:
+    """The frames of `msg`: its header, then each array's bytes (made C-contiguous)."""
+    return [_encoder.encode(msg), *(np.ascontiguousarray(a).data for a in (arrays or {}).values())]
+
+
+def specs(arrays: dict[str, np.ndarray]) -> list[Array]:
+    return [Array(name, a.dtype.str, a.shape) for name, a in arrays.items()]
+
+
+def decode(frames: list) -> tuple[Message, dict[str, np.ndarray]]:
+    """The message and its arrays. Frames are bytes or zmq frames; arrays share their memory
+    (read-only): a consumer that writes copies first."""
+    msg = _decoder.decode(_buffer(frames[0]))
+    listed = getattr(msg, "arrays", None) or []
+    if len(listed) != len(frames) - 1:
+        raise ValueError(f"{len(listed)} arrays announced, {len(frames) - 1} frames sent")
+    return msg, {spec.name: np.frombuffer(_buffer(frame), dtype=np.dtype(spec.dtype)).reshape(spec.shape)
+                 for spec, frame in zip(listed, frames[1:], strict=True)}
+
+
+def _buffer(frame):
+    return frame if isinstance(frame, bytes | bytearray | memoryview) else frame.buffer

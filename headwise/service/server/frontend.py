@@ -1,0 +1,66 @@
+"""A front-end process of process mode (docs/architecture.md#process-mode), started by the
+supervisor as `python -m headwise.service.server.frontend --fd N`: the whole app (HTTP,
+validation, tokenisation, batching, budgets, answers) on the listening socket it inherits,
+whose backends are the engine process's (service.backends.remote). It imports no onnxruntime
+and opens no device. When the engine process dies it turns not ready and answers 503."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+
+from headwise.service.backends.remote import EngineLink
+from headwise.service.package import PackageError
+from headwise.service.server.serve import _exit_if_stuck, quiet_exit_signals, uvicorn_options
+from headwise.service.settings import load_settings
+
+
+def serve(fd: int, log_level: str, access_log: bool) -> int:
+    settings = load_settings()
+    try:
+        link = EngineLink(settings.engine_address)
+    except PackageError as e:
+        print(f"headwise front-end: error: {e}", file=sys.stderr)
+        return 3
+    import uvicorn
+
+    from headwise.service.api.app import create_app
+
+    quiet_exit_signals()
+    options, fast = uvicorn_options(settings, log_level, access_log)
+
+    def stop() -> None:
+        server.should_exit = True
+
+    app = create_app(settings, backend_factory=link.backend, on_fatal=stop)
+    engine = app.state.engine
+
+    def engine_lost(why: str) -> None:
+        engine.failed = why
+        engine.ready = False
+
+    link.on_lost(engine_lost)
+    if fast:
+        from headwise.service.server import fastpath
+
+        fastpath.install(app)
+    server = uvicorn.Server(uvicorn.Config(app, **options))
+    server.run(sockets=[socket.socket(fileno=fd)])
+    code = 3 if not server.started or engine.failed else 0
+    link.close()
+    _exit_if_stuck(code)
+    return code
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="headwise-frontend")
+    parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--access-log", action="store_true")
+    args = parser.parse_args()
+    sys.exit(serve(args.fd, args.log_level, args.access_log))
+
+
+if __name__ == "__main__":
+    main()

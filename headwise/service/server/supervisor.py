@@ -1,0 +1,168 @@
+"""`headwise serve` in process mode (HEADWISE_ENGINE=process; docs/architecture.md#process-mode):
+the supervisor starts one engine process, which loads and warms the sessions, waits until it
+answers, binds the listening socket and starts HEADWISE_FRONTENDS front-end processes that
+share it. Then it watches them:
+
+- a front-end that dies is started again (only the requests it held fail); one that keeps
+  dying within seconds of its start stops the server, exit 3;
+- when the engine dies, the front-ends turn not ready and answer 503 (their watchdog), and
+  the supervisor stops them and exits 3, so that Docker or Kubernetes restarts the server;
+- SIGTERM, SIGINT or SIGHUP: the listener closes, the front-ends drain (the requests they
+  accepted are answered), then the engine finishes what it was sent; exit 0.
+
+Children run in their own session (a Ctrl-C reaches the supervisor only, which orders the
+stop) and get SIGTERM if the supervisor itself dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import zmq
+
+from headwise.service.backends import wire
+from headwise.service.cpu import usable_cores
+from headwise.service.settings import Settings, frontend_processes
+
+POLL_S = 0.05
+CRASH_WINDOW_S = 10.0  # a front-end that dies this soon after its start...
+CRASH_LIMIT = 3  # ...this many times in a row stops the server
+ENGINE_LOST_LINGER_S = 1.0  # front-ends keep answering 503 this long before they are stopped
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no such call, children may outlive us
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _spawn(args: list[str], env: dict, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", *args], env=env, pass_fds=pass_fds, start_new_session=True,
+                            preexec_fn=_die_with_parent)
+
+
+def _say(msg: str) -> None:
+    print(f"headwise serve: {msg}", file=sys.stderr, flush=True)
+
+
+def _wait_for_engine(engine: subprocess.Popen, address: str, stopping) -> bool:
+    """Until the engine answers hello (True), exits or a stop is asked (False)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect(address)
+    try:
+        while engine.poll() is None and not stopping():
+            sock.send_multipart(wire.encode(wire.Hello()))
+            if sock.poll(500):
+                msg, _ = wire.decode(sock.recv_multipart())
+                return isinstance(msg, wire.Welcome)
+        return False
+    finally:
+        ctx.destroy(linger=0)
+
+
+def _listen(settings: Settings) -> socket.socket:
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _stop(procs: list[subprocess.Popen], timeout: float) -> list[int]:
+    """SIGTERM to each, then wait (SIGKILL past `timeout`) → their exit codes."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            _say(f"process {p.pid} did not stop within {timeout:.0f}s; killing it")
+            p.kill()
+            codes.append(p.wait())
+    return codes
+
+
+def run(settings: Settings, log_level: str, access_log: bool) -> int:
+    n = frontend_processes(settings, usable_cores())
+    work = tempfile.mkdtemp(prefix="headwise-")
+    address = f"ipc://{work}/engine.sock"
+    env = dict(os.environ, HEADWISE_ENGINE="process", HEADWISE_ENGINE_ADDRESS=address, HEADWISE_WORKERS="1")
+    if not env.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.mkdir(metrics_dir := os.path.join(work, "metrics"))
+        env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")  # one tokenizer thread per front-end
+
+    signals = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _: signals.append(s))
+    engine = _spawn(["headwise.service.server.engine_process"], env)
+    frontends: dict[int, subprocess.Popen] = {}
+    try:
+        _say(f"process mode: engine process {engine.pid} is loading the models")
+        if not _wait_for_engine(engine, address, lambda: bool(signals)):
+            if signals:
+                _stop([engine], settings.grace_seconds)
+                return 0
+            _say(f"error: the engine process exited with code {engine.wait()} before it was ready")
+            return 3
+        try:
+            listener = _listen(settings)
+        except OSError as e:
+            _say(f"error: cannot listen on {settings.host}:{settings.port}: {e}")
+            _stop([engine], settings.grace_seconds)
+            return 2
+        fe = ["headwise.service.server.frontend", "--fd", str(listener.fileno()), "--log-level", log_level,
+              *(["--access-log"] if access_log else [])]
+        started: dict[int, float] = {}
+        crashes: dict[int, int] = {}
+        for i in range(n):
+            frontends[i] = _spawn(fe, env, (listener.fileno(),))
+            started[i] = time.monotonic()
+        _say(f"process mode: engine {engine.pid}, {n} front-end(s) on http://{settings.host}:{settings.port}")
+        while not signals:
+            time.sleep(POLL_S)
+            if engine.poll() is not None:
+                _say(f"error: the engine process exited with code {engine.returncode}; the front-ends answer 503; "
+                     "stopping (exit 3) so that the server is restarted")
+                time.sleep(ENGINE_LOST_LINGER_S)
+                listener.close()
+                _stop(list(frontends.values()), 5.0)
+                return 3
+            for i, p in frontends.items():
+                if p.poll() is None:
+                    continue
+                crashes[i] = crashes.get(i, 0) + 1 if time.monotonic() - started[i] < CRASH_WINDOW_S else 1
+                if crashes[i] >= CRASH_LIMIT:
+                    _say(f"error: front-end {p.pid} exited with code {p.returncode}, {crashes[i]} times in a row "
+                         "soon after starting; stopping (exit 3)")
+                    listener.close()
+                    _stop([*frontends.values(), engine], settings.grace_seconds)
+                    return 3
+                _say(f"front-end {p.pid} exited with code {p.returncode}; starting another")
+                frontends[i] = _spawn(fe, env, (listener.fileno(),))
+                started[i] = time.monotonic()
+        _say("stopping: the front-ends drain, then the engine")
+        listener.close()
+        codes = _stop(list(frontends.values()), settings.grace_seconds + 5.0)
+        codes += _stop([engine], max(5.0, settings.grace_seconds))
+        return 0 if not any(codes) else 1
+    finally:
+        for p in [*frontends.values(), engine]:
+            if p.poll() is None:
+                p.kill()
+        shutil.rmtree(work, ignore_errors=True)
