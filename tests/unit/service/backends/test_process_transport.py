@@ -1,0 +1,227 @@
+"""Process mode's transport (service.backends.wire, core, remote) over a real ZMQ IPC socket,
+with the fake backend in the engine's place: each run gets exactly its own rows back, the
+batches front-ends send while the device is busy stack into one run (plain before analytics),
+failures come back as errors, and a front-end notices the engine's death."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from headwise.service.backends import wire
+from headwise.service.backends.core import EngineCore
+from headwise.service.backends.remote import EngineGone, EngineLink
+from headwise.service.errors import NotReady
+from headwise.service.package import load_package
+from headwise.service.settings import Settings
+from tests.unit.fakes import FakeBackend, client_for, wait_ready
+
+
+def test_frames_round_trip_every_dtype_and_layout():
+    arrays = {"ids": np.arange(12, dtype=np.int64).reshape(3, 4), "f16": np.ones((2, 0, 3), np.float16),
+              "t": np.arange(24, dtype=np.float32).reshape(2, 3, 4).transpose(0, 2, 1)}  # not contiguous
+    msg, out = wire.decode(wire.encode(wire.Result(7, wire.specs(arrays)), arrays))
+    assert isinstance(msg, wire.Result) and msg.seq == 7
+    for name, a in arrays.items():
+        assert out[name].dtype == a.dtype and np.array_equal(out[name], a)
+
+
+def test_frames_that_do_not_match_their_header_are_refused():
+    frames = wire.encode(wire.Result(1, [wire.Array("a", "<f4", (2,))]))
+    with pytest.raises(ValueError, match="1 arrays announced, 0 frames"):
+        wire.decode(frames)
+
+
+class Recording(FakeBackend):
+    """The fake backend, recording each run's role and rows, optionally slow."""
+
+    def __init__(self, package, settings, delay: float = 0.0):
+        super().__init__(package, settings)
+        self.variants = {**self.variants, "analytics": "fast"}
+        self.delay, self.order = delay, []
+
+    def run(self, role, feeds, outputs):
+        self.order.append((role, feeds["input_ids"].shape[0]))
+        if role == "fail":
+            raise ValueError("the device said no")
+        return super().run(role, feeds, outputs)
+
+
+@pytest.fixture
+def engine(package, tmp_path):
+    """→ start(delay=0.0) → (core, link, backend): an EngineCore on the fake backend and a
+    front-end's link to it; both closed after the test."""
+    made = []
+
+    def start(delay: float = 0.0, pid: int | None = None, **limits):
+        pkg = load_package(package)
+        backend = Recording(pkg, Settings(models_dir=package.parent), delay)
+        backend.variants["fail"] = "fast"
+        runs = []
+        core = EngineCore({pkg.name: backend}, f"ipc://{tmp_path}/engine-{len(made)}.sock",
+                          max_batch_size=limits.get("max_batch_size", 64),
+                          max_batch_tokens=limits.get("max_batch_tokens", 16384),
+                          on_run=lambda *a: runs.append(a))
+        core.start(pid or __import__("os").getpid())
+        link = EngineLink(core.address, connect_timeout_s=5)
+        made.append((core, link))
+        core.runs = runs
+        return core, link, backend
+
+    yield start
+    for core, link in made:
+        link.close()
+        core.stop(2)
+
+
+def feeds(rows: int, length: int, seed: int = 0) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(seed).integers(5, 90, (rows, length)).astype(np.int64)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+
+
+OUTPUTS = ["sentence_embedding", "last_hidden_state"]
+
+
+def test_a_run_answers_what_the_backend_answers(engine):
+    core, link, backend = engine()
+    f = feeds(3, 7)
+    got = link.run("tiny", "embed", f, OUTPUTS)
+    want = backend.run("embed", f, OUTPUTS)
+    assert set(got) == set(OUTPUTS) and all(np.array_equal(got[k], want[k]) for k in OUTPUTS)
+    remote = link.backend(load_package(core_package(core)), None)
+    assert (remote.provider, remote.precision, remote.warmed) == ("cpu", "fp32", True)
+    assert remote.has("attention") and not remote.has("decode")
+
+
+def core_package(core):
+    return next(iter(core.backends.values())).package.path
+
+
+def _concurrently(link, calls):
+    """Each (role, feeds) from a thread of its own, started together → their answers."""
+    out = [None] * len(calls)
+
+    def one(i, role, f):
+        out[i] = link.run("tiny", role, f, OUTPUTS)
+
+    threads = [threading.Thread(target=one, args=(i, *c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+        time.sleep(0.02)
+    for t in threads:
+        t.join(30)
+    return out
+
+
+def test_batches_sent_while_the_device_is_busy_stack_and_each_gets_its_own_rows(engine):
+    core, link, backend = engine(delay=0.3)
+    backend.delay = 0.3
+    calls = [("embed", feeds(1 + i, 9, seed=i)) for i in range(4)]
+    got = _concurrently(link, calls)
+    for (role, f), answer in zip(calls, got, strict=True):
+        want = FakeBackend.run(backend, role, f, OUTPUTS)
+        assert all(np.array_equal(answer[k], want[k]) for k in OUTPUTS)
+    assert max(r[2] for r in core.runs) >= 2  # runs stacked into one device run
+    assert sum(r[3] for r in core.runs) == 1 + 2 + 3 + 4
+
+
+def test_runs_stack_only_alike_and_within_the_batch_limits(engine):
+    core, link, backend = engine(delay=0.3, max_batch_size=4)
+    backend.delay = 0.3
+    calls = [("embed", feeds(2, 9)), ("embed", feeds(3, 9, 1)), ("embed", feeds(1, 12, 2)),
+             ("attention", feeds(1, 9, 3)), ("attention", feeds(1, 9, 4)), ("embed", feeds(2, 9, 5))]
+    got = _concurrently(link, calls)
+    for (role, f), answer in zip(calls, got, strict=True):
+        assert np.array_equal(answer["sentence_embedding"], FakeBackend.run(backend, role, f, OUTPUTS)["sentence_embedding"])
+    rows = [n for role, n in backend.order]
+    assert max(rows) <= 4
+    assert all(n == 1 for role, n in backend.order if role == "attention")  # attention runs never stack
+
+
+def test_plain_runs_go_before_queued_analytics_rows(engine):
+    core, link, backend = engine(delay=0.2)
+    backend.delay = 0.2
+    _concurrently(link, [("embed", feeds(1, 8)), ("analytics", feeds(2, 8, 1)), ("embed", feeds(3, 8, 2))])
+    assert [role for role, _ in backend.order] == ["embed", "embed", "analytics"]
+
+
+def test_failures_come_back_as_errors(engine):
+    core, link, backend = engine()
+    with pytest.raises(RuntimeError, match="ValueError: the device said no"):
+        link.run("tiny", "fail", feeds(1, 8), OUTPUTS)
+    with pytest.raises(RuntimeError, match="serves no 'embed' of model 'other'"):
+        link.run("other", "embed", feeds(1, 8), OUTPUTS)
+    assert np.isfinite(link.run("tiny", "embed", feeds(1, 8), OUTPUTS)["sentence_embedding"]).all()
+
+
+def test_a_stopping_engine_finishes_what_it_queued_and_refuses_the_rest(engine):
+    core, link, backend = engine(delay=0.3)
+    backend.delay = 0.3
+    answers, errors = [], []
+
+    def one(f):
+        try:
+            answers.append(link.run("tiny", "embed", f, OUTPUTS))
+        except NotReady as e:
+            errors.append(e)
+
+    first = threading.Thread(target=one, args=(feeds(1, 8),))
+    first.start()
+    time.sleep(0.1)
+    stopper = threading.Thread(target=core.stop, args=(5,))
+    stopper.start()
+    time.sleep(0.05)
+    one(feeds(1, 8, 1))  # sent while the first still runs, after the stop: refused
+    first.join(10)
+    stopper.join(10)
+    assert len(answers) == 1 and answers[0]["sentence_embedding"].shape[0] == 1
+    assert len(errors) == 1 and "stopping" in str(errors[0])
+
+
+def test_the_front_end_notices_the_engines_death(engine):
+    stand_in = subprocess.Popen(["sleep", "60"])  # the engine's pid as the watchdog sees it
+    try:
+        core, link, backend = engine(delay=2.0, pid=stand_in.pid)
+        backend.delay = 2.0
+        told = []
+        link.on_lost(told.append)
+        caught = []
+        t = threading.Thread(target=lambda: caught.append(_raises(link)))
+        t.start()
+        time.sleep(0.2)
+        stand_in.kill()
+        stand_in.wait()
+        t.join(5)
+        assert told and isinstance(caught[0], EngineGone)
+        with pytest.raises(EngineGone):
+            link.run("tiny", "embed", feeds(1, 8), OUTPUTS)
+    finally:
+        stand_in.kill()
+
+
+def _raises(link):
+    try:
+        link.run("tiny", "embed", feeds(1, 8), OUTPUTS)
+    except Exception as e:
+        return e
+    return None
+
+
+def test_the_app_answers_alike_through_the_engine(engine, package):
+    """One code path: the app on the remote backend answers as on the backend itself."""
+    core, link, backend = engine()
+    bodies = [("/v1/embed", {"inputs": ["hello there", "a cat"]}),
+              ("/v1/embed", {"inputs": ["hello there"], "attention": {"layers": [0], "heads": [0]}}),
+              ("/v1/similarity", {"source": "a cat", "targets": ["a dog"], "explain": True}),
+              ("/v1/occlusion", {"input": "the cat sat"})]
+    with client_for(package) as direct, client_for(package, backend=link.backend) as remote:
+        wait_ready(direct)
+        wait_ready(remote)
+        for path, body in bodies:
+            a, b = direct.post(path, json=body), remote.post(path, json=body)
+            assert a.status_code == b.status_code == 200, (a.text, b.text)
+            assert a.content == b.content
