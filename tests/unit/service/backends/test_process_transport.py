@@ -119,7 +119,6 @@ def _concurrently(link, calls):
 
 def test_batches_sent_while_the_device_is_busy_stack_and_each_gets_its_own_rows(engine):
     core, link, backend = engine(delay=0.3)
-    backend.delay = 0.3
     calls = [("embed", feeds(1 + i, 9, seed=i)) for i in range(4)]
     got = _concurrently(link, calls)
     for (role, f), answer in zip(calls, got, strict=True):
@@ -130,8 +129,7 @@ def test_batches_sent_while_the_device_is_busy_stack_and_each_gets_its_own_rows(
 
 
 def test_runs_stack_only_alike_and_within_the_batch_limits(engine):
-    core, link, backend = engine(delay=0.3, max_batch_size=4)
-    backend.delay = 0.3
+    _core, link, backend = engine(delay=0.3, max_batch_size=4)
     calls = [("embed", feeds(2, 9)), ("embed", feeds(3, 9, 1)), ("embed", feeds(1, 12, 2)),
              ("attention", feeds(1, 9, 3)), ("attention", feeds(1, 9, 4)), ("embed", feeds(2, 9, 5))]
     got = _concurrently(link, calls)
@@ -143,14 +141,13 @@ def test_runs_stack_only_alike_and_within_the_batch_limits(engine):
 
 
 def test_plain_runs_go_before_queued_analytics_rows(engine):
-    core, link, backend = engine(delay=0.2)
-    backend.delay = 0.2
+    _core, link, backend = engine(delay=0.2)
     _concurrently(link, [("embed", feeds(1, 8)), ("analytics", feeds(2, 8, 1)), ("embed", feeds(3, 8, 2))])
     assert [role for role, _ in backend.order] == ["embed", "embed", "analytics"]
 
 
 def test_failures_come_back_as_errors(engine):
-    core, link, backend = engine()
+    _core, link, _backend = engine()
     with pytest.raises(RuntimeError, match="ValueError: the device said no"):
         link.run("tiny", "fail", feeds(1, 8), OUTPUTS)
     with pytest.raises(RuntimeError, match="serves no 'embed' of model 'other'"):
@@ -159,8 +156,7 @@ def test_failures_come_back_as_errors(engine):
 
 
 def test_a_stopping_engine_finishes_what_it_queued_and_refuses_the_rest(engine):
-    core, link, backend = engine(delay=0.3)
-    backend.delay = 0.3
+    core, link, _backend = engine(delay=0.3)
     answers, errors = [], []
 
     def one(f):
@@ -185,8 +181,7 @@ def test_a_stopping_engine_finishes_what_it_queued_and_refuses_the_rest(engine):
 def test_the_front_end_notices_the_engines_death(engine):
     stand_in = subprocess.Popen(["sleep", "60"])  # the engine's pid as the watchdog sees it
     try:
-        core, link, backend = engine(delay=2.0, pid=stand_in.pid)
-        backend.delay = 2.0
+        _core, link, _backend = engine(delay=2.0, pid=stand_in.pid)
         told = []
         link.on_lost(told.append)
         caught = []
@@ -213,7 +208,7 @@ def _raises(link):
 
 def test_the_app_answers_alike_through_the_engine(engine, package):
     """One code path: the app on the remote backend answers as on the backend itself."""
-    core, link, backend = engine()
+    _core, link, _backend = engine()
     bodies = [("/v1/embed", {"inputs": ["hello there", "a cat"]}),
               ("/v1/embed", {"inputs": ["hello there"], "attention": {"layers": [0], "heads": [0]}}),
               ("/v1/similarity", {"source": "a cat", "targets": ["a dog"], "explain": True}),

@@ -1,0 +1,277 @@
+"""Process mode end to end (HEADWISE_ENGINE=process, docs/architecture.md#process-mode): a real
+`headwise serve` supervisor, its engine process and front-end processes on the real
+all-MiniLM-L6-v2 package, tiny classifiers and a tiny GPT-2.
+
+- Every route family answers byte for byte what the in-process server answers.
+- A slow device with 3 front-ends: concurrent requests each get their own answer, with
+  disconnects and client errors mixed in.
+- The engine killed: 503 and not ready within 1 s, and the supervisor exits non-zero.
+- A front-end killed: it is started again; the other front-ends' clients see no error.
+- SIGTERM with requests in flight: none is lost, exit 0.
+- Front-ends open no onnxruntime; /metrics shows the engine's series.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.fixtures.metrics import total
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+PROCESS = {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"}
+COMMON = {"HEADWISE_PRECISION": "fp32", "HEADWISE_MAX_NEW_TOKENS": "8"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, default_package, classifier_packages) -> Path:
+    from headwise.export.package import build_package
+    from tests.fixtures.tiny_generative import make_tiny_gpt2
+
+    out = tmp_path_factory.mktemp("process-models")
+    (out / default_package.name).symlink_to(default_package, target_is_directory=True)
+    for name in ("tiny-reranker", "tiny-classifier"):
+        (out / name).symlink_to(classifier_packages["models"] / name, target_is_directory=True)
+    ckpt = tmp_path_factory.mktemp("process-gpt2")
+    build_package(make_tiny_gpt2(ckpt / "gpt2", n_layers=2, n_heads=2, d_model=32), out, "tiny-gpt2",
+                  progress=lambda m: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair(start_server, models):
+    """(in-process server, process-mode server with 2 front-ends) on the same packages."""
+    return start_server(models=models, env=COMMON), start_server(models=models, env={**COMMON, **PROCESS})
+
+
+MINILM = "all-minilm-l6-v2"
+TEXTS = ["the cat sat on the mat", "a quick brown fox", "hello"]
+REQUESTS = [
+    ("/v1/embed", {"model": MINILM, "inputs": TEXTS}),
+    ("/v1/embed", {"model": MINILM, "inputs": TEXTS[:1], "attention": {"layers": [0, 5], "heads": [1, 2]}}),
+    ("/v1/embed", {"model": MINILM, "inputs": TEXTS[:2], "hidden_states": {"layers": [0, 6], "pooling": "mean"}}),
+    ("/v1/embed", {"model": MINILM, "inputs": TEXTS[:1], "ablate": {"2": [0, 3]}}),
+    ("/v1/embeddings", {"model": MINILM, "input": TEXTS}),
+    ("/embed", {"model": MINILM, "inputs": TEXTS}),
+    ("/v2/embed", {"model": MINILM, "texts": TEXTS, "input_type": "search_document", "embedding_types": ["float"]}),
+    (f"/v2/models/{MINILM}/infer", {"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES",
+                                               "data": TEXTS[:2]}]}),
+    ("/v1/similarity", {"model": MINILM, "source": "a cat", "targets": ["a dog", "the cat sat"], "explain": True}),
+    ("/v1/occlusion", {"model": MINILM, "input": "the cat sat on the mat", "unit": "word"}),
+    ("/v1/head_importance", {"model": MINILM, "input": "the cat sat"}),
+    ("/v1/rerank", {"model": "tiny-reranker", "query": "where is the cat", "texts": ["a dog", "the cat sat"],
+                    "attention": {"layers": [0], "heads": [0]}}),
+    ("/v1/predict", {"model": "tiny-classifier", "inputs": ["a fine day", "a bad day"]}),
+    ("/score", {"model": "tiny-reranker", "text_1": "where is the cat", "text_2": ["a dog", "the cat sat"]}),
+    ("/v1/generate", {"model": "tiny-gpt2", "prompt": "the quick brown fox", "max_new_tokens": 6,
+                      "attention": {"layers": [0], "heads": [0]}, "hidden_states": {"layers": [1]}}),
+]
+VOLATILE = ("id", "created")  # a generation's id and timestamp
+
+
+def _stable(body: bytes):
+    data = json.loads(body)
+    if isinstance(data, dict):
+        for k in VOLATILE:
+            data.pop(k, None)
+    return data
+
+
+@pytest.mark.parametrize("path, body", REQUESTS, ids=[f"{p} {sorted(b)[-1]}" for p, b in REQUESTS])
+def test_answers_are_byte_identical_to_the_in_process_server(pair, path, body):
+    inproc, process = pair
+    a, b = inproc.post(path, json=body), process.post(path, json=body)
+    assert a.status_code == b.status_code == 200, (a.text[:300], b.text[:300])
+    if any(k in a.json() for k in VOLATILE if isinstance(a.json(), dict)):
+        assert _stable(a.content) == _stable(b.content)
+    else:
+        assert a.content == b.content
+
+
+def _events(srv, body) -> list[dict]:
+    with httpx.stream("POST", srv.url + "/v1/generate", json={**body, "stream": True}, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    return [_stable(line[6:].encode()) for line in lines[:-1]]
+
+
+def test_streamed_generation_is_identical_too(pair):
+    inproc, process = pair
+    body = {"model": "tiny-gpt2", "prompt": "a cat sat on the mat", "max_new_tokens": 6, "seed": 3,
+            "temperature": 0.8, "attention": {"layers": [1], "heads": [1]}}
+    assert _events(inproc, body) == _events(process, body)
+
+
+def test_errors_are_the_same_in_both_modes(pair):
+    inproc, process = pair
+    for path, body in [("/v1/embed", {"model": MINILM, "inputs": []}),
+                       ("/v1/embed", {"model": MINILM, "inputs": ["x " * 600], "truncate": False}),
+                       ("/v1/embed", {"model": "nope", "inputs": ["x"]}),
+                       ("/v1/rerank", {"model": MINILM, "query": "q", "texts": ["a"]})]:
+        a, b = inproc.post(path, json=body), process.post(path, json=body)
+        assert a.status_code == b.status_code and a.status_code in (400, 404, 413, 422), a.text
+        assert a.content == b.content
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids = (task / "children").read_text().split()
+        out += [int(k) for k in kids]
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def _roles(srv) -> dict[str, list[int]]:
+    roles: dict[str, list[int]] = {"engine": [], "frontend": []}
+    for pid in _children(srv.proc.pid):
+        cmd = _cmdline(pid)
+        roles["engine" if "engine_process" in cmd else "frontend"].append(pid)
+    return roles
+
+
+def test_front_ends_open_no_onnxruntime_and_metrics_show_the_engine(pair):
+    _, process = pair
+    roles = _roles(process)
+    assert len(roles["engine"]) == 1 and len(roles["frontend"]) == 2
+    assert "onnxruntime" in Path(f"/proc/{roles['engine'][0]}/maps").read_text()
+    for pid in roles["frontend"]:
+        assert "onnxruntime" not in Path(f"/proc/{pid}/maps").read_text()
+    process.post("/v1/embed", json={"model": MINILM, "inputs": TEXTS})
+    text = process.metrics()
+    assert f'headwise_engine_busy_seconds_total{{model="{MINILM}",variant="fast"}}' in text
+    assert "headwise_engine_stacked_runs_bucket" in text
+    assert 'headwise_requests_total{code="200"' in text
+
+
+# -- faults and shutdown, on the tiny package with a slow device --------------------------------
+
+def _slow(start_server, tiny_package, frontends: int, delay_ms: int, **env):
+    return start_server(models=tiny_package.parent, env={
+        "HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": str(frontends), "HEADWISE_FAULT_INJECTION": "true",
+        "HEADWISE_FAULT_ENGINE_DELAY_MS": str(delay_ms), "HEADWISE_MAX_WAIT_MS": "0", **env})
+
+
+def _alone(srv, texts) -> dict[str, list[float]]:
+    """Each text's embedding asked for alone, one request at a time."""
+    return {t: srv.post("/v1/embed", json={"inputs": [t]}).json()["data"][0]["embedding"] for t in texts}
+
+
+def test_slow_device_three_front_ends_each_request_gets_its_own(start_server, tiny_package):
+    srv = _slow(start_server, tiny_package, 3, 30, HEADWISE_MAX_INPUT_CHARS="400")
+    texts = [f"sentence number {i} about {'cats' if i % 2 else 'dogs'} " * (1 + i % 4) for i in range(36)]
+    want = _alone(srv, texts)
+
+    def one(i: int):
+        t = texts[i]
+        if i % 9 == 4:  # a client that gives up mid-request
+            with pytest.raises(httpx.TimeoutException):
+                httpx.post(srv.url + "/v1/embed", json={"inputs": [t]}, timeout=0.01)
+            return "gone"
+        if i % 9 == 7:  # a client mistake: too long
+            r = httpx.post(srv.url + "/v1/embed", json={"inputs": ["x" * 500]}, timeout=60)
+            assert r.status_code == 413, r.text
+            return "refused"
+        r = httpx.post(srv.url + "/v1/embed", json={"inputs": [t, texts[-1 - i]]}, timeout=60)
+        assert r.status_code == 200, r.text
+        got = [d["embedding"] for d in r.json()["data"]]
+        np.testing.assert_allclose(got[0], want[t], atol=1e-5)
+        np.testing.assert_allclose(got[1], want[texts[-1 - i]], atol=1e-5)
+        return "ok"
+
+    with ThreadPoolExecutor(12) as pool:
+        outcomes = list(pool.map(one, range(len(texts))))
+    assert outcomes.count("ok") == 28 and outcomes.count("gone") == 4 and outcomes.count("refused") == 4
+    assert srv.get("/health/ready").status_code == 200
+
+
+def test_engine_killed_turns_every_front_end_not_ready_within_a_second(start_server, tiny_package):
+    srv = _slow(start_server, tiny_package, 2, 400)
+    engine = _roles(srv)["engine"][0]
+    inflight = []
+    t = threading.Thread(target=lambda: inflight.append(srv.post("/v1/embed", json={"inputs": ["in flight"]})))
+    t.start()
+    time.sleep(0.2)
+    os.kill(engine, signal.SIGKILL)
+    killed = time.monotonic()
+    seen = set()
+    while time.monotonic() - killed < 1.0 and len(seen) < 8:
+        try:
+            r = httpx.get(srv.url + "/health/ready", timeout=1)
+        except httpx.TransportError:
+            break
+        if r.status_code == 503:
+            seen.add(len(seen))
+        else:
+            seen.clear()  # a front-end not told yet
+        time.sleep(0.02)
+    assert len(seen) == 8 and time.monotonic() - killed < 1.0
+    t.join(10)
+    assert inflight and inflight[0].status_code == 503, inflight[0].text
+    assert "engine process is gone" in inflight[0].json()["error"]["message"]
+    assert srv.proc.wait(30) == 3
+
+
+def test_a_killed_front_end_is_restarted_and_the_others_see_no_error(start_server, tiny_package):
+    srv = _slow(start_server, tiny_package, 2, 50)
+    victim = _roles(srv)["frontend"][0]
+    errors: dict[int, list] = {}
+    stop = threading.Event()
+
+    def client(n: int):
+        errors[n] = []
+        with httpx.Client(timeout=30) as c:  # one keep-alive connection: one front-end
+            while not stop.is_set():
+                try:
+                    r = c.post(srv.url + "/v1/embed", json={"inputs": [f"client {n}"]})
+                    if r.status_code != 200:
+                        errors[n].append(r.status_code)
+                except httpx.TransportError as e:
+                    errors[n].append(type(e).__name__)
+                    return
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+    for th in threads:
+        th.start()
+    time.sleep(1.0)
+    os.kill(victim, signal.SIGKILL)
+    time.sleep(1.0)
+    stop.set()
+    for th in threads:
+        th.join(30)
+    assert all(isinstance(e, str) for errs in errors.values() for e in errs), errors  # no status but 200
+    assert any(not errs for errs in errors.values())  # the other front-end's clients: no error
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len([p for p in _roles(srv)["frontend"] if p != victim]) < 2:
+        time.sleep(0.1)
+    assert len(_roles(srv)["frontend"]) == 2 and victim not in _roles(srv)["frontend"]
+    for _ in range(6):
+        assert srv.post("/v1/embed", json={"inputs": ["after"]}).status_code == 200
+
+
+def test_sigterm_with_requests_in_flight_loses_none_and_exits_0(start_server, tiny_package):
+    srv = _slow(start_server, tiny_package, 2, 300, HEADWISE_GRACE_SECONDS="20")
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(srv.post, "/v1/embed", json={"inputs": [f"text {i}"]}) for i in range(8)]
+        deadline = time.monotonic() + 30  # all 8 taken in by the front-ends (+ this scrape)
+        while total(srv.metrics(), "headwise_inflight_requests") < 9:
+            assert time.monotonic() < deadline, "the 8 requests never were in flight together"
+            time.sleep(0.02)
+        srv.signal(signal.SIGTERM)
+        codes = [f.result().status_code for f in futures]
+    assert codes == [200] * 8
+    assert srv.proc.wait(60) == 0
