@@ -3,12 +3,12 @@ only sessions and runs what every front-end sends, on threads of its own so that
 never waits on a socket:
 
 - the IO thread owns the ROUTER socket the front-ends connect to: it reads their messages,
-  answers `Hello` and `Ping` at once, queues `Run`s, and sends the results the run thread
-  hands it over an inproc socket (a ZMQ socket is used by one thread only);
+  answers `Hello` and `Ping` at once and hands each `Run` to the run thread (a C queue);
 - the run thread takes the oldest run (plain work before analytics rows, whose lane keeps its
   priority here too) and, for the roles whose rows stack, every queued run of the same model,
   role, outputs and padded length, up to the batch limits; runs them as one batch on the
-  backend; and cuts each front-end's rows back out.
+  backend; cuts each front-end's rows back out and pushes each answer to the socket its run
+  named (`reply_to`; ZMQ queues it and its own I/O thread writes it).
 
 Front-ends batch their own requests (service.engine.batching) and send each batch as one run;
 the core stacks the batches that F front-ends sent while the device was busy into one.
@@ -17,6 +17,7 @@ the core stacks the batches that F front-ends sent while the device was busy int
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -34,17 +35,17 @@ log = logging.getLogger("headwise.service")
 # Roles whose runs stack along the batch axis: no attention weights among their outputs, so
 # stacking stays within the attention budget each front-end cut its batch by.
 STACKED = ("embed", "analytics")
-OUTBOX = "inproc://headwise-engine-outbox"
+STOP = None  # the run queue's last item
 
 
 @dataclass(slots=True)
 class Pending:
-    ident: bytes
     run: wire.Run
     feeds: dict[str, np.ndarray]
     key: tuple | None  # what a run must share to stack with it (None: it runs alone)
     rows: int
     tokens: int  # rows × padded length
+    refusal: wire.Failure | None = None  # an answer decided on receipt: sent, not run
 
 
 def _key(run: wire.Run, feeds: dict[str, np.ndarray]) -> tuple | None:
@@ -64,8 +65,7 @@ class EngineCore:
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.on_run = on_run or (lambda *_: None)
         self._ctx = zmq.Context()
-        self._pending: deque[Pending] = deque()
-        self._cond = threading.Condition()
+        self._inbox: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
         self._stopping = False
         self._run_done = threading.Event()
         self._bound = threading.Event()
@@ -85,10 +85,9 @@ class EngineCore:
             raise self._failed
 
     def stop(self, timeout: float) -> None:
-        """Runs already queued are finished and answered; later ones get `not_ready`."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
+        """Runs already received are finished and answered; later ones get `not_ready`."""
+        self._stopping = True
+        self._inbox.put(STOP)
         for t in self._threads:
             t.join(timeout)
         self._ctx.destroy(linger=0)
@@ -96,64 +95,45 @@ class EngineCore:
     # -- the IO thread ------------------------------------------------------------------------
     def _io(self) -> None:
         router = self._ctx.socket(zmq.ROUTER)
-        outbox = self._ctx.socket(zmq.PULL)
         try:
             router.bind(self.address)
-            outbox.bind(OUTBOX)
         except zmq.ZMQError as e:
             self._failed = e
             self._bound.set()
             return
         self._bound.set()
-        poller = zmq.Poller()
-        poller.register(router, zmq.POLLIN)
-        poller.register(outbox, zmq.POLLIN)
-        while True:
-            ready = dict(poller.poll(50))
-            if outbox in ready:
-                while True:
-                    try:
-                        router.send_multipart(outbox.recv_multipart(zmq.NOBLOCK, copy=False), copy=False)
-                    except zmq.Again:
-                        break
-            if router in ready:
-                while True:
-                    try:
-                        frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    self._receive(router, frames)
-            if self._run_done.is_set() and not ready:
-                break
+        while not self._run_done.is_set():
+            if not router.poll(50):
+                continue
+            while True:
+                try:
+                    frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._receive(router, frames)
         router.close(linger=200)
-        outbox.close(linger=0)
 
     def _receive(self, router, frames: list) -> None:
         ident = frames[0].bytes
         try:
             msg, arrays = wire.decode(frames[1:])
-        except Exception as e:  # a front-end of another version: it gets a failure, the engine goes on
+        except Exception as e:  # a front-end of another version: it is told, the engine goes on
             log.error("engine: undecodable message: %s", e)
             router.send_multipart([ident, *wire.encode(wire.Failure(-1, "error", f"undecodable message: {e}"))])
             return
         if isinstance(msg, wire.Run):
             refusal = self._refusal(msg)
-            if refusal is None:
-                rows = next(iter(arrays.values())).shape[0] if arrays else 0
-                length = next(iter(arrays.values())).shape[1] if arrays else 0
-                with self._cond:
-                    if not self._stopping:
-                        self._pending.append(Pending(ident, msg, arrays, _key(msg, arrays), rows, rows * length))
-                        self._cond.notify()
-                        return
-                refusal = wire.Failure(msg.seq, "not_ready", "the engine is stopping")
-            router.send_multipart([ident, *wire.encode(refusal)])
+            first = next(iter(arrays.values()), None)
+            rows, length = (first.shape[0], first.shape[1]) if first is not None and first.ndim > 1 else (0, 0)
+            self._inbox.put(Pending(msg, arrays, _key(msg, arrays), rows, rows * length, refusal))
         elif isinstance(msg, wire.Ping):
             router.send_multipart([ident, *wire.encode(wire.Pong())])
         elif isinstance(msg, wire.Hello):
             router.send_multipart([ident, *wire.encode(self.welcome)])
 
     def _refusal(self, run: wire.Run) -> wire.Failure | None:
+        if self._stopping:
+            return wire.Failure(run.seq, "not_ready", "the engine is stopping")
         backend = self.backends.get(run.model)
         if backend is None or run.role not in backend.variants:
             return wire.Failure(run.seq, "unknown", f"the engine serves no {run.role!r} of model {run.model!r}")
@@ -161,57 +141,73 @@ class EngineCore:
 
     # -- the run thread -----------------------------------------------------------------------
     def _runs(self) -> None:
-        out = self._ctx.socket(zmq.PUSH)
-        out.connect(OUTBOX)
+        replies: dict[str, zmq.Socket] = {}  # reply_to → a PUSH socket connected there
+        pending: deque[Pending] = deque()
+        stopping = False
         try:
-            while True:
-                with self._cond:
-                    while not self._pending and not self._stopping:
-                        self._cond.wait()
-                    if not self._pending:
+            while pending or not stopping:
+                if not pending:
+                    item = self._inbox.get()
+                    stopping = stopping or item is STOP
+                    if item is not STOP:
+                        pending.append(item)
+                while True:  # everything received meanwhile, so that it can stack
+                    try:
+                        item = self._inbox.get_nowait()
+                    except queue.Empty:
                         break
-                    group = self._take()
-                for frames in self._run(group):
-                    out.send_multipart(frames, copy=False)
+                    stopping = stopping or item is STOP
+                    if item is not STOP:
+                        pending.append(item)
+                if not pending:
+                    continue
+                group = self._take(pending)
+                for p, frames in self._run(group):
+                    sock = replies.get(p.run.reply_to)
+                    if sock is None:
+                        sock = replies[p.run.reply_to] = self._ctx.socket(zmq.PUSH)
+                        sock.connect(p.run.reply_to)
+                    sock.send_multipart(frames, copy=False)
         finally:
-            out.close(linger=1000)
+            for sock in replies.values():
+                sock.close(linger=1000)
             self._run_done.set()
 
-    def _take(self) -> list[Pending]:
-        """The next device run: the oldest plain run (else the oldest analytics one) and the
-        queued runs that stack with it, within the batch limits. Holds the lock."""
-        pending = self._pending
-        first = next((p for p in pending if p.run.role != "analytics"), pending[0])
+    def _take(self, pending: deque[Pending]) -> list[Pending]:
+        """The next device run: a refusal alone, else the oldest plain run (else the oldest
+        analytics one) and the queued runs that stack with it, within the batch limits."""
+        first = next((p for p in pending if p.refusal is not None or p.run.role != "analytics"), pending[0])
         pending.remove(first)
         group, rows, tokens = [first], first.rows, first.tokens
-        if first.key is None:
+        if first.key is None or first.refusal is not None:
             return group
         for p in list(pending):
-            if p.key == first.key and rows + p.rows <= self.max_batch_size and tokens + p.tokens <= self.max_batch_tokens:
+            if (p.key == first.key and p.refusal is None and rows + p.rows <= self.max_batch_size
+                    and tokens + p.tokens <= self.max_batch_tokens):
                 pending.remove(p)
                 group.append(p)
                 rows += p.rows
                 tokens += p.tokens
         return group
 
-    def _run(self, group: list[Pending]) -> list[list]:
-        """Each run's answer frames, addressed to its front-end."""
-        first = group[0].run
-        if len(group) == 1:
-            feeds = group[0].feeds
-        else:
-            feeds = {name: np.concatenate([p.feeds[name] for p in group]) for name in group[0].feeds}
+    def _run(self, group: list[Pending]) -> list[tuple[Pending, list]]:
+        """Each run's answer frames."""
+        first = group[0]
+        if first.refusal is not None:
+            return [(first, wire.encode(first.refusal))]
+        run = first.run
+        feeds = first.feeds if len(group) == 1 else {
+            name: np.concatenate([p.feeds[name] for p in group]) for name in first.feeds}
         t0 = time.perf_counter()
         try:
-            out = self.backends[first.model].run(first.role, feeds, first.outputs)
+            out = self.backends[run.model].run(run.role, feeds, run.outputs)
         except Exception as e:
-            log.exception("engine: %s run of model %s failed", first.role, first.model)
-            return [[p.ident, *wire.encode(wire.Failure(p.run.seq, "error", f"{type(e).__name__}: {e}"))]
-                    for p in group]
-        self.on_run(first.model, first.role, len(group), sum(p.rows for p in group), time.perf_counter() - t0)
+            log.exception("engine: %s run of model %s failed", run.role, run.model)
+            return [(p, wire.encode(wire.Failure(p.run.seq, "error", f"{type(e).__name__}: {e}"))) for p in group]
+        self.on_run(run.model, run.role, len(group), sum(p.rows for p in group), time.perf_counter() - t0)
         answers, at = [], 0
         for p in group:
             mine = {name: a[at:at + p.rows] for name, a in out.items()} if len(group) > 1 else out
             at += p.rows
-            answers.append([p.ident, *wire.encode(wire.Result(p.run.seq, wire.specs(mine)), mine)])
+            answers.append((p, wire.encode(wire.Result(p.run.seq, wire.specs(mine)), mine)))
         return answers

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
 from collections.abc import Callable
 from itertools import count
@@ -35,16 +36,18 @@ class EngineGone(NotReady):
 
 
 class EngineLink:
-    """One front-end's connection to the engine: a DEALER socket per thread that runs (each
-    batcher's inference thread, the generation scheduler's), each with one run in flight, and a
-    watchdog that notices the engine's death within WATCH_S. `on_lost` callbacks run on the
-    watchdog's thread."""
+    """One front-end's connection to the engine: per thread that runs (each batcher's inference
+    thread, the generation scheduler's) a DEALER socket its runs go out on and a PULL socket
+    their answers come back to, one run in flight each; and a watchdog that notices the
+    engine's death within WATCH_S. `on_lost` callbacks run on the watchdog's thread."""
 
     def __init__(self, address: str, connect_timeout_s: float = 30.0):
         self.address = address
         self._ctx = zmq.Context()
         self._local = threading.local()
-        self._seq = count()
+        self._seq, self._n = count(), count()
+        # each running thread's answers come to a socket of its own, beside the engine's
+        self._dir = os.path.dirname(address[len("ipc://"):]) if address.startswith("ipc://") else tempfile.gettempdir()
         self._sockets: list[zmq.Socket] = []
         self._lock = threading.Lock()
         self.lost: str | None = None
@@ -83,25 +86,36 @@ class EngineLink:
         self._ctx.destroy(linger=0)
 
     # -- runs (any thread) ----------------------------------------------------------------------
-    def _socket(self) -> zmq.Socket:
-        sock = getattr(self._local, "sock", None)
-        if sock is None:
-            sock = self._local.sock = self._ctx.socket(zmq.DEALER)
-            sock.connect(self.address)
+    def _sockets_here(self) -> tuple[zmq.Socket, zmq.Socket, str]:
+        """This thread's (DEALER to the engine, PULL its answers come to, that PULL's address)."""
+        mine = getattr(self._local, "mine", None)
+        if mine is None:
+            send = self._ctx.socket(zmq.DEALER)
+            send.connect(self.address)
+            recv = self._ctx.socket(zmq.PULL)
+            recv.RCVTIMEO = POLL_MS
+            address = f"ipc://{self._dir}/r-{os.getpid()}-{next(self._n)}.sock"
+            recv.bind(address)
+            mine = self._local.mine = (send, recv, address)
             with self._lock:
-                self._sockets.append(sock)
-        return sock
+                self._sockets += [send, recv]
+        return mine
 
     def run(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         if self.lost:
             raise EngineGone(GONE)
-        sock = self._socket()
+        send, recv, address = self._sockets_here()
         seq = next(self._seq)
-        sock.send_multipart(wire.encode(wire.Run(seq, model, role, outputs, wire.specs(feeds)), feeds), copy=False)
-        while not sock.poll(POLL_MS):
-            if self.lost:
-                raise EngineGone(GONE)
-        msg, arrays = wire.decode(sock.recv_multipart(copy=False))
+        send.send_multipart(wire.encode(wire.Run(seq, address, model, role, outputs, wire.specs(feeds)), feeds),
+                            copy=False)
+        while True:
+            try:
+                frames = recv.recv_multipart(copy=False)
+                break
+            except zmq.Again:
+                if self.lost:
+                    raise EngineGone(GONE) from None
+        msg, arrays = wire.decode(frames)
         if getattr(msg, "seq", None) != seq:
             raise RuntimeError(f"engine answered run {getattr(msg, 'seq', None)} to run {seq}")
         if isinstance(msg, wire.Failure):

@@ -4,8 +4,8 @@ of its own, its bytes as numpy holds them, so no float passes through Python one
 (vLLM's `serial_utils.py` does the same).
 
 A front-end sends `Hello` once (the engine answers `Welcome`: what it serves) and then `Run`s,
-each answered by a `Result` or a `Failure`; the supervisor and the front-ends' watchdogs send
-`Ping` (answered `Pong`) to learn that the engine listens.
+each answered by a `Result` or a `Failure` sent to the run's `reply_to`; `Ping` is answered
+`Pong`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ class Ping(msgspec.Struct, tag="ping"):
 
 
 class Run(msgspec.Struct, tag="run"):
-    """One backend run: `role` of `model` on the arrays that follow, fetching `outputs`."""
+    """One backend run: `role` of `model` on the arrays that follow, fetching `outputs`; its
+    `Result` or `Failure` goes to `reply_to`, the sending thread's own socket."""
 
     seq: int
+    reply_to: str
     model: str
     role: str
     outputs: list[str]

@@ -97,7 +97,12 @@ def _stop(procs: list[subprocess.Popen], timeout: float) -> list[int]:
     return codes
 
 
-def run(settings: Settings, log_level: str, access_log: bool) -> int:
+ENGINE = ["headwise.service.server.engine_process"]
+
+
+def run(settings: Settings, log_level: str, access_log: bool, engine_module: list[str] = ENGINE) -> int:
+    """`engine_module`: the engine process's `python -m` arguments (bench/ gives a device
+    stand-in's); it must answer `Hello` at HEADWISE_ENGINE_ADDRESS as EngineCore does."""
     n = frontend_processes(settings, usable_cores())
     work = tempfile.mkdtemp(prefix="headwise-")
     address = f"ipc://{work}/engine.sock"
@@ -110,7 +115,7 @@ def run(settings: Settings, log_level: str, access_log: bool) -> int:
     signals = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _: signals.append(s))
-    engine = _spawn(["headwise.service.server.engine_process"], env)
+    engine = _spawn(engine_module, env)
     frontends: dict[int, subprocess.Popen] = {}
     try:
         _say(f"process mode: engine process {engine.pid} is loading the models")
