@@ -154,8 +154,10 @@ def test_torch_is_not_importable_inside(image):
     assert r.returncode != 0 and "No module named pip" in r.stderr, r.stderr
 
 
-def test_docker_stop_lets_ten_requests_in_flight_finish_and_exits_0(image):
-    c = Container(image)
+@pytest.mark.parametrize("mode", [{}, {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"}],
+                         ids=["inproc", "process"])
+def test_docker_stop_lets_ten_requests_in_flight_finish_and_exits_0(image, mode):
+    c = Container(image, env=mode)
     try:
         c.wait_healthy()
         body = {"inputs": [("attention " * 120) + str(i) for i in range(16)]}
@@ -187,7 +189,7 @@ def test_docker_stop_lets_ten_requests_in_flight_finish_and_exits_0(image):
         state = c.state()
         assert state["Status"] == "exited" and state["ExitCode"] == 0, (state, c.logs())
         assert not state["OOMKilled"]
-        print(f"docker stop with 10 requests in flight: {took:.1f} s, all 200, exit 0")
+        print(f"docker stop with 10 requests in flight ({mode or 'inproc'}): {took:.1f} s, all 200, exit 0")
         assert took < 25, "the drain took longer than HEADWISE_GRACE_SECONDS"
     finally:
         c.remove()

@@ -275,3 +275,30 @@ def test_sigterm_with_requests_in_flight_loses_none_and_exits_0(start_server, ti
         codes = [f.result().status_code for f in futures]
     assert codes == [200] * 8
     assert srv.proc.wait(60) == 0
+
+
+def test_an_engine_that_cannot_start_stops_the_server_saying_why(tiny_package, tmp_path):
+    """A graph onnxruntime refuses, its hash in order: the checks before start-up pass, the
+    engine's session does not; the supervisor exits 3, naming the failure, and never listens."""
+    import hashlib
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import REPO, clean_env
+    from tests.fixtures.ports import free_port
+
+    bad = tmp_path / "models" / tiny_package.name
+    shutil.copytree(tiny_package, bad)
+    (bad / "fast.onnx").write_bytes(b"not an onnx graph")
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["variants"]["fast"]["sha256"] = hashlib.sha256(b"not an onnx graph").hexdigest()
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    port = free_port()
+    proc = subprocess.run([sys.executable, "-m", "headwise.cli", "serve", "--models", str(bad.parent), "--port",
+                           str(port)], cwd=REPO, env=clean_env(HEADWISE_ENGINE="process", HEADWISE_FRONTENDS="2"),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "model start-up failed" in proc.stderr and "fast.onnx" in proc.stderr
+    assert "exited with code 3 before it was ready" in proc.stderr
+    assert "Traceback" not in proc.stderr
