@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,9 @@ class Encoded:
 
     Made from the tokenizer's encoding (`source`), the strings and offsets are built on first
     use: a plain embedding's answer never reads them (`materialize` builds them where one does,
-    on the thread that tokenised)."""
+    on the thread that tokenised). `source` may also be a function that makes that encoding
+    (the text encoded again): for ids from `encode_batch_fast`, whose encodings carry neither
+    strings nor offsets."""
 
     __slots__ = ("_offsets", "_source", "_tokens", "ids", "segments", "type_ids")
 
@@ -38,16 +40,21 @@ class Encoded:
         self.ids, self.type_ids, self.segments = ids, type_ids, segments
         self._tokens, self._offsets, self._source = tokens, offsets, source
 
+    def _encoding(self):
+        if callable(self._source):
+            self._source = self._source()
+        return self._source
+
     @property
     def tokens(self) -> list[str]:
         if self._tokens is None:
-            self._tokens = self._source.tokens
+            self._tokens = self._encoding().tokens
         return self._tokens
 
     @property
     def offsets(self) -> list[tuple[int, int]]:
         if self._offsets is None:
-            self._offsets = self._source.offsets
+            self._offsets = self._encoding().offsets
         return self._offsets
 
     def materialize(self) -> Encoded:
@@ -75,7 +82,7 @@ class TextTokenizer:
         self._full.no_truncation()
 
     def encode_unchecked(self, texts: list[str], truncate: bool = True, special_tokens: bool = True,
-                         lazy: bool = False) -> list[Encoded]:
+                         lazy: bool = False, strings: bool = True) -> list[Encoded]:
         """Encode, reading each text only as far as its answer needs: the tokenizer keeps
         every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
         with its string and offsets) and truncates only afterwards. So each text is first given
@@ -84,21 +91,31 @@ class TextTokenizer:
         or what shows the text is too long), and the others are given again, four times
         longer, until they are whole. Memory then follows the tokens kept, not the input.
         `special_tokens=False` leaves out what the post-processor adds ([CLS], [SEP]). `lazy`:
-        each token's string and offsets are built when first read (Encoded.materialize)."""
+        each token's string and offsets are built when first read (Encoded.materialize).
+        `strings=False` (with `lazy`: for answers that carry no token strings or offsets) reads
+        the texts with `encode_batch_fast`, which tracks no offsets (a fifth less CPU at 128 tokens; the
+        same ids and type ids, bench/results/tokenizers.md); a string or offset read after all
+        is built by encoding that text again."""
         tok = self._truncating if truncate else self._full
+        fast = lazy and not strings
+        batch = tok.encode_batch_fast if fast else tok.encode_batch
         out: list[Encoded | None] = [None] * len(texts)
         todo, chars = list(range(len(texts))), PREFIX_TOKENS * self.max_len
         while todo:
             cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
             # measured on the untruncated prefix: does it pass max_len by the margin?
-            encodings = tok.encode_batch(cut, add_special_tokens=special_tokens)
+            encodings = batch(cut, add_special_tokens=special_tokens)
             counts = ([len(e) for e in encodings] if not truncate else
                       [len(e) + sum(len(o) for o in e.overflowing) for e in encodings])
             again = []
             for i, text, e, n in zip(todo, cut, encodings, counts, strict=True):
                 if len(text) == len(texts[i]) or n > self.max_len + CUT_MARGIN:
-                    enc = Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
-                                  source=e)
+                    ids, type_ids = np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64)
+                    if fast:  # only the text is kept (no overflow stays alive)
+                        out[i] = Encoded(ids, type_ids, source=partial(tok.encode, text,
+                                                                       add_special_tokens=special_tokens))
+                        continue
+                    enc = Encoded(ids, type_ids, source=e)
                     # lazy only when nothing overflowed: the overflow would stay alive with its source
                     out[i] = enc if lazy and n == len(e) else enc.materialize()
                 else:

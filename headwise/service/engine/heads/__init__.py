@@ -31,7 +31,8 @@ class Head(Protocol):
     # on the tokenising thread
     def pretokenised(self, inputs: Inputs) -> bool: ...  # token-id lists, used as they are
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool) -> list[Encoded]: ...
+    # strings=False: no input's answer carries token strings or offsets (a head may read faster)
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]: ...
 
     def attention_need(self, params: RequestParams, encs: list[Encoded]) -> tuple[int, str]: ...
 

@@ -34,10 +34,11 @@ class EmbeddingHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return token_ids(inputs)
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool) -> list[Encoded]:
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
         """Unchecked (the encoder checks); strings and offsets built later, for the jobs whose
-        answer carries them."""
-        return tokenizer.encode_unchecked(inputs, truncate, lazy=True)
+        answer carries them. `strings=False`: no input's answer carries them, and the texts are
+        read without offsets (TextTokenizer.encode_unchecked)."""
+        return tokenizer.encode_unchecked(inputs, truncate, lazy=True, strings=strings)
 
     def attention_need(self, params: EmbedParams, encs: list[Encoded]) -> tuple[int, str]:
         spec = params.attention

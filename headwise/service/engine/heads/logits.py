@@ -38,8 +38,8 @@ class LogitsHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool) -> list[Encoded]:
-        return tokenizer.encode_items(inputs, truncate)
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
+        return tokenizer.encode_items(inputs, truncate)  # with strings always (ClassifyParams.token_strings)
 
     def attention_need(self, params: ClassifyParams, encs: list[Encoded]) -> tuple[int, str]:
         spec = params.attention
