@@ -6,7 +6,7 @@
 #     file name in ORT_WHEEL, the part count in ORT_PARTS);
 #   - the service's wheels that machine lacks (wheels/: fastapi, starlette, uvicorn, httptools,
 #     pydantic and its dependencies, pydantic-settings, python-dotenv, orjson, opentelemetry-api
-#     that fastapi imports), pinned;
+#     that fastapi imports, pyzmq and msgspec that process mode's transport uses), pinned;
 #   - the all-MiniLM-L6-v2 checkpoint, tar cut into parts (ckpt.part.NN), exported there;
 #   - Debian's wrk and its libluajit (wrk/), if installed here.
 # The GPU machine (bench/README.md, section GPU) has Python 3.12, torch, onnx, onnxscript,
@@ -37,7 +37,7 @@ echo "onnxruntime-gpu ${ort:?no onnxruntime-gpu pin in constraints.txt} and the 
 python3 -m pip download -q --no-deps "${plat[@]}" -d "$G/ort" "onnxruntime-gpu==$ort"
 small=()
 for name in fastapi starlette uvicorn httptools pydantic pydantic-core annotated-types typing-inspection \
-            pydantic-settings python-dotenv orjson opentelemetry-api; do
+            pydantic-settings python-dotenv orjson opentelemetry-api pyzmq msgspec; do
   v=$(pin "$name"); [ -z "$v" ] && v=$(pin "${name//-/_}")
   small+=("$name${v:+==$v}")
 done

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU run: install what the GPU machine lacks, export the package there, check what CUDA
-# runs (bench/gpu_checks.py), then the benchmark (`headwise bench --provider cuda`).
+# runs (bench/gpu_checks.py), then the benchmark (`headwise bench --provider cuda`) and process
+# mode against whole-server workers (bench/gpu_feed.py --layouts).
 #
 #   bash bench/gpu.sh take     # each device call but the last: keep its carried .gpu/cK in $STAGE
 #   bash bench/gpu.sh setup    # the last call: take, install, export, checks (about 3 minutes)
 #   bash bench/gpu.sh bench    # the benchmark, within BUDGET (9 minutes)
+#   bash bench/gpu.sh process  # inproc:8 / process:8 / process:12 alternating, within BUDGET (7 minutes)
 #   bash bench/gpu.sh all      # setup and bench in one command (within BUDGET too)
 #   bash bench/gpu.sh --check  # HERE, before a GPU is lent: the whole recipe on this CPU
 #
@@ -15,15 +17,20 @@
 # --check builds a virtual environment of the GPU machine's packages only (bench/gpu-machine.txt,
 # at this machine's Python), packs the carry folders with bench/gpu-prepare.sh for this Python
 # into .gpu-check/carry, hands each to `take` as its device call would, then runs setup and a
-# short bench with PROVIDER=cpu from that environment, SITE a fresh folder, so fastapi, uvicorn,
-# pydantic and onnxruntime-gpu can only come from the carried wheels. It ends with PASS or FAIL
-# (exit 1); its log is .gpu-check/check.log. CHECK_FRESH=1 builds the environment anew.
+# short bench and a short process step with PROVIDER=cpu from that environment, SITE a fresh
+# folder, so fastapi, uvicorn, pydantic, pyzmq, msgspec and onnxruntime-gpu can only come from
+# the carried wheels. It ends with PASS or FAIL (exit 1); its log is .gpu-check/check.log.
+# CHECK_FRESH=1 builds the environment anew.
 #
 # Environment: PYTHON (python3), SITE (/tmp/site), STAGE (/tmp/hw-gpu), CARRY (.gpu), PROVIDER
 # (cuda), BUDGET (seconds one command may take: 540, under the device's 10 minutes), STEP_TIMEOUT
 # (seconds per setup step, 300), REPS (3), SECONDS_PER_CELL (3), MAX_MINUTES (the bench stops
 # after the repetition that passes it; default: what BUDGET leaves, less 2 minutes), SENTENCES
-# (STS-B pairs for the checks, 0: all), STRICT (1: fail when the carried wrk does not run).
+# (STS-B pairs for the checks, 0: all), STRICT (1: fail when the carried wrk does not run), CHECKS
+# (0: setup skips the checks). The process step: LAYOUTS (inproc:8,process:8,process:12), CELLS
+# (20x1x256,20x32x64,128x1x256,128x32x64,128x1x1: tokens x inputs per request x clients), REPS,
+# SECONDS_PER_CELL (2 there), MAX_MINUTES (it starts no repetition that would end past it; default:
+# what BUDGET leaves, less 1 minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -66,9 +73,10 @@ import importlib, os, sys
 import onnxruntime as o
 assert "CUDAExecutionProvider" in o.get_available_providers(), f"onnxruntime {o.__version__} from {o.__file__} has no CUDA"
 import headwise.service.api.app, headwise.service.server.serve, headwise.service.backends.onnxruntime  # the whole service, fastapi and its imports included
+import headwise.service.server.supervisor, headwise.service.server.frontend, headwise.service.server.engine_process  # process mode: pyzmq, msgspec
 site = os.path.realpath(os.environ["SITE"])
 for m in ("onnxruntime", "fastapi", "starlette", "uvicorn", "httptools", "pydantic", "pydantic_core",
-          "pydantic_settings", "dotenv", "orjson", "opentelemetry", "uvloop"):
+          "pydantic_settings", "dotenv", "orjson", "opentelemetry", "uvloop", "zmq", "msgspec"):
     mod = importlib.import_module(m)
     where = os.path.realpath(getattr(mod, "__file__", None) or list(mod.__path__)[0])
     version, src = getattr(mod, "__version__", ""), "carried" if where.startswith(site) else where
@@ -122,8 +130,8 @@ checks() {
     --sentences "${SENTENCES:-0}"
 }
 
-bench() {
-  log "4. headwise bench --provider $PROVIDER"
+# the carried wrk first on PATH when it runs here; else a wrk of this machine, else loadgen.py
+use_wrk() {
   local d carried=""
   for d in "$STAGE/wrk" "$CARRY"/*/wrk; do
     [ -x "$d/wrk" ] || continue
@@ -138,17 +146,29 @@ bench() {
     [ "${STRICT:-0}" = 1 ] && die "STRICT=1: the carried wrk must run"
   fi
   if command -v wrk >/dev/null; then echo "wrk: $(command -v wrk)"; else echo "no wrk: bench/loadgen.py drives the load"; fi
-  local suites=ceiling,http gpu="" left max rc=0
-  if "$PY" -c 'import sentence_transformers' 2>/dev/null; then suites=$suites,st; fi
+}
+
+# the GPU's name for file names (nvidia-h100-80gb-hbm3), or $PROVIDER without one
+gpu_slug() {
+  local gpu=""
   if command -v nvidia-smi >/dev/null; then
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -c 'A-Za-z0-9\n' '-' | tr 'A-Z' 'a-z' | sed 's/-*$//')
   fi
+  echo "${gpu:-$PROVIDER}"
+}
+
+bench() {
+  log "4. headwise bench --provider $PROVIDER"
+  use_wrk
+  local suites=ceiling,http left max rc=0
+  if "$PY" -c 'import sentence_transformers' 2>/dev/null; then suites=$suites,st; fi
   # the bench stops after the repetition that passes MAX_MINUTES (one lasted about a minute on an
   # H100); `timeout` ends it at BUDGET whatever happens, the repetitions done kept in .raw.json
   left=$((BUDGET - SECONDS - 15))
   [ "$left" -gt 60 ] || die "out of time: this command's BUDGET of $BUDGET s is spent"
   max=${MAX_MINUTES:-$(awk -v s="$left" 'BEGIN { m = (s - 120) / 60; printf "%.1f", m < 1 ? 1 : m }')}
-  local name="gpu-${gpu:-$PROVIDER}"
+  local name
+  name="gpu-$(gpu_slug)"
   timeout -s INT -k 20 "$left" "$PY" -m headwise.cli bench --provider "$PROVIDER" --models "$MODELS" \
     --suites "$suites" --st-model "$CKPT" \
     --variants fp16,attention --lengths 20,128 --concurrency 1,16,64 --batches 1,8,32,64 \
@@ -161,6 +181,29 @@ bench() {
   fi
   [ "$rc" = 0 ] || die "headwise bench failed (exit $rc)"
   echo "results in $RESULTS"
+}
+
+# Process mode against whole-server workers (issue 37): bench/gpu_feed.py, the layouts alternating
+# per repetition, the fp16 ceiling measured in each; a report after every repetition, so one
+# ended at BUDGET keeps those done.
+process() {
+  log "5. process mode against whole-server workers (bench.gpu_feed), provider $PROVIDER"
+  use_wrk
+  local left max rc=0 name
+  name=$(gpu_slug)
+  left=$((BUDGET - SECONDS - 15))
+  [ "$left" -gt 60 ] || die "out of time: this command's BUDGET of $BUDGET s is spent"
+  max=${MAX_MINUTES:-$(awk -v s="$left" 'BEGIN { m = (s - 60) / 60; printf "%.1f", m < 1 ? 1 : m }')}
+  timeout -s INT -k 20 "$left" "$PY" -m bench.gpu_feed "$MODELS" --provider "$PROVIDER" --precision fp16 \
+    --layouts "${LAYOUTS:-inproc:8,process:8,process:12}" --cells "${CELLS:-20x1x256,20x32x64,128x1x256,128x32x64,128x1x1}" \
+    --reps "${REPS:-3}" --seconds "${SECONDS_PER_CELL:-2}" --warm 1 --ceiling-seconds 1 --max-minutes "$max" \
+    --prefix gpu-process-mode --name "$name" --out "$RESULTS" "${@}" || rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    die "the process step ran into BUDGET ($BUDGET s): the repetitions done are in $RESULTS/gpu-process-mode-$name.md;" \
+        "lower REPS or MAX_MINUTES"
+  fi
+  [ "$rc" = 0 ] || die "bench.gpu_feed failed (exit $rc)"
+  echo "results in $RESULTS/gpu-process-mode-$name.md"
 }
 
 # --check: a virtual environment of the GPU machine's packages (bench/gpu-machine.txt) at this
@@ -209,7 +252,7 @@ check() {
   # nothing the carried wheels bring may be importable without them
   "$v/bin/python" -I - "$(sed -n 's/^-\([A-Za-z0-9._-]*\).*/\1/p' bench/gpu-machine.txt)" <<'EOF' || die "the environment holds what the GPU machine lacks"
 import importlib.metadata as md, importlib.util, sys
-modules = {"python-dotenv": "dotenv", "opentelemetry-api": "opentelemetry", "onnxruntime-gpu": None}
+modules = {"python-dotenv": "dotenv", "opentelemetry-api": "opentelemetry", "pyzmq": "zmq", "onnxruntime-gpu": None}
 bad = []
 for dist in sys.argv[1].split():
     try:
@@ -258,12 +301,24 @@ EOF
   log "check $step"
   "${clean[@]}" REPS=1 bash bench/gpu.sh bench --lengths 20 --concurrency 1,4 --batches 1,4 --st-batches 4 \
     --seconds 1 --ceiling-seconds 0.3
-  step="6. the results"
+  step="6. gpu.sh process (PROVIDER=cpu, short: 2 workers, 2 and 3 front-ends)"
+  log "check $step"
+  "${clean[@]}" REPS=1 bash bench/gpu.sh process --layouts inproc:2,process:2,process:3 \
+    --cells 20x1x8,20x8x4,128x1x1 --seconds 1 --warm 0 --ceiling-seconds 0.3
+  step="7. the results"
   ls "$run/out"
   rm -rf "$run/site" "$run/stage"  # 700 MB; kept when the check fails
   [ -s "$run/out/gpu-checks.json" ] || die "no gpu-checks.json in $run/out"
   [ -s "$run/out/gpu-cpu.md" ] || die "no gpu-cpu.md in $run/out"
   grep -q "^| headwise | " "$run/out/gpu-cpu.md" || die "gpu-cpu.md has no headwise (HTTP) rows"
+  local pm=$run/out/gpu-process-mode-cpu.md layout
+  [ -s "$pm" ] || die "no gpu-process-mode-cpu.md in $run/out"
+  for layout in inproc2 process2 process3; do
+    grep -q "^| $layout | 128 | 1 | 1 | [0-9]" "$pm" || die "gpu-process-mode-cpu.md has no $layout row at 128 tokens, 1 client"
+  done
+  # the main table's rows: 13 columns, errors last
+  awk -F'|' 'NF == 15 && $2 ~ /^ (inproc|process)[0-9]+ $/ && $14 + 0 > 0 { bad = 1 } END { exit bad }' "$pm" \
+    || die "gpu-process-mode-cpu.md: requests failed (its errors column)"
   trap - EXIT
   echo
   echo "PASS: bash bench/gpu.sh --check: the GPU recipe ran here in $((SECONDS - t0)) s, from the carried wheels" \
@@ -273,10 +328,11 @@ EOF
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
 case "${1:-all}" in
   take) take ;;
-  setup) take; install; package; checks ;;
+  setup) take; install; package; if [ "${CHECKS:-1}" != 0 ]; then checks; fi ;;
   bench) shift; take >/dev/null; install >/dev/null; package >/dev/null; bench "$@" ;;
+  process) shift; take >/dev/null; install >/dev/null; package >/dev/null; process "$@" ;;
   all) shift || true; take; install; package; checks; bench "$@" ;;
   --check) unset PYTHONPATH; mkdir -p "${CHECK_DIR:-.gpu-check}"
            check 2>&1 | tee "${CHECK_DIR:-.gpu-check}/check.log"; exit "${PIPESTATUS[0]}" ;;
-  *) die "usage: bash bench/gpu.sh take|setup|bench|all [more headwise bench options] | --check" ;;
+  *) die "usage: bash bench/gpu.sh take|setup|bench|all [more headwise bench options] | process [more bench.gpu_feed options] | --check" ;;
 esac
