@@ -9,6 +9,7 @@ onnxruntime is never imported here: a front-end opens no session and no CUDA con
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import tempfile
@@ -18,6 +19,7 @@ from itertools import count
 
 import numpy as np
 import zmq
+import zmq.asyncio
 
 from headwise.service.backends import wire
 from headwise.service.errors import NotReady
@@ -52,6 +54,7 @@ class EngineLink:
         self._lock = threading.Lock()
         self.lost: str | None = None
         self._on_lost: list[Callable[[str], None]] = []
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopSockets] = {}
         self.welcome = self._hello(connect_timeout_s)
         self._watch = threading.Thread(target=self._watchdog, name="headwise-engine-watch", daemon=True)
         self._watch.start()
@@ -83,6 +86,10 @@ class EngineLink:
 
     def close(self) -> None:
         self.lost = self.lost or "closed"
+        for here in self._loops.values():  # made through a shadow of the context: not in its list
+            here.reader.cancel()
+            here.send.close(linger=0)
+            here.recv.close(linger=0)
         self._ctx.destroy(linger=0)
 
     # -- runs (any thread) ----------------------------------------------------------------------
@@ -118,11 +125,20 @@ class EngineLink:
         msg, arrays = wire.decode(frames)
         if getattr(msg, "seq", None) != seq:
             raise RuntimeError(f"engine answered run {getattr(msg, 'seq', None)} to run {seq}")
-        if isinstance(msg, wire.Failure):
-            if msg.kind == "not_ready":
-                raise NotReady(msg.message)
-            raise RuntimeError(f"engine: {msg.message}")
-        return arrays
+        return _answer(msg, arrays)
+
+    # -- runs awaited on an event loop ----------------------------------------------------------
+    async def run_async(self, model: str, role: str, feeds: dict[str, np.ndarray],
+                        outputs: list[str]) -> dict[str, np.ndarray]:
+        """`run`, awaited on the running loop: no thread waits, and the loop reads the answer
+        when its socket is readable."""
+        if self.lost:
+            raise EngineGone(GONE)
+        loop = asyncio.get_running_loop()
+        here = self._loops.get(loop)
+        if here is None:
+            here = self._loops[loop] = _LoopSockets(self, loop)
+        return await here.run(model, role, feeds, outputs)
 
     # -- the watchdog -------------------------------------------------------------------------
     def _watchdog(self) -> None:
@@ -136,6 +152,8 @@ class EngineLink:
                 log.error("engine process %d is gone: answering 503 until the supervisor restarts the server", pid)
                 for callback in self._on_lost:
                     callback(GONE)
+                for loop, here in list(self._loops.items()):
+                    loop.call_soon_threadsafe(here.fail, EngineGone(GONE))
                 return
 
 
@@ -154,6 +172,63 @@ def _alive(pid: int) -> bool:
         return True
 
 
+class _LoopSockets:
+    """One event loop's sockets to the engine: runs go out on a DEALER, and one reader task
+    hands each answer that comes to the loop's PULL to the run awaiting it (by `seq`)."""
+
+    def __init__(self, link: EngineLink, loop: asyncio.AbstractEventLoop):
+        ctx = zmq.asyncio.Context.shadow(link._ctx)
+        self.link = link
+        self.send = ctx.socket(zmq.DEALER)
+        self.send.connect(link.address)
+        self.recv = ctx.socket(zmq.PULL)
+        self.address = f"ipc://{link._dir}/a-{os.getpid()}-{next(link._n)}.sock"
+        self.recv.bind(self.address)
+        self.waiting: dict[int, asyncio.Future] = {}
+        self.reader = loop.create_task(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                frames = await self.recv.recv_multipart(copy=False)
+            except zmq.ZMQError:  # the link closed (shutting down)
+                return
+            try:
+                msg, arrays = wire.decode(frames)
+            except Exception as e:
+                log.error("front-end: undecodable answer from the engine: %s", e)
+                continue
+            fut = self.waiting.pop(getattr(msg, "seq", -1), None)
+            if fut is not None and not fut.done():
+                fut.set_result((msg, arrays))
+
+    def fail(self, exc: Exception) -> None:
+        for fut in self.waiting.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        self.waiting.clear()
+
+    async def run(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict:
+        seq = next(self.link._seq)
+        fut = asyncio.get_running_loop().create_future()
+        self.waiting[seq] = fut
+        try:
+            await self.send.send_multipart(
+                wire.encode(wire.Run(seq, self.address, model, role, outputs, wire.specs(feeds)), feeds), copy=False)
+            msg, arrays = await fut
+        finally:
+            self.waiting.pop(seq, None)
+        return _answer(msg, arrays)
+
+
+def _answer(msg, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if isinstance(msg, wire.Failure):
+        if msg.kind == "not_ready":
+            raise NotReady(msg.message)
+        raise RuntimeError(f"engine: {msg.message}")
+    return arrays
+
+
 class RemoteBackend:
     """A model's sessions in the engine process, behind `Backend`'s surface (and the
     generative backend's `has`). The engine warmed them before any front-end started."""
@@ -170,3 +245,6 @@ class RemoteBackend:
 
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         return self.link.run(self.model, role, feeds, outputs)
+
+    async def run_async(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        return await self.link.run_async(self.model, role, feeds, outputs)

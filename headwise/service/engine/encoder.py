@@ -34,6 +34,9 @@ TOO_LARGE = ("ask for fewer inputs, layers or heads, top-k or base64 attention, 
              "or sentence embeddings")
 WEIGHTED = ("attention", "analysis")  # the variants whose graph outputs attention weights
 REEXPORT = "packages exported since 2026-11-24 have it: run headwise export again"
+# Process mode: a hop with at most this many inputs to tokenise runs on the event loop (tokenising
+# a few short inputs holds it less than a thread hop costs); larger ones on the inference thread.
+LOOP_TOKENISE = 8
 
 
 class EncoderRuntime:
@@ -174,11 +177,14 @@ class EncoderRuntime:
         t0 = time.perf_counter()
         out = self.backend.run(role, feeds, outputs)
         if record:
-            inference, size, tokens = self.series.batch(self.backend.variants[role])
-            inference.observe(time.perf_counter() - t0)
-            size.observe(len(entries))
-            tokens.observe(len(entries) * padded)
+            self._counted(role, entries, padded, t0)
         return out, t0
+
+    def _counted(self, role: str, entries: list[Entry], padded: int, t0: float) -> None:
+        inference, size, tokens = self.series.batch(self.backend.variants[role])
+        inference.observe(time.perf_counter() - t0)
+        size.observe(len(entries))
+        tokens.observe(len(entries) * padded)
 
     def f16_attention(self, role: str, spec: AttentionSpec | None) -> bool:
         """Whether a dense float16 answer reads the graph's own float16 weights (half the bytes
@@ -205,12 +211,32 @@ class EncoderRuntime:
     def run_batch(self, role: str, entries: list[Entry], padded: int, record: bool = True) -> list:
         """Each entry's answer, as the head cuts it from the batch's outputs (an analytics batch
         with holes on the analysis graph: run_encoded)."""
+        t0 = time.perf_counter()
+        role, f16, outputs = self._graph(role, entries)
+        out, t1 = self.run(role, entries, padded, outputs, record)
+        return self._answers(entries, out, f16, record, t0, t1)
+
+    async def run_batch_async(self, role: str, entries: list[Entry], padded: int) -> list:
+        """run_batch with the backend's run awaited on the loop (process mode's RemoteBackend)."""
+        t0 = time.perf_counter()
+        role, f16, outputs = self._graph(role, entries)
+        feeds = self.feeds(entries, padded, role)
+        if self.settings.fault_injection:  # a hang must not hold the loop
+            await asyncio.get_running_loop().run_in_executor(None, inject_fault, entries)
+        t1 = time.perf_counter()
+        out = await self.backend.run_async(role, feeds, outputs)
+        self._counted(role, entries, padded, t1)
+        return self._answers(entries, out, f16, True, t0, t1)
+
+    def _graph(self, role: str, entries: list[Entry]) -> tuple[str, list[bool], list[str]]:
+        """The role a batch runs on, whether each entry reads float16 weights, the outputs."""
         if role in ("analytics", "embed") and any(e.holes or e.ablate is not None for e in entries):
             role = "analysis"
-        head = self.head
-        t0 = time.perf_counter()
         f16, attention = self._attention_outputs(role, entries)
-        out, t1 = self.run(role, entries, padded, head.outputs(entries) + attention, record)
+        return role, f16, self.head.outputs(entries) + attention
+
+    def _answers(self, entries: list[Entry], out: dict, f16: list[bool], record: bool, t0: float, t1: float) -> list:
+        head = self.head
         t2 = time.perf_counter()
         answers = [head.answer(out, i, e, self._weights(out, f16, i) if e.job.params.attention is not None else None)
                    for i, e in enumerate(entries)]
@@ -237,13 +263,16 @@ class EncoderRuntime:
         for i, job in enumerate(jobs):
             if head.pretokenised(job.inputs):
                 out[i] = self._entries_or_error(job, lambda j=job: self.tokenizer.from_ids(j.inputs))
-        for truncate in (True, False):
-            group = [i for i, j in enumerate(jobs) if j.params.truncate is truncate and out[i] is None]
+        # Read per truncation and per whether token strings are answered: without them, the
+        # tokenizer's fast read (no offsets; the same ids).
+        for truncate, strings in ((True, False), (True, True), (False, False), (False, True)):
+            group = [i for i, j in enumerate(jobs)
+                     if out[i] is None and j.params.truncate is truncate and bool(j.params.token_strings) is strings]
             if not group:
                 continue
             texts = [t for i in group for t in jobs[i].inputs]
             t0 = time.perf_counter()
-            encs = head.encode(self.tokenizer, texts, truncate)
+            encs = head.encode(self.tokenizer, texts, truncate, strings)
             took = time.perf_counter() - t0
             self.series.tokenize.observe(took)
             at = 0
@@ -344,12 +373,18 @@ class EncoderRuntime:
 
     async def _serve(self, role: str, batcher: Batcher) -> None:
         """This variant's loop: the batcher says what the next hop does, the hop runs on the
-        batcher's inference thread, the batcher answers what it settled."""
+        batcher's inference thread, the batcher answers what it settled. With a backend whose
+        run is awaited (process mode: the device is another process's), a hop of few inputs runs
+        on the loop itself: no thread waits for the engine, and no hop there and back."""
         loop = asyncio.get_running_loop()
+        awaited = hasattr(self.backend, "run_async")
         while True:
             work = await batcher.next()
             try:
-                done = await loop.run_in_executor(batcher.executor, self._hop, role, batcher, work)
+                if awaited and sum(j.size for j in work.jobs) <= LOOP_TOKENISE:
+                    done = await self._hop_async(role, batcher, work)
+                else:
+                    done = await loop.run_in_executor(batcher.executor, self._hop, role, batcher, work)
             except Exception as e:  # the hop could not run (tokenising failed, the thread is gone)
                 done = Done([e] * len(work.jobs), work.batch, e if work.batch else [])
             batcher.finish(work, done)
@@ -367,16 +402,32 @@ class EncoderRuntime:
 
     def _hop(self, role: str, batcher: Batcher, work: Work) -> Done:
         """Inference thread: tokenise (and, when it all fits one batch, run at once), or run."""
-        outcome, batch, padded = None, work.batch, work.padded
-        if work.jobs:
-            outcome = self.prepare(work.jobs)
-            plan = batcher.plan(work, outcome) if work.run else None
-            if plan is None:
-                return Done(outcome, None, None)
-            batch, padded = plan
-            if not batch:
-                return Done(outcome, [], [])
+        outcome, batch, padded, done = self._tokenised(batcher, work)
+        if done is not None:
+            return done
         try:
             return Done(outcome, batch, self.run_batch(role, batch, padded))
         except Exception as e:
             return Done(outcome, batch, e)
+
+    async def _hop_async(self, role: str, batcher: Batcher, work: Work) -> Done:
+        """_hop on the loop, the backend's run awaited."""
+        outcome, batch, padded, done = self._tokenised(batcher, work)
+        if done is not None:
+            return done
+        try:
+            return Done(outcome, batch, await self.run_batch_async(role, batch, padded))
+        except Exception as e:
+            return Done(outcome, batch, e)
+
+    def _tokenised(self, batcher: Batcher, work: Work) -> tuple:
+        """A hop's first half: its jobs tokenised and planned → (outcome, batch, padded, the
+        hop's Done when nothing is to run)."""
+        if not work.jobs:
+            return None, work.batch, work.padded, None
+        outcome = self.prepare(work.jobs)
+        plan = batcher.plan(work, outcome) if work.run else None
+        if plan is None:
+            return outcome, None, 0, Done(outcome, None, None)
+        batch, padded = plan
+        return outcome, batch, padded, Done(outcome, [], []) if not batch else None
