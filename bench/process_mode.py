@@ -1,7 +1,7 @@
 """Process mode's costs (issue 37), on any CPU: `headwise serve` in process mode with its real
 front-ends and transport, the engine process replaced by bench/standin_engine.py:
 
-    python -m bench.process_mode --models DIR --hold instant   # front-end CPU per request and per input
+    python -m bench.process_mode --models DIR --hold instant   # front-end CPU per request and per input (no hold)
     python -m bench.process_mode --models DIR --hold standin   # device busy (H100 stand-in), engine CPU per input
     python -m bench.process_mode --models DIR --real --clients 1,16   # onnxruntime on this CPU: inproc vs process
 
@@ -34,7 +34,7 @@ from bench.facts import load_average, machine_facts
 from bench.http import HOST, Server, free_port, http, load, sample_from
 from bench.noise import TICK, ForeignLoad, proc_ticks
 from bench.report import facts_table
-from bench.standin import COUNTERS_PATH
+from bench.standin import COUNTERS_PATH, H100
 from bench.standin_engine import COUNTERS
 from bench.stats import median
 from bench.workload import Workload
@@ -111,11 +111,12 @@ class Layout:
             if engine == "process":
                 env["HEADWISE_FRONTENDS"] = layout.split(":")[1]
             argv = [sys.executable, "-m", "headwise.cli", "serve", "--log-level", "warning"]
-        elif layout == "inproc":  # the same backend in the one process
-            module = "bench.standin" if hold == "standin" else "bench.overhead"
-            argv = [sys.executable, "-m", module, "--serve", str(port), "--models", str(models)]
+        elif layout == "inproc":  # the same stand-in in the one process
+            argv = [sys.executable, "-m", "bench.standin", "--serve", str(port), "--models", str(models),
+                    "--table", _table(hold, log_dir)]
         else:
-            argv = [sys.executable, "-m", "bench.process_mode", "--serve", layout.split(":")[1], "--hold", hold]
+            argv = [sys.executable, "-m", "bench.process_mode", "--serve", layout.split(":")[1], "--hold", hold,
+                    "--table", _table(hold, log_dir)]
         name = f"{layout.replace(':', '-')}-{port}"
         self.server = Server(name, argv, env, port, "/health/ready", log_dir)
         self.server.wait_ready(180)
@@ -128,7 +129,7 @@ class Layout:
         snap = {"family": family(self.pid)}
         if self.address:
             snap["engine"] = counters(self.address)
-        elif self.hold == "standin" and not self.real:  # bench.standin's counters, over HTTP
+X
             status, body = http("GET", self.server.url + COUNTERS_PATH, timeout=10)
             if status == 200:
                 snap["standin"] = json.loads(body)
@@ -136,6 +137,17 @@ class Layout:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+def _table(hold: str, folder: Path) -> str:
+    """The stand-in's times: the H100's, or (instant) none at all, every batch answered at once,
+    so that what is measured is the front-ends and the transport, batching as on a GPU."""
+    if hold == "standin":
+        return str(H100)
+    zero = folder / "instant.json"
+    zero.write_text(json.dumps({"device": "instant (no hold)", "roles": {
+        role: {"points": [{"tokens": 8, "batch": 1, "p50_ms": 0.0}]} for role in ("embed", "attention")}}))
+    return str(zero)
 
 
 def _engine_address(pid: int) -> str:
@@ -203,13 +215,14 @@ def table(results: dict[Cell, dict], columns) -> str:
     return "\n".join(lines)
 
 
-def serve_child(frontends: int, hold: str) -> None:
+def serve_child(frontends: int, table: str) -> None:
     """The server child: the real supervisor and front-ends, the stand-in engine."""
     from headwise.service.server import supervisor
     from headwise.service.settings import load_settings
 
     settings = load_settings(engine="process", frontends=frontends)
-    sys.exit(supervisor.run(settings, "warning", False, engine_module=["bench.standin_engine", "--hold", hold]))
+    sys.exit(supervisor.run(settings, "warning", False,
+                            engine_module=["bench.standin_engine", "--hold", "standin", "--table", table]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -226,9 +239,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warm", type=float, default=1)
     ap.add_argument("--out", default=None)
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--table", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.serve:
-        serve_child(a.serve, a.hold)
+        serve_child(a.serve, a.table)
         return
     layouts = strs(a.layouts or ("inproc,process:2" if a.real else "inproc,process:1,process:2"))
     w = Workload(a.models)
