@@ -50,34 +50,40 @@ class Duration:
 
 
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+ANSWERED = ("success", *PHASES)  # what an answered request adds to, each once
 
 
 class ModelStats:
     """One model's statistics since start-up, as Triton's InferStatistics and batch statistics.
     Written by the model's inference threads (batches) and the event loop (requests), under a
-    lock: a few additions per batch and per request."""
+    lock: a few additions per batch and per request, to plain integers (an answered request
+    counts once in success and in each phase, so they share one count; issue 37 measured
+    the method calls this used to make per request)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.success, self.fail = Duration(), Duration()
-        self.phases = {p: Duration() for p in PHASES}
-        self.batches: dict[int, dict[str, Duration]] = {}
+        self.fail = Duration()
+        self.answered = 0  # requests answered: the count of success and of every phase
+        self._answered_ns = [0] * len(ANSWERED)  # ns of each of ANSWERED
+        self.batches: dict[int, list[int]] = {}  # size → [batches, ns of each of PHASES[1:]]
         self.inference_count = 0  # inputs answered
         self.execution_count = 0  # batches run
         self.last_inference_ms = 0
 
     def batch(self, size: int, compute_input: float, infer: float, output: float) -> None:
         """A batch of `size` inputs ran (inference thread)."""
+        now_ms = int(time.time() * 1000)
         with self._lock:
             row = self.batches.get(size)
             if row is None:
-                row = self.batches[size] = {p: Duration() for p in PHASES[1:]}
-            row["compute_input"].add(compute_input)
-            row["compute_infer"].add(infer)
-            row["compute_output"].add(output)
+                row = self.batches[size] = [0, 0, 0, 0]
+            row[0] += 1
+            row[1] += int(compute_input * NS)
+            row[2] += int(infer * NS)
+            row[3] += int(output * NS)
             self.execution_count += 1
             self.inference_count += size
-            self.last_inference_ms = int(time.time() * 1000)
+            self.last_inference_ms = now_ms
 
     def request(self, timing: Timing | None, seconds: float) -> None:
         """A request was answered (`timing`) or failed (None), `seconds` after it was queued."""
@@ -85,25 +91,27 @@ class ModelStats:
             if timing is None:
                 self.fail.add(seconds)
                 return
-            self.success.add(seconds)
-            p = self.phases
-            p["queue"].add(timing.queue)
-            p["compute_input"].add(timing.compute_input)
-            p["compute_infer"].add(timing.infer)
-            p["compute_output"].add(timing.output)
+            self.answered += 1
+            ns = self._answered_ns
+            ns[0] += int(seconds * NS)
+            ns[1] += int(timing.queue * NS)
+            ns[2] += int((timing.tokenize + timing.feeds) * NS)
+            ns[3] += int(timing.infer * NS)
+            ns[4] += int(timing.output * NS)
 
     def json(self, name: str, version: str) -> dict:
         """Triton's ModelStatistics for this model."""
         with self._lock:
             zero = Duration().json()
+            answered = {p: {"count": self.answered, "ns": ns} for p, ns in zip(ANSWERED, self._answered_ns, strict=True)}
             return {
                 "name": name, "version": version, "last_inference": self.last_inference_ms,
                 "inference_count": self.inference_count, "execution_count": self.execution_count,
-                "inference_stats": {"success": self.success.json(), "fail": self.fail.json(),
-                                    **{p: d.json() for p, d in self.phases.items()},
-                                    "cache_hit": zero, "cache_miss": zero},
+                "inference_stats": {"success": answered["success"], "fail": self.fail.json(),
+                                    **{p: answered[p] for p in PHASES}, "cache_hit": zero, "cache_miss": zero},
                 "response_stats": {},
-                "batch_stats": [{"batch_size": size, **{p: d.json() for p, d in row.items()}}
+                "batch_stats": [{"batch_size": size, **{p: {"count": row[0], "ns": ns}
+                                                        for p, ns in zip(PHASES[1:], row[1:], strict=True)}}
                                 for size, row in sorted(self.batches.items())],
                 "memory_usage": [],
             }
