@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 from fastapi import APIRouter, Depends, Request
 
 from headwise.service.api.body import Json
@@ -13,7 +16,7 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
-from headwise.service.api.timing import characters, started_at, tei_headers
+from headwise.service.api.timing import characters, tei_headers
 from headwise.service.engine import Engine
 from headwise.service.engine.internals import Ablation, HiddenSpec
 from headwise.service.engine.params import EmbedParams
@@ -24,10 +27,13 @@ router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
 @router.post("/v1/embed", response_model=EmbedResponse,
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
 async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Depends(get_engine),
-                probe=Depends(disconnect_probe), started: float = Depends(started_at)):
+                probe=Depends(disconnect_probe)):
     """Embed one text or a list; with `attention`, also return every asked-for head's weights,
     un-padded to each input's own token count; with `hidden_states`, chosen layers' outputs;
     with `ablate`, the answer with those heads removed. TEI's timing headers come with it."""
+    # TEI's total time from here: where a `started_at` dependency, solved after the body's,
+    # would read the clock, without the dependency's call per request (issue 37)
+    started = time.perf_counter()
     rt = model_for(request, engine, body.model)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     spec = None
@@ -37,7 +43,9 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
                                  encoding=a.encoding, aggregate=a.aggregate)
     tokens = body.output == "tokens"
     params = EmbedParams(sentence=not tokens, tokens=tokens, normalize=body.normalize, truncate=body.truncate,
-                         attention=spec, token_strings=True, **internals(rt, body))
+                         attention=spec, token_strings=True)
+    if body.hidden_states is not None or body.ablate is not None:  # a plain request selects nothing
+        params = replace(params, **internals(rt, body))
     result = await engine.embed(rt, texts, params, probe)
 
     def build() -> dict:
