@@ -358,15 +358,16 @@ class Batcher:
         return self.bucket(longest) if self.pad_to_bucket else longest
 
     def _waited(self, jobs) -> None:
-        now = time.perf_counter()
+        now, hooks = time.perf_counter(), self.hooks
         for job in jobs:
             waited = now - job.enqueued_at
-            if self.hooks is not None:
-                self.hooks.on_queue_wait(waited)
+            if hooks is not None:
+                hooks.on_queue_wait(waited)
             t = job.timing
             if not t.started:  # its first batch: the wait, less the tokenising it may include
                 t.started = True
-                t.queue = max(0.0, waited - t.tokenize)
+                queue = waited - t.tokenize
+                t.queue = queue if queue > 0.0 else 0.0
 
     async def _disconnected(self, jobs) -> set[Job]:
         """The jobs whose client has gone: failed (nobody reads it) and counted as dropped."""
