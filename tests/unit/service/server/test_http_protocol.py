@@ -64,11 +64,14 @@ def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
     assert all(installed()[k] == WRITTEN_FOR[k] for k in ("uvicorn", "httptools")), installed()
     for name in ("_unset_keepalive_if_required", "_should_upgrade", "handle_websocket_upgrade",
                  "_unsupported_upgrade_warning", "send_400_response", "shutdown", "on_message_begin",
-                 "on_url", "on_header", "on_headers_complete", "on_message_complete", "connection_lost"):
+                 "on_url", "on_header", "on_headers_complete", "on_message_complete", "connection_lost",
+                 "_start_asgi_task"):
         assert callable(getattr(HttpToolsProtocol, name)), name
     cycle_fields = RequestResponseCycle.__init__.__code__.co_names
     assert "connections" in HttpToolsProtocol.__init__.__code__.co_names
-    for field in ("more_body", "disconnected", "response_complete", "message_event"):
+    for field in ("more_body", "disconnected", "response_complete", "message_event", "response_started",
+                  "waiting_for_100_continue", "chunked_encoding", "expected_content_length", "keep_alive",
+                  "default_headers", "access_log", "flow"):  # Cycle.send's too
         assert field in cycle_fields, field
 
 
@@ -83,3 +86,100 @@ def test_a_refusal_is_a_complete_json_response_that_closes():
     assert b"connection: close" in head and b"content-length: %d" % len(body) in head
     assert json.loads(body) == {"error": {"message": "request head over 65536 bytes",
                                           "type": "request_header_fields_too_large", "code": 431}}
+
+
+def _cycle(cls, method: str = "POST", keep_alive: bool = True, access_log: bool = False):
+    import email.utils
+    import logging
+
+    from uvicorn.protocols.http.flow_control import FlowControl
+
+    transport = FakeTransport()
+    log = logging.getLogger("test")
+    scope = {"type": "http", "method": method, "path": "/", "http_version": "1.1", "headers": [],
+             "client": ("127.0.0.1", 1), "query_string": b"", "root_path": ""}
+    cycle = cls(scope=scope, transport=transport, flow=FlowControl(transport), logger=log, access_logger=log,
+                access_log=access_log, default_headers=[(b"date", email.utils.formatdate(usegmt=True).encode()),
+                                                        (b"server", b"uvicorn")],
+                message_event=asyncio.Event(), expect_100_continue=False, keep_alive=keep_alive,
+                on_response=lambda: None)
+    return cycle, transport
+
+
+HEADS = [  # (status, headers, body chunks, method, keep_alive)
+    (200, [(b"content-type", b"application/json"), (b"content-length", b"2")], [b"{}"], "POST", True),
+    (200, [(b"Content-Length", b"2"), (b"X-Compute-Time", b"3"), (b"x-queue-time", b"0")], [b"{}"], "POST", True),
+    (200, [(b"content-type", b"text/plain")], [b"ab", b"c"], "POST", True),  # no length: chunked
+    (200, [(b"transfer-encoding", b"Chunked")], [b"xyz"], "POST", True),
+    (200, [(b"content-length", b"2"), (b"Connection", b"keep-alive, Close")], [b"{}"], "POST", True),
+    (200, [(b"content-length", b"2")], [b"{}"], "POST", False),  # closes: "connection: close" added
+    (204, [], [b""], "POST", True),
+    (200, [(b"content-length", b"5")], [b""], "HEAD", True),
+    (431, [(b"content-length", b"0"), (b"connection", b"close")], [b""], "GET", True),
+    (200, [(b"content-length", b"2"), (b"x-v\xe9", b"caf\xe9 \t")], [b"{}"], "POST", True),  # bytes over 127 pass
+]
+
+
+def _run(cls, status, headers, chunks, method="POST", keep_alive=True, access_log=False):
+    async def main():
+        cycle, transport = _cycle(cls, method, keep_alive, access_log)
+        try:
+            await cycle.send({"type": "http.response.start", "status": status, "headers": list(headers)})
+            for i, chunk in enumerate(chunks):
+                await cycle.send({"type": "http.response.body", "body": chunk, "more_body": i < len(chunks) - 1})
+        except Exception as e:  # compared between the two cycles
+            return type(e), str(e), transport.writes, cycle.response_started
+        state = (cycle.keep_alive, cycle.chunked_encoding, cycle.expected_content_length, cycle.response_complete,
+                 transport.closed)
+        return transport.writes, state
+
+    return asyncio.run(main())
+
+
+def test_cycle_writes_uvicorns_bytes_and_state_for_every_kind_of_head():
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    from headwise.service.server.http_protocol import Cycle
+
+    for status, headers, chunks, method, keep_alive in HEADS:
+        mine = _run(Cycle, status, headers, chunks, method, keep_alive)
+        assert mine == _run(RequestResponseCycle, status, headers, chunks, method, keep_alive), headers
+    mine = _run(Cycle, 200, [(b"content-length", b"2")], [b"{}"], access_log=True)  # uvicorn's own send
+    assert mine == _run(RequestResponseCycle, 200, [(b"content-length", b"2")], [b"{}"], access_log=True)
+
+
+def test_cycle_refuses_what_uvicorn_refuses_with_its_errors():
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    from headwise.service.server.http_protocol import Cycle
+
+    bad = [[(b"x bad", b"1")], [(b"x-ok", b"1\r\nx-injected: 2")], [(b"x-ok", b"\x00")], [(b"x(", b"1")],
+           [(b"x-ok", b"1"), (b"x:", b"\n")], [("x-str", b"1")], [(b"x-ok", 1)]]
+    for headers in bad:
+        mine = _run(Cycle, 200, headers, [b""])
+        assert mine == _run(RequestResponseCycle, 200, headers, [b""]), headers
+        assert mine[0] in (RuntimeError, TypeError) and mine[2] == [], headers
+
+
+def test_the_protocol_runs_requests_on_its_cycle():
+    from headwise.service.server.http_protocol import Cycle, HttpProtocol
+
+    started = []
+
+    class Probe(HttpProtocol):
+        def __init__(self):  # only what _start_asgi_task reads
+            pass
+
+    def record(self, cycle, app):
+        started.append(type(cycle))
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+    original = HttpToolsProtocol._start_asgi_task
+    HttpToolsProtocol._start_asgi_task = record
+    try:
+        cycle, _ = _cycle(RequestResponseCycle)
+        Probe()._start_asgi_task(cycle, None)
+    finally:
+        HttpToolsProtocol._start_asgi_task = original
+    assert started == [Cycle] and type(cycle) is Cycle
