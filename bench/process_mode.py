@@ -194,7 +194,7 @@ def measure(server: Layout, body: bytes, cell: Cell, seconds: float, warm: float
     if warm > 0:
         load(url, body, cell.clients, warm)
     before = server.snapshot()
-    with ForeignLoad([server.pid]) as others:
+    with ForeignLoad(list(before["family"])) as others:  # process mode's children have sessions of their own
         res = load(url, body, cell.clients, seconds)
     after = server.snapshot()
     return {**figures(cell, res, before, after, server.real), "others_cores": others.cores}
