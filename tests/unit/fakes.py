@@ -186,8 +186,10 @@ class DrivenBatcher:
         from headwise.service.engine.encoder import EncoderRuntime
 
         batcher = Batcher(limits, buckets, hooks, pad_to_bucket=pad_to_bucket, **kw)
-        engine = SimpleNamespace(prepare=prepare, run_batch=lambda role, entries, padded: run(entries, padded))
+        engine = SimpleNamespace(prepare=prepare, run_batch=lambda role, entries, padded: run(entries, padded),
+                                 backend=None)  # a backend without run_async: hops on the inference thread
         engine._hop = functools.partial(EncoderRuntime._hop, engine)
+        engine._tokenised = functools.partial(EncoderRuntime._tokenised, engine)
         start = batcher.start
         batcher.start = lambda: start(EncoderRuntime._serve(engine, "embed", batcher),
                                       EncoderRuntime._tokenise(engine, batcher) if batcher.overlap else None)
