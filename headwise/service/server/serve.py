@@ -42,12 +42,17 @@ def _workers(value: str) -> int | str:
     return value if value == "auto" else int(value)
 
 
+def serves_on_cuda(settings) -> bool:
+    """Whether the server will run on CUDA: HEADWISE_PROVIDER=cuda, or auto where CUDA can be used."""
+    return settings.provider == "cuda" or (settings.provider == "auto" and cuda.probe(settings.device_id).ok)
+
+
 def resolve_workers(settings):
     """`auto` → a number (service.backends.cuda.auto_workers on CUDA, else 1), exported as
     HEADWISE_WORKERS for the worker processes; a number stays as it is."""
     if isinstance(settings.workers, int):
         return settings
-    on_cuda = settings.provider == "cuda" or (settings.provider == "auto" and cuda.probe(settings.device_id).ok)
+    on_cuda = serves_on_cuda(settings)
     n = cuda.auto_workers(usable_cores(), cuda.device_memory(settings.device_id)) if on_cuda else 1
     os.environ["HEADWISE_WORKERS"] = str(n)
     if on_cuda:
@@ -111,8 +116,7 @@ def resolve_engine(settings) -> str:
         return settings.engine
     if workers_set:
         return "inproc"
-    on_cuda = settings.provider == "cuda" or (settings.provider == "auto" and cuda.probe(settings.device_id).ok)
-    return "process" if on_cuda else "inproc"
+    return "process" if serves_on_cuda(settings) else "inproc"
 
 
 def main(args: argparse.Namespace) -> int:
