@@ -103,9 +103,9 @@ class Clock:
                 cpu += c1 - c0
                 if len(walls) >= MIN_REPS and perf_counter() > deadline:
                     break
-        # CPU is the process's, other threads' included: a cheap stage less the empty call's
-        # cost can come out below zero on a busy machine; it reads as nothing, not as negative.
-        wall = float(np.median(walls)) / 1e3 - self._empty[0]
+        # A cheap stage less the empty call's cost can come out below zero on a busy machine (and
+        # CPU is the process's, other threads' included): it reads as nothing, not as negative.
+        wall = max(0.0, float(np.median(walls)) / 1e3 - self._empty[0])
         return Timing(wall, max(0.0, cpu / len(walls) / 1e3 - self._empty[1]), len(walls))
 
 

@@ -25,9 +25,11 @@ def test_every_stage_is_reported_and_positive(profiles):
         assert [r.stage for r in p.rows if not r.part] == [
             "parse", "validate", "tokenise", "validate", "pad and batch", "pad and batch", "device run",
             "post-process", "serialise", "write"]
-        assert all(r.timing.wall_us > 0 and r.timing.reps >= stages.MIN_REPS for r in p.rows + p.whole)
-        # CPU counts every thread of the process: a cheap stage may round to nothing under load
-        assert all(r.timing.cpu_us >= 0 for r in p.rows if not r.part)
+        assert all(r.timing.reps >= stages.MIN_REPS for r in p.rows + p.whole)
+        # less the empty call's cost, a cheap stage may round to nothing under load (CI failed on
+        # a stage that timed below the empty call); the stages together and the whole do not
+        assert all(r.timing.wall_us >= 0 and r.timing.cpu_us >= 0 for r in p.rows)
+        assert p.total.wall_us > 0 and all(r.timing.wall_us > 0 for r in p.whole)
         assert sum(r.timing.cpu_us for r in p.rows if not r.part) > 0
         assert [r.stage for r in p.whole] == ["hop", "engine", "request"]
         assert p.body_bytes[0] > 0 and p.body_bytes[1] >= p.body_bytes[0]
