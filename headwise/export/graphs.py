@@ -71,7 +71,8 @@ def _shapes(model: EncoderModel) -> dict[str, tuple[str, list]]:
     cfg = model.config
     n_labels = len(getattr(model.head, "labels", ()))
     attentions = ["batch", cfg.n_layers, cfg.n_heads, "seq", "seq"]
-    return {"sentence_embedding": ("float32", ["batch", cfg.d_model]),
+    d_embedding = getattr(model.head, "dim", None) or cfg.d_model  # Dense layers may change it
+    return {"sentence_embedding": ("float32", ["batch", d_embedding]),
             "last_hidden_state": ("float32", ["batch", "seq", cfg.d_model]),
             "logits": ("float32", ["batch", n_labels]),
             "attentions": ("float32", attentions), "attentions_f16": ("float16", attentions),

@@ -79,6 +79,11 @@ class TransformerConfig:
             need(self.d_model % 2 == 0, "sinusoidal positions need an even d_model")
 
     @property
+    def max_tokens(self) -> int:
+        """The longest input the position table allows."""
+        return self.max_len
+
+    @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 

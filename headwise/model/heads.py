@@ -2,7 +2,8 @@
 one head (encoder_model.py), so a sentence-embedding model and a classifier differ in their
 head alone.
 
-- PoolingHead: a sentence embedding, the mean of the token states or the [CLS] state, L2
+- PoolingHead: a sentence embedding, the mean of the token states, the [CLS] state or the last
+  token's (decoder-style embedding models), through the checkpoint's Dense layers if any, L2
   normalised when the checkpoint says (Reimers & Gurevych 2019, "Sentence-BERT", §3).
 - ClassificationHead: BERT's sequence-classification head (Devlin et al. 2019, "BERT", §4.1 and
   Figure 4): the [CLS] state through the pooler (dense + tanh), then a linear map to one logit
@@ -17,7 +18,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from headwise.model.pooling import PoolingConfig, pool
+from headwise.model.pooling import PoolingConfig, normalize, pool
+
+_DENSE_ACTIVATIONS = {"tanh": torch.tanh, "identity": lambda x: x, "relu": torch.relu,
+                      "gelu": torch.nn.functional.gelu, "sigmoid": torch.sigmoid}
 
 
 class PoolingHead(nn.Module):
@@ -26,9 +30,19 @@ class PoolingHead(nn.Module):
     def __init__(self, config: PoolingConfig):
         super().__init__()
         self.config = config
+        # sentence-transformers' Dense modules, in order: y = act(x Wᵀ + b).
+        self.dense = nn.ModuleList(nn.Linear(d.in_features, d.out_features, bias=d.bias) for d in config.dense)
+
+    @property
+    def dim(self) -> int | None:
+        """The embedding's size where Dense layers change it from d_model, else None."""
+        return self.config.dense_out
 
     def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
-        return pool(last_hidden_state, attention_mask, self.config)  # (B, D)
+        x = pool(last_hidden_state, attention_mask, self.config)  # (B, D)
+        for spec, linear in zip(self.config.dense, self.dense, strict=True):
+            x = _DENSE_ACTIVATIONS[spec.activation](linear(x))  # (B, D_out)
+        return normalize(x) if self.config.normalize else x
 
 
 class ClassificationHead(nn.Module):

