@@ -18,7 +18,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default: on)")
     p.add_argument("--quality", action=argparse.BooleanOptionalAction, default=True,
                    help="measure STS-B quality and CPU speed (default: on; off for untrained test models)")
+    p.add_argument("--matryoshka-dimensions", type=parse_dimensions, default=(), metavar="N,N,...",
+                   help="embedding sizes the model was trained to be cut to (MatryoshkaLoss), e.g. 768,512,256,128,64: "
+                   "the only `dimensions` the service answers (default: none, and `dimensions` is refused)")
     p.add_argument("--stsb", type=Path, help="STS Benchmark dev file (default: $HEADWISE_STSB, else the bundled headwise/export/data/stsb/sts-dev.csv)")
+
+
+def parse_dimensions(text: str) -> tuple[int, ...]:
+    """`256,128,64` → (256, 128, 64); argparse's type for --matryoshka-dimensions."""
+    try:
+        dims = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{text!r}: comma-separated whole numbers, e.g. 256,128,64") from None
+    if not dims:
+        raise ValueError("give at least one dimension, e.g. 256,128,64")
+    return dims
 
 
 def main(args: argparse.Namespace) -> int:
@@ -30,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         pkg = build_package(args.checkpoint, args.out, args.name, args.int8, args.fp16, args.verify, args.stsb,
-                            quality=args.quality)
+                            quality=args.quality, matryoshka_dimensions=args.matryoshka_dimensions)
     except (PackageError, CheckpointError, FileNotFoundError, ValueError) as e:
         print(f"headwise export: error: {e}", file=sys.stderr)
         return 1

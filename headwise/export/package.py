@@ -44,12 +44,16 @@ def build_package(
     stsb_path: Path | None = None,
     progress: Callable[[str], None] = print,
     quality: bool = True,
+    matryoshka_dimensions: tuple[int, ...] = (),
 ) -> Path:
     """Export `checkpoint` (default: bundled all-MiniLM-L6-v2) to out/name as the kind its
     config.json says (sentence embedding, classification or generation). Written to a
-    temporary folder and moved into place only when complete (and verified)."""
+    temporary folder and moved into place only when complete (and verified).
+    `matryoshka_dimensions`: the sizes an embedding model was trained to be cut to
+    (export.prompts), the only ones the service will cut it to."""
     checkpoint = Path(checkpoint) if checkpoint is not None else default_checkpoint()
-    options = Options(int8=int8, fp16=fp16, check=check, quality=quality, stsb_path=stsb_path)
+    options = Options(int8=int8, fp16=fp16, check=check, quality=quality, stsb_path=stsb_path,
+                      matryoshka_dimensions=tuple(matryoshka_dimensions))
     return build(kind_of_checkpoint(checkpoint), checkpoint, Path(out), name or default_name(checkpoint),
                  options, progress)
 

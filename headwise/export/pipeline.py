@@ -22,6 +22,7 @@ from pathlib import Path
 
 from headwise.export import manifest as mf
 from headwise.export.graphs import OPSET
+from headwise.export.prompts import declared_facts
 
 EXPORTER = "headwise 0.1.0"
 Progress = Callable[[str], None]
@@ -34,6 +35,8 @@ class Options:
     check: bool = True  # verify parity against torch
     quality: bool = True  # STS-B figures and CPU speed (off for untrained test models)
     stsb_path: Path | None = None
+    # the Matryoshka dimensions the model was trained for (embedding packages; prompts.py)
+    matryoshka_dimensions: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ def build(kind: Kind, checkpoint: Path, out: Path, name: str, options: Options, 
     indent = lambda m: progress("      " + m)  # noqa: E731
     with staged(out, name) as work:
         loaded = steps.run(f"load {checkpoint}", kind.load, checkpoint)
+        declared = declared_facts(kind.task, loaded, checkpoint, options)  # prompts, Matryoshka
         steps.run(f"export to ONNX ({kind.export_label(loaded)})", kind.export, loaded, work)
         fusion = None
         if optimise is not None:
@@ -172,7 +176,7 @@ def build(kind: Kind, checkpoint: Path, out: Path, name: str, options: Options, 
             steps.run("quantise (int8, per-token scales)" if options.int8 else "quantise (skipped: --no-int8)",
                       quantise, work)
         shutil.copyfile(checkpoint / "tokenizer.json", work / "tokenizer.json")
-        mf.write(work, manifest(kind, loaded, name, work, kind.variants(loaded, options), fusion))
+        mf.write(work, {**manifest(kind, loaded, name, work, kind.variants(loaded, options), fusion), **declared})
         if verify is not None:
             steps.run("verify parity against torch", verify, work, checkpoint, options, indent)
         if measure is not None:
