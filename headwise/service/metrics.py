@@ -98,6 +98,8 @@ class Metrics:
         self.engine_busy = Counter(p + "engine_busy_seconds_total", "seconds of device runs in the engine process "
                                    "(its rate is the share of time the device was kept busy)", ["model", "variant"],
                                    registry=r)
+        self.engine_dropped = Counter(p + "engine_dropped_rows_total", "rows taken out of runs waiting in the engine "
+                                      "process because their clients had gone", ["model"], registry=r)
         # Head drift (enable_head_drift): registered only when HEADWISE_ATTENTION_SAMPLE > 0.
         self.head_entropy: Histogram | None = None
         self.head_special_share: Histogram | None = None

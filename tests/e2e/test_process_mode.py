@@ -243,25 +243,65 @@ def _holder(pids: list[int], local_port: int) -> int | None:
     return None
 
 
+def _connections(srv, frontends: list[int], each: int) -> dict[int, list]:
+    """Keep-alive connections until each front-end holds at least `each` (at most 3)."""
+    import http.client
+
+    conns: dict[int, list] = {pid: [] for pid in frontends}
+    for _ in range(40):
+        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        c.request("GET", "/health/live")  # quick: no device run, so no keep-alive times out
+        c.getresponse().read()
+        holder = _holder(frontends, c.sock.getsockname()[1])
+        if holder is not None and len(conns[holder]) < max(each, 3):
+            conns[holder].append(c)
+        else:
+            c.close()
+        if all(len(v) >= each for v in conns.values()):
+            break
+    assert all(len(v) >= each for v in conns.values()), {p: len(v) for p, v in conns.items()}
+    return conns
+
+
+def test_a_client_gone_while_its_run_waits_in_the_engine_is_dropped_there(start_server, tiny_package):
+    srv = _slow(start_server, tiny_package, 2, 600)
+    body = json.dumps({"inputs": ["a client"]})
+    busy, waiting = (cs[0] for cs in _connections(srv, _roles(srv)["frontend"], 1).values())
+    before = total(srv.get("/metrics").text, "headwise_engine_dropped_rows_total")
+    answers = []
+
+    def send(c, then_leave: bool):
+        c.request("POST", "/v1/embed", body, {"content-type": "application/json"})
+        if then_leave:  # its run waits in the engine behind the other front-end's
+            time.sleep(0.2)
+            c.sock.shutdown(2)
+            c.close()
+        else:
+            answers.append(c.getresponse().status)
+
+    first = threading.Thread(target=send, args=(busy, False))
+    first.start()
+    time.sleep(0.1)
+    send(waiting, True)
+    first.join(30)
+    assert answers == [200]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        dropped = total(srv.get("/metrics").text, "headwise_engine_dropped_rows_total")
+        if dropped - before >= 1:
+            break
+        time.sleep(0.2)
+    assert dropped - before == 1
+    assert srv.post("/v1/embed", json={"inputs": ["after"]}).status_code == 200
+
+
 def test_a_killed_front_end_is_restarted_and_the_others_see_no_error(start_server, tiny_package):
     import http.client
 
     srv = _slow(start_server, tiny_package, 2, 50)
     frontends = _roles(srv)["frontend"]
     body = json.dumps({"inputs": ["a client"]})
-    conns: dict[int, list] = {pid: [] for pid in frontends}
-    for _ in range(40):  # keep-alive connections until each front-end holds at least two
-        c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
-        c.request("POST", "/v1/embed", body, {"content-type": "application/json"})
-        c.getresponse().read()
-        holder = _holder(frontends, c.sock.getsockname()[1])
-        if holder is not None and len(conns[holder]) < 3:
-            conns[holder].append(c)
-        else:
-            c.close()
-        if all(len(v) >= 2 for v in conns.values()):
-            break
-    assert all(len(v) >= 2 for v in conns.values()), {p: len(v) for p, v in conns.items()}
+    conns = _connections(srv, frontends, 2)
     victim, other = frontends
     outcomes: dict[int, list] = {}
     stop = threading.Event()

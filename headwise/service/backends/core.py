@@ -3,12 +3,15 @@ only sessions and runs what every front-end sends, on threads of its own so that
 never waits on a socket:
 
 - the IO thread owns the ROUTER socket the front-ends connect to: it reads their messages,
-  answers `Hello` and `Ping` at once and hands each `Run` to the run thread (a C queue);
+  answers `Hello` and `Ping` at once and hands each `Run` and `Abort` to the run thread (a C
+  queue);
 - the run thread takes the oldest run (plain work before analytics rows, whose lane keeps its
   priority here too) and, for the roles whose rows stack, every queued run of the same model,
   role, outputs and padded length, up to the batch limits; runs them as one batch on the
   backend; cuts each front-end's rows back out and pushes each answer to the socket its run
-  named (`reply_to`; ZMQ queues it and its own I/O thread writes it).
+  named (`reply_to`; ZMQ queues it and its own I/O thread writes it). An `Abort` that arrives
+  before its run starts takes the rows of clients that have gone out of it (a stacked run
+  runs without them and answers zeros in their place); a run left with no row is dropped.
 
 Front-ends batch their own requests (service.engine.batching) and send each batch as one run;
 the core stacks the batches that F front-ends sent while the device was busy into one.
@@ -22,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
@@ -44,8 +47,38 @@ class Pending:
     feeds: dict[str, np.ndarray]
     key: tuple | None  # what a run must share to stack with it (None: it runs alone)
     rows: int
-    tokens: int  # rows × padded length
+    length: int  # padded
     refusal: wire.Failure | None = None  # an answer decided on receipt: sent, not run
+    dropped: set[int] = field(default_factory=set)  # rows whose clients have gone (stacked roles)
+
+    @property
+    def live(self) -> int:
+        return self.rows - len(self.dropped)
+
+    @property
+    def tokens(self) -> int:
+        return self.live * self.length
+
+    def _kept(self) -> np.ndarray:
+        return np.array([i for i in range(self.rows) if i not in self.dropped], dtype=np.intp)
+
+    def live_feeds(self) -> dict[str, np.ndarray]:
+        """The feeds of the rows whose clients are still there (every feed of a stacked role
+        has its rows on axis 0)."""
+        if not self.dropped:
+            return self.feeds
+        kept = self._kept()
+        return {name: a[kept] for name, a in self.feeds.items()}
+
+    def all_rows(self, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`out` of the live rows, with zeros in the dropped rows' places."""
+        if not self.dropped:
+            return out
+        kept, full = self._kept(), {}
+        for name, a in out.items():
+            full[name] = np.zeros((self.rows, *a.shape[1:]), a.dtype)
+            full[name][kept] = a
+        return full
 
 
 def _key(run: wire.Run, feeds: dict[str, np.ndarray]) -> tuple | None:
@@ -56,16 +89,19 @@ def _key(run: wire.Run, feeds: dict[str, np.ndarray]) -> tuple | None:
 
 class EngineCore:
     """`backends`: model name → its loaded (and warmed) backend. `on_run(model, role, runs,
-    rows, seconds)` is told of every device run."""
+    rows, seconds)` is told of every device run, `on_drop(model, rows)` of rows dropped by
+    `Abort` before they ran."""
 
     def __init__(self, backends: dict[str, Backend], address: str, *, max_batch_size: int, max_batch_tokens: int,
-                 on_run: Callable[[str, str, int, int, float], None] | None = None):
+                 on_run: Callable[[str, str, int, int, float], None] | None = None,
+                 on_drop: Callable[[str, int], None] | None = None):
         self.backends = backends
         self.address = address
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.on_run = on_run or (lambda *_: None)
+        self.on_drop = on_drop or (lambda *_: None)
         self._ctx = zmq.Context()
-        self._inbox: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Pending | wire.Abort | None] = queue.SimpleQueue()
         self._stopping = False
         self._run_done = threading.Event()
         self._bound = threading.Event()
@@ -125,7 +161,9 @@ class EngineCore:
             refusal = self._refusal(msg)
             first = next(iter(arrays.values()), None)
             rows, length = (first.shape[0], first.shape[1]) if first is not None and first.ndim > 1 else (0, 0)
-            self._inbox.put(Pending(msg, arrays, _key(msg, arrays), rows, rows * length, refusal))
+            self._inbox.put(Pending(msg, arrays, _key(msg, arrays), rows, length, refusal))
+        elif isinstance(msg, wire.Abort):
+            self._inbox.put(msg)
         elif isinstance(msg, wire.Ping):
             router.send_multipart([ident, *wire.encode(wire.Pong())])
         elif isinstance(msg, wire.Hello):
@@ -149,16 +187,14 @@ class EngineCore:
                 if not pending:
                     item = self._inbox.get()
                     stopping = stopping or item is STOP
-                    if item is not STOP:
-                        pending.append(item)
+                    self._file(pending, item)
                 while True:  # everything received meanwhile, so that it can stack
                     try:
                         item = self._inbox.get_nowait()
                     except queue.Empty:
                         break
                     stopping = stopping or item is STOP
-                    if item is not STOP:
-                        pending.append(item)
+                    self._file(pending, item)
                 if not pending:
                     continue
                 group = self._take(pending)
@@ -173,20 +209,43 @@ class EngineCore:
                 sock.close(linger=1000)
             self._run_done.set()
 
+    def _file(self, pending: deque[Pending], item: Pending | wire.Abort | None) -> None:
+        if isinstance(item, Pending):
+            pending.append(item)
+        elif isinstance(item, wire.Abort):
+            self._abort(pending, item)
+
+    def _abort(self, pending: deque[Pending], abort: wire.Abort) -> None:
+        """Take the gone clients' rows out of a run that has not started (one that has runs
+        to its end: its answer is read by nobody). A run that does not stack is dropped only
+        when all its rows have gone."""
+        p = next((p for p in pending if p.run.seq == abort.seq and p.run.reply_to == abort.reply_to), None)
+        if p is None or p.refusal is not None:
+            return
+        rows = set(range(p.rows)) if abort.rows is None else {r for r in abort.rows if 0 <= r < p.rows}
+        if p.key is None and len(rows) < p.rows:
+            return
+        new = rows - p.dropped
+        p.dropped |= new
+        if new:
+            self.on_drop(p.run.model, len(new))
+        if not p.live:
+            pending.remove(p)
+
     def _take(self, pending: deque[Pending]) -> list[Pending]:
         """The next device run: a refusal alone, else the oldest plain run (else the oldest
         analytics one) and the queued runs that stack with it, within the batch limits."""
         first = next((p for p in pending if p.refusal is not None or p.run.role != "analytics"), pending[0])
         pending.remove(first)
-        group, rows, tokens = [first], first.rows, first.tokens
+        group, rows, tokens = [first], first.live, first.tokens
         if first.key is None or first.refusal is not None:
             return group
         for p in list(pending):
-            if (p.key == first.key and p.refusal is None and rows + p.rows <= self.max_batch_size
+            if (p.key == first.key and p.refusal is None and rows + p.live <= self.max_batch_size
                     and tokens + p.tokens <= self.max_batch_tokens):
                 pending.remove(p)
                 group.append(p)
-                rows += p.rows
+                rows += p.live
                 tokens += p.tokens
         return group
 
@@ -196,18 +255,19 @@ class EngineCore:
         if first.refusal is not None:
             return [(first, wire.encode(first.refusal))]
         run = first.run
-        feeds = first.feeds if len(group) == 1 else {
-            name: np.concatenate([p.feeds[name] for p in group]) for name in first.feeds}
+        lives = [p.live_feeds() for p in group]
+        feeds = lives[0] if len(group) == 1 else {name: np.concatenate([f[name] for f in lives]) for name in first.feeds}
         t0 = time.perf_counter()
         try:
             out = self.backends[run.model].run(run.role, feeds, run.outputs)
         except Exception as e:
             log.exception("engine: %s run of model %s failed", run.role, run.model)
             return [(p, wire.encode(wire.Failure(p.run.seq, "error", f"{type(e).__name__}: {e}"))) for p in group]
-        self.on_run(run.model, run.role, len(group), sum(p.rows for p in group), time.perf_counter() - t0)
+        self.on_run(run.model, run.role, len(group), sum(p.live for p in group), time.perf_counter() - t0)
         answers, at = [], 0
         for p in group:
-            mine = {name: a[at:at + p.rows] for name, a in out.items()} if len(group) > 1 else out
-            at += p.rows
+            mine = {name: a[at:at + p.live] for name, a in out.items()} if len(group) > 1 else out
+            mine = p.all_rows(mine)
+            at += p.live
             answers.append((p, wire.encode(wire.Result(p.run.seq, wire.specs(mine)), mine)))
         return answers

@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from itertools import count
 
 import numpy as np
@@ -22,13 +22,14 @@ import zmq
 import zmq.asyncio
 
 from headwise.service.backends import wire
-from headwise.service.errors import NotReady
+from headwise.service.errors import Disconnected, NotReady
 from headwise.service.package import ModelPackage, PackageError
 from headwise.service.settings import Settings
 
 log = logging.getLogger("headwise.service")
 
 POLL_MS = 50  # how often a waiting run looks whether the engine is still there
+ABORT_POLL_S = 0.05  # how often a run awaited on a loop asks whether its clients are still there
 WATCH_S = 0.1  # how often the watchdog looks
 GONE = "the engine process is gone; the server is restarting"
 
@@ -128,17 +129,19 @@ class EngineLink:
         return _answer(msg, arrays)
 
     # -- runs awaited on an event loop ----------------------------------------------------------
-    async def run_async(self, model: str, role: str, feeds: dict[str, np.ndarray],
-                        outputs: list[str]) -> dict[str, np.ndarray]:
+    async def run_async(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str],
+                        gone: Gone | None = None) -> dict[str, np.ndarray]:
         """`run`, awaited on the running loop: no thread waits, and the loop reads the answer
-        when its socket is readable."""
+        when its socket is readable. While it waits, `gone()` is asked every ABORT_POLL_S which
+        rows' clients have gone, and the engine is told (`Abort`); when all have, the run
+        raises Disconnected at once."""
         if self.lost:
             raise EngineGone(GONE)
         loop = asyncio.get_running_loop()
         here = self._loops.get(loop)
         if here is None:
             here = self._loops[loop] = _LoopSockets(self, loop)
-        return await here.run(model, role, feeds, outputs)
+        return await here.run(model, role, feeds, outputs, gone)
 
     # -- the watchdog -------------------------------------------------------------------------
     def _watchdog(self) -> None:
@@ -170,6 +173,9 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except (OSError, IndexError):
         return True
+
+
+Gone = Callable[[], Awaitable[set[int]]]  # the rows of a run whose clients have gone
 
 
 class _LoopSockets:
@@ -208,17 +214,68 @@ class _LoopSockets:
                 fut.set_exception(exc)
         self.waiting.clear()
 
-    async def run(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict:
+    async def run(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str],
+                  gone: Gone | None) -> dict:
         seq = next(self.link._seq)
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self.waiting[seq] = fut
+        watch = _Watch(self, seq, len(next(iter(feeds.values()), ())), fut, gone) if gone else None
         try:
             await self.send.send_multipart(
                 wire.encode(wire.Run(seq, self.address, model, role, outputs, wire.specs(feeds)), feeds), copy=False)
+            if watch:
+                watch.arm(loop)
             msg, arrays = await fut
         finally:
             self.waiting.pop(seq, None)
+            if watch:
+                watch.disarm()
         return _answer(msg, arrays)
+
+
+class _Watch:
+    """A run's clients, looked at every ABORT_POLL_S while its answer is awaited (a timer: a run
+    answered sooner costs one timer handle): the engine is told of the rows whose clients went,
+    and a run with none left stops waiting."""
+
+    __slots__ = ("sockets", "seq", "rows", "fut", "gone", "told", "timer", "task")
+
+    def __init__(self, sockets: _LoopSockets, seq: int, rows: int, fut: asyncio.Future, gone: Gone):
+        self.sockets, self.seq, self.rows, self.fut, self.gone = sockets, seq, rows, fut, gone
+        self.told: set[int] = set()
+        self.timer = self.task = None
+
+    def arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self.fut.done():
+            self.timer = loop.call_later(ABORT_POLL_S, self._look, loop)
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def _look(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.timer = None
+        self.task = loop.create_task(self._check(loop))
+
+    async def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            gone = await self.gone() - self.told
+        except Exception:  # a probe that fails: the run is awaited to its end, unwatched
+            log.exception("front-end: asking whether a run's clients are there failed")
+            return
+        if gone and not self.fut.done():
+            self.told |= gone
+            every = len(self.told) >= self.rows
+            await self.sockets.send.send_multipart(wire.encode(wire.Abort(
+                self.seq, self.sockets.address, None if every else sorted(self.told))))
+            if every:
+                if not self.fut.done():
+                    self.fut.set_exception(Disconnected("every client of the run has gone"))
+                return
+        self.arm(loop)
 
 
 def _answer(msg, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -246,5 +303,6 @@ class RemoteBackend:
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         return self.link.run(self.model, role, feeds, outputs)
 
-    async def run_async(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        return await self.link.run_async(self.model, role, feeds, outputs)
+    async def run_async(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str],
+                        gone: Gone | None = None) -> dict[str, np.ndarray]:
+        return await self.link.run_async(self.model, role, feeds, outputs, gone)

@@ -5,7 +5,8 @@ of its own, its bytes as numpy holds them, so no float passes through Python one
 
 A front-end sends `Hello` once (the engine answers `Welcome`: what it serves) and then `Run`s,
 each answered by a `Result` or a `Failure` sent to the run's `reply_to`; `Ping` is answered
-`Pong`.
+`Pong`. `Abort` names rows of a run whose clients have gone: a run not started yet runs without
+them (their rows come back as zeros), and one with no row left is dropped unanswered.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ class Run(msgspec.Struct, tag="run"):
     arrays: list[Array]
 
 
+class Abort(msgspec.Struct, tag="abort"):
+    """The clients of `rows` of run `seq` (sent by `reply_to`) have gone; None: all of them."""
+
+    seq: int
+    reply_to: str
+    rows: list[int] | None = None
+
+
 class ModelFacts(msgspec.Struct):
     provider: str
     precision: str
@@ -69,7 +78,7 @@ class Failure(msgspec.Struct, tag="failure"):
     message: str
 
 
-Message = Hello | Ping | Run | Welcome | Pong | Result | Failure
+Message = Hello | Ping | Run | Abort | Welcome | Pong | Result | Failure
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -192,7 +192,7 @@ class Batcher:
                     jobs = self._take_pending()
                     self._running = True  # work in hand: not idle while its clients are asked
                     self._inflight = jobs  # and reached by abort() and close() meanwhile
-                    gone = await self._disconnected(jobs)
+                    gone = await self.disconnected(jobs)
                     self._running = False
                     jobs = [j for j in jobs if j not in gone and not j.done]
                     if jobs:
@@ -203,7 +203,7 @@ class Batcher:
             batch, padded = self.cut()
             self._running = bool(batch)
             self._inflight = _jobs_of(batch)
-            gone = await self._disconnected(self._inflight)
+            gone = await self.disconnected(self._inflight)
             self._running = False
             batch = [e for e in batch if e.job not in gone] if gone else batch
             if batch:
@@ -223,7 +223,7 @@ class Batcher:
                 await self._tok_wakeup.wait()
             self._tokenizing = jobs = self._take_pending()
             try:
-                gone = await self._disconnected(jobs)
+                gone = await self.disconnected(jobs)
             except Exception as e:  # a probe that fails: its jobs get the error, the loop goes on
                 self.tokenised(jobs, [e] * len(jobs))
                 continue
@@ -369,7 +369,7 @@ class Batcher:
                 queue = waited - t.tokenize
                 t.queue = queue if queue > 0.0 else 0.0
 
-    async def _disconnected(self, jobs) -> set[Job]:
+    async def disconnected(self, jobs) -> set[Job]:
         """The jobs whose client has gone: failed (nobody reads it) and counted as dropped."""
         gone = set()
         for job in jobs:

@@ -216,15 +216,21 @@ class EncoderRuntime:
         out, t1 = self.run(role, entries, padded, outputs, record)
         return self._answers(entries, out, f16, record, t0, t1)
 
-    async def run_batch_async(self, role: str, entries: list[Entry], padded: int) -> list:
-        """run_batch with the backend's run awaited on the loop (process mode's RemoteBackend)."""
+    async def run_batch_async(self, role: str, entries: list[Entry], padded: int, batcher: Batcher) -> list:
+        """run_batch with the backend's run awaited on the loop (process mode's RemoteBackend),
+        telling the engine which rows' clients have gone while the run waits there."""
         t0 = time.perf_counter()
         role, f16, outputs = self._graph(role, entries)
         feeds = self.feeds(entries, padded, role)
         if self.settings.fault_injection:  # a hang must not hold the loop
             await asyncio.get_running_loop().run_in_executor(None, inject_fault, entries)
+
+        async def gone() -> set[int]:
+            await batcher.disconnected([e.job for e in entries if not e.job.done])
+            return {i for i, e in enumerate(entries) if e.job.done}
+
         t1 = time.perf_counter()
-        out = await self.backend.run_async(role, feeds, outputs)
+        out = await self.backend.run_async(role, feeds, outputs, gone)
         self._counted(role, entries, padded, t1)
         return self._answers(entries, out, f16, True, t0, t1)
 
@@ -416,7 +422,7 @@ class EncoderRuntime:
         if done is not None:
             return done
         try:
-            return Done(outcome, batch, await self.run_batch_async(role, batch, padded))
+            return Done(outcome, batch, await self.run_batch_async(role, batch, padded, batcher))
         except Exception as e:
             return Done(outcome, batch, e)
 

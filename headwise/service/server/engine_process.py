@@ -63,8 +63,11 @@ def serve() -> int:
         metrics.engine_stacked.labels(model=model, variant=variant).observe(runs)
         metrics.engine_busy.labels(model=model, variant=variant).inc(seconds)
 
+    def on_drop(model: str, rows: int) -> None:
+        metrics.engine_dropped.labels(model=model).inc(rows)
+
     core = EngineCore(backends, settings.engine_address, max_batch_size=settings.max_batch_size,
-                      max_batch_tokens=batch_tokens, on_run=on_run)
+                      max_batch_tokens=batch_tokens, on_run=on_run, on_drop=on_drop)
     try:
         core.start(os.getpid())
     except Exception as e:

@@ -5,6 +5,7 @@ failures come back as errors, and a front-end notices the engine's death."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import threading
 import time
@@ -15,7 +16,7 @@ import pytest
 from headwise.service.backends import wire
 from headwise.service.backends.core import EngineCore
 from headwise.service.backends.remote import EngineGone, EngineLink
-from headwise.service.errors import NotReady
+from headwise.service.errors import Disconnected, NotReady
 from headwise.service.package import load_package
 from headwise.service.settings import Settings
 from tests.unit.fakes import FakeBackend, client_for, wait_ready
@@ -61,15 +62,15 @@ def engine(package, tmp_path):
         pkg = load_package(package)
         backend = Recording(pkg, Settings(models_dir=package.parent), delay)
         backend.variants["fail"] = "fast"
-        runs = []
+        runs, drops = [], []
         core = EngineCore({pkg.name: backend}, f"ipc://{tmp_path}/engine-{len(made)}.sock",
                           max_batch_size=limits.get("max_batch_size", 64),
                           max_batch_tokens=limits.get("max_batch_tokens", 16384),
-                          on_run=lambda *a: runs.append(a))
+                          on_run=lambda *a: runs.append(a), on_drop=lambda _model, rows: drops.append(rows))
         core.start(pid or __import__("os").getpid())
         link = EngineLink(core.address, connect_timeout_s=5)
         made.append((core, link))
-        core.runs = runs
+        core.runs, core.drops = runs, drops
         return core, link, backend
 
     yield start
@@ -220,3 +221,45 @@ def test_the_app_answers_alike_through_the_engine(engine, package):
             a, b = direct.post(path, json=body), remote.post(path, json=body)
             assert a.status_code == b.status_code == 200, (a.text, b.text)
             assert a.content == b.content
+
+
+def _gone_after(seconds: float, rows: set[int]):
+    """A run's `gone` probe: no client has gone until `seconds` from now, then `rows` have."""
+    at = time.monotonic() + seconds
+
+    async def gone() -> set[int]:
+        return rows if time.monotonic() >= at else set()
+    return gone
+
+
+def test_gone_clients_rows_are_taken_out_of_a_waiting_run_and_a_run_left_empty_is_dropped(engine):
+    core, link, backend = engine(delay=0.4)
+    busy = threading.Thread(target=link.run, args=("tiny", "embed", feeds(1, 8), OUTPUTS))
+    busy.start()  # the device is busy: the runs below wait in the engine
+    time.sleep(0.05)
+    some, every = feeds(3, 9, 1), feeds(2, 9, 2)
+
+    async def both():
+        a = asyncio.ensure_future(link.run_async("tiny", "embed", some, OUTPUTS, _gone_after(0, {1})))
+        b = asyncio.ensure_future(link.run_async("tiny", "embed", every, OUTPUTS, _gone_after(0, {0, 1})))
+        return await asyncio.gather(a, b, return_exceptions=True)
+
+    partly, dropped = asyncio.run(both())
+    busy.join(10)
+    assert isinstance(dropped, Disconnected)
+    want = FakeBackend.run(backend, "embed", some, OUTPUTS)["sentence_embedding"]
+    got = partly["sentence_embedding"]
+    assert np.array_equal(got[[0, 2]], want[[0, 2]]) and not got[1].any()  # the gone row: zeros, not run
+    assert backend.order == [("embed", 1), ("embed", 2)]  # the busy run, then 3 rows less the gone one
+    assert sorted(core.drops) == [1, 2]
+
+
+def test_an_abort_after_its_run_started_changes_nothing_in_the_engine(engine):
+    core, link, backend = engine(delay=0.3)
+    with pytest.raises(Disconnected):
+        asyncio.run(link.run_async("tiny", "embed", feeds(1, 8), OUTPUTS, _gone_after(0.1, {0})))
+    time.sleep(0.3)  # its answer came to nobody
+    f = feeds(2, 8, 3)
+    assert np.array_equal(link.run("tiny", "embed", f, OUTPUTS)["sentence_embedding"],
+                          FakeBackend.run(backend, "embed", f, OUTPUTS)["sentence_embedding"])
+    assert core.drops == [] and backend.order == [("embed", 1), ("embed", 2)]
