@@ -18,6 +18,7 @@ from headwise.model.encoder_model import EncoderModel
 
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+TYPES = INPUTS[2]  # only where the model reads segment ids (io_spec)
 # attentions_f16 is the same weights cast to float16 in the graph (round to nearest even, as
 # numpy's astype): the service sends those when a client asks for float16, without a copy of
 # the float32 tensor off the GPU or a cast on the CPU.
@@ -28,15 +29,16 @@ HEAD_MASK, HIDDEN_STATES = "head_mask", "hidden_states"
 
 
 class EncoderGraph(nn.Module):
-    """(input_ids, attention_mask, token_type_ids) → the named outputs of the model
+    """(input_ids, attention_mask[, token_type_ids]) → the named outputs of the model
     [, attentions, attentions_f16]."""
 
     def __init__(self, model: EncoderModel, outputs: tuple[str, ...], with_attention: bool):
         super().__init__()
         self.model, self.outputs, self.with_attention = model, outputs, with_attention
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor):
-        out = self.model(input_ids, attention_mask, token_type_ids, need_weights=self.with_attention, fused=False)
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, *types: Tensor):
+        """types: (token_type_ids,) where the model reads segment ids, else ()."""
+        out = self.model(input_ids, attention_mask, *types, need_weights=self.with_attention, fused=False)
         result = tuple(getattr(out, name) for name in self.outputs)
         if self.with_attention:
             attentions = torch.stack(out.attentions, dim=1)  # (B, L, H, T, T)
@@ -45,7 +47,7 @@ class EncoderGraph(nn.Module):
 
 
 class AnalysisGraph(nn.Module):
-    """(input_ids, attention_mask, token_type_ids, head_mask) → the named outputs, attentions,
+    """(input_ids, attention_mask[, token_type_ids], head_mask) → the named outputs, attentions,
     attentions_f16, hidden_states: the attention graph with heads that can be removed
     (head_mask (B, L, H)) and every layer's output. onnxruntime runs the whole graph whatever a
     run fetches, so every analysis run also stacks the weights and the states: what that costs
@@ -55,8 +57,10 @@ class AnalysisGraph(nn.Module):
         super().__init__()
         self.model, self.outputs = model, outputs
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, head_mask: Tensor):
-        out = self.model(input_ids, attention_mask, token_type_ids, need_weights=True, fused=False,
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, *rest: Tensor):
+        """rest: (token_type_ids, head_mask) where the model reads segment ids, else (head_mask,)."""
+        *types, head_mask = rest
+        out = self.model(input_ids, attention_mask, *types, need_weights=True, fused=False,
                          head_mask=head_mask, output_hidden_states=True)
         attentions = torch.stack(out.attentions, dim=1)  # (B, L, H, T, T)
         return (*(getattr(out, name) for name in self.outputs), attentions, attentions.to(torch.float16),
@@ -83,7 +87,9 @@ def io_spec(model: EncoderModel, outputs: tuple[str, ...], with_attention: bool,
             analysis: bool = False) -> tuple[list[dict], list[dict]]:
     """Names, dtypes and symbolic shapes, as the manifest records them."""
     cfg, shapes = model.config, _shapes(model)
-    inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "seq"]} for n in INPUTS]
+    # A family without segment ids (RoBERTa, ...) has a graph without the input.
+    names = INPUTS if cfg.type_vocab_size and cfg.use_token_types else INPUTS[:2]
+    inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "seq"]} for n in names]
     if analysis:
         inputs.append({"name": HEAD_MASK, "dtype": "float32", "shape": ["batch", cfg.n_layers, cfg.n_heads]})
     return inputs, [{"name": n, "dtype": shapes[n][0], "shape": shapes[n][1]}
@@ -112,9 +118,9 @@ def to_onnx(model: EncoderModel, path: Path, outputs: tuple[str, ...], with_atte
             analysis: bool = False) -> None:
     """Export with dynamic batch and sequence axes; `analysis`: the AnalysisGraph."""
     b, t, cfg = 2, 7, model.config
-    example = (torch.ones(b, t, dtype=torch.long), torch.ones(b, t, dtype=torch.long),
-               torch.zeros(b, t, dtype=torch.long))
     inputs, outs = io_spec(model, outputs, with_attention, analysis)
+    example = (torch.ones(b, t, dtype=torch.long), torch.ones(b, t, dtype=torch.long),
+               torch.zeros(b, t, dtype=torch.long))[: 3 if TYPES in {i["name"] for i in inputs} else 2]
     if analysis:
         example += (torch.ones(b, cfg.n_layers, cfg.n_heads),)
         module = AnalysisGraph(model, outputs)

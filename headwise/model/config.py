@@ -43,6 +43,11 @@ class TransformerConfig:
     # Pre-LN stacks end with one more LayerNorm (GPT-2's ln_f).
     final_layer_norm: bool = False
     pad_token_id: int = 0
+    # RoBERTa: positions count real tokens only and start at pad_token_id + 1 (fairseq's
+    # convention), so position_offset rows of the table are never used by a real token.
+    position_offset: int = 0
+    # RoBERTa takes no segment ids (its tokenizer gives none): every token gets segment 0's vector.
+    use_token_types: bool = True
     # Decoder stack depth for encoder-decoder models; None means n_layers.
     n_decoder_layers: int | None = None
     extra: dict = field(default_factory=dict, compare=False)
@@ -73,6 +78,7 @@ class TransformerConfig:
         need(self.type_vocab_size >= 0, "type_vocab_size must be >= 0")
         need(0 <= self.pad_token_id < self.vocab_size, "pad_token_id must index the vocabulary")
         need(self.layer_norm_eps > 0, "layer_norm_eps must be > 0")
+        need(0 <= self.position_offset < self.max_len, "position_offset must leave room in the position table")
         if self.n_decoder_layers is not None:
             need(self.n_decoder_layers > 0, "n_decoder_layers must be positive")
         if self.positional == "sinusoidal":
@@ -81,7 +87,7 @@ class TransformerConfig:
     @property
     def max_tokens(self) -> int:
         """The longest input the position table allows."""
-        return self.max_len
+        return self.max_len - self.position_offset
 
     @property
     def d_head(self) -> int:

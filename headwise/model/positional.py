@@ -51,6 +51,13 @@ class LearnedPositionalEncoding(nn.Module):
         return self.embedding(positions)  # (B, T, D)
 
 
+def offset_positions(attention_mask: Tensor, offset: int) -> Tensor:
+    """RoBERTa's positions (fairseq's): real tokens count from `offset` (pad_token_id + 1),
+    padding sits at offset − 1, whichever side it is on. (B, T) → (B, T)."""
+    mask = attention_mask.long()
+    return mask.cumsum(-1) * mask + (offset - 1)  # (B, T)
+
+
 def positional_encoding(kind: str, max_len: int, d_model: int, layout: str = "interleaved") -> nn.Module:
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(max_len, d_model, layout)

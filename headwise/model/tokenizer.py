@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,20 @@ class Batch:
     offsets: list[list[tuple[int, int]]]
 
 
+def pad_id(tok: HFTokenizer, folder: Path) -> int:
+    """The padding token's id: tokenizer_config.json's pad_token where the checkpoint has one
+    (RoBERTa's <pad> is 1), else [PAD] or <pad>, else 0."""
+    f = folder / "tokenizer_config.json"
+    named = json.loads(f.read_text()).get("pad_token") if f.is_file() else None
+    if isinstance(named, dict):  # an AddedToken written out
+        named = named.get("content")
+    for name in (named, "[PAD]", "<pad>"):
+        found = tok.token_to_id(name) if isinstance(name, str) else None
+        if found is not None:
+            return found
+    return 0
+
+
 class Tokenizer:
     def __init__(self, path: str | Path, max_len: int):
         path = Path(path)
@@ -30,8 +45,7 @@ class Tokenizer:
         # The file may carry its own padding/truncation (all-MiniLM-L6-v2 pads to 128): ours rule.
         self._tok.no_padding()
         self._tok.enable_truncation(max_length=max_len)
-        pad = self._tok.token_to_id("[PAD]")
-        self.pad_id = pad if pad is not None else 0
+        self.pad_id = pad_id(self._tok, file.parent)
 
     def __call__(self, texts: list[str]) -> Batch:
         enc = self._tok.encode_batch(texts)

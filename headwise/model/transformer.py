@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from headwise.model.config import TransformerConfig
 from headwise.model.layers import DecoderLayer, EncoderLayer
 from headwise.model.masks import causal_mask, combine, padding_mask, to_bias
-from headwise.model.positional import positional_encoding
+from headwise.model.positional import offset_positions, positional_encoding
 
 
 @dataclass
@@ -36,6 +36,7 @@ class Embeddings(nn.Module):
         self.segments = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_layer_norm else None
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
+        self.use_token_types = cfg.use_token_types
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(
@@ -44,7 +45,9 @@ class Embeddings(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(input_ids.size(1), device=input_ids.device)[None]  # (1, T)
         x = self.tokens(input_ids) * self.scale + self.positions(position_ids)  # (B, T, D)
-        if self.segments is not None:
+        if self.segments is not None and not self.use_token_types:
+            x = x + self.segments.weight[0]  # (D,) to every token: RoBERTa's one segment
+        elif self.segments is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
             x = x + self.segments(token_type_ids)
@@ -92,7 +95,12 @@ class Encoder(nn.Module):
         each layer (the last one after the final norm, where the model has one), as
         transformers' `output_hidden_states` does.
         """
-        x = self.embeddings(input_ids, token_type_ids=token_type_ids)
+        positions = None
+        if self.config.position_offset and attention_mask is not None:
+            positions = offset_positions(attention_mask, self.config.position_offset)  # (B, T)
+        elif self.config.position_offset:
+            positions = self.config.position_offset + torch.arange(input_ids.size(1), device=input_ids.device)[None]
+        x = self.embeddings(input_ids, positions, token_type_ids)
         mask = to_bias(padding_mask(attention_mask), x.dtype) if attention_mask is not None else None
         attentions, states = [], [x]
         for i, layer in enumerate(self.layers):

@@ -31,6 +31,11 @@ SIZES = {"vocab_size": "vocab_size", "d_model": "hidden_size", "n_heads": "num_a
 _ACT = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "silu": "silu"}
 
 
+def sizes_of(raw: dict) -> dict:
+    """TransformerConfig's sizes from a BERT-style config.json (RoBERTa's too)."""
+    return sizes(raw, SIZES)
+
+
 def config_from_hf(raw: dict) -> TransformerConfig:
     check_model_type(raw, MODEL_TYPES, "BERT")
     if raw.get("position_embedding_type", "absolute") != "absolute":
@@ -70,20 +75,23 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
     return m
 
 
-def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str]) -> None:
+def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str], base: str = "BertModel",
+                       classifier: str | None = None, unused: set[str] = UNUSED, family: str = "BERT") -> None:
     """A checkpoint with a head other than sequence classification (a masked-LM head, ...)
     must not become an embedding model with the head silently dropped: its answers would be
-    wrong. Refused by the class config.json names, and by any weight the encoder does not use."""
-    heads = [a for a in raw.get("architectures") or [] if a != "BertModel"]
-    extra = sorted(k for k in state if k not in used and k not in UNUSED)
+    wrong. Refused by the class config.json names, and by any weight the encoder does not use.
+    `base`, `classifier`, `unused`, `family`: the family's class names and ignored weights."""
+    classifier = classifier or CLASSIFIER
+    heads = [a for a in raw.get("architectures") or [] if a != base]
+    extra = sorted(k for k in state if k not in used and k not in unused)
     if heads or extra:
         what = f"architectures {heads}" if heads else "weights"
         shown = ", ".join(extra[:4]) + (f" and {len(extra) - 4} more" if len(extra) > 4 else "")
         raise CheckpointError(
             f"{path}: this checkpoint has a task head ({what}{'; ' if heads and extra else ''}"
             f"{'unused weights: ' + shown if extra else ''}) that headwise would drop, serving its encoder as an "
-            "embedding model with wrong answers; headwise imports bare BERT encoders (BertModel) and "
-            f"{CLASSIFIER} (cross-encoders, classifiers)")
+            f"embedding model with wrong answers; headwise imports bare {family} encoders ({base}) and "
+            f"{classifier} (cross-encoders, classifiers)")
 
 
 CLASSIFIER = "BertForSequenceClassification"
