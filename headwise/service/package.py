@@ -53,6 +53,17 @@ class ModelPackage:
     manifest: dict = field(repr=False)
     task: str = "embedding"  # "embedding" | "classification" | "generation"
     labels: tuple[str, ...] = ()  # a classification package's labels, in logit order
+    # an embedding package's sentence-transformers prompts (name → text) and default prompt
+    # (service.engine.prompts), and the Matryoshka sizes it was trained to be cut to, largest first
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    matryoshka_dimensions: tuple[int, ...] = ()
+
+    @property
+    def embedding_dim(self) -> int:
+        """The sentence embedding's size: d_model, or a Dense layer's output (manifest embedding_dim)."""
+        n = self.manifest.get("embedding_dim")
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else self.d_model
 
     @property
     def generative(self) -> bool:
@@ -144,13 +155,33 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     except (TypeError, ValueError) as e:
         raise PackageError(f"{mf}: {e}") from None
     _check_tokenizer(tok_file)
+    declared = _declared(m, mf, sizes["d_model"])
     return ModelPackage(
         path=folder, name=str(m["name"]), version=str(m["version"]), family=str(m.get("family", "")),
         architecture=m["architecture"], **sizes, pooling=str(m["pooling"] or "none"),
         normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=pad_id,
         variants=variants, manifest=m, task=task,
-        labels=tuple(labels) if task == "classification" else (),
+        labels=tuple(labels) if task == "classification" else (), **declared,
     )
+
+
+def _declared(m: dict, mf: Path, d_model: int) -> dict:
+    """prompts, default_prompt_name and matryoshka_dimensions as the manifest declares them
+    (absent: none), checked."""
+    prompts = m.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+        raise PackageError(f"{mf}: 'prompts' must map names to texts")
+    default = m.get("default_prompt_name")
+    if default is not None and (not isinstance(default, str) or default not in prompts):
+        raise PackageError(f"{mf}: default_prompt_name {str(default)[:40]!r} is not one of its prompts")
+    dims = m.get("matryoshka_dimensions") or []
+    size = m.get("embedding_dim")
+    size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else d_model
+    if not isinstance(dims, list) or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= size
+                                             for n in dims):
+        raise PackageError(f"{mf}: 'matryoshka_dimensions' must list sizes in 1..{size}")
+    return {"prompts": dict(prompts), "default_prompt_name": default,
+            "matryoshka_dimensions": tuple(sorted(set(dims), reverse=True))}
 
 
 def _labels_ok(labels) -> bool:

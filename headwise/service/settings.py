@@ -100,6 +100,14 @@ class Settings(BaseSettings):
     default_model: str | None = Field(None, description="the model TEI's routes (/embed, /rerank, ...) use "
                                       "when the request names none; default: the first served, in name "
                                       "order, that can answer the route")
+    default_prompt_name: str | None = Field(
+        None, description="the sentence-transformers prompt every embedding model prepends when a request names "
+        "none (TEI's --default-prompt-name); each served embedding model must have it; default: the model's own "
+        "default_prompt_name, else none")
+    matryoshka_dimensions: Annotated[tuple[int, ...], NoDecode] = Field(
+        (), description="comma-separated sizes the served embedding models were trained to be cut to "
+        "(Matryoshka), e.g. 256,128,64: `dimensions` / `output_dimension` may ask for these; with none here or "
+        "in the package (headwise export --matryoshka-dimensions), they are refused")
     served_model_names: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="extra names for served packages, as comma-separated alias=package "
         "pairs (TEI's --served-model-name, several at once): every route's `model` and /v1/models answer to them")
@@ -113,6 +121,24 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_name_is_none(cls, v):
         return None if v in ("", None) else v
+
+    @field_validator("default_prompt_name", mode="before")
+    @classmethod
+    def _empty_prompt_is_none(cls, v):
+        return None if v in ("", None) else v
+
+    @field_validator("matryoshka_dimensions", mode="before")
+    @classmethod
+    def _sizes(cls, v):
+        if not isinstance(v, str):
+            return v
+        try:
+            sizes = tuple(int(x) for x in v.split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"{v[:40]!r} is not comma-separated whole numbers (e.g. 256,128,64)") from None
+        if any(n < 1 for n in sizes):
+            raise ValueError("each size must be at least 1")
+        return tuple(sorted(set(sizes), reverse=True))
 
     @field_validator("served_model_names", mode="before")
     @classmethod

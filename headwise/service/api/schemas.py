@@ -54,6 +54,9 @@ class EmbedRequest(BaseModel):
 
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
     inputs: Inputs = Field(..., description="one text or a list of texts")
+    prompt_name: StrictStr | None = Field(
+        None, description="one of the model's prompts (/v1/models: `prompts`), prepended to each input as "
+        "sentence-transformers does; default: HEADWISE_DEFAULT_PROMPT_NAME, else the model's default_prompt_name")
     normalize: StrictBool = Field(True, description="L2-normalise sentence embeddings")
     truncate: StrictBool = Field(True, description="cut inputs at max_len; false: 422 when longer")
     output: Literal["sentence", "tokens"] = Field(
@@ -91,6 +94,13 @@ class EmbedItem(BaseModel):
     offsets: list[tuple[int, int]]
     attention: AttentionData | None = None
     hidden_states: HiddenStatesData | None = None
+    prompt_span: tuple[int, int] | None = Field(
+        None, description="with a prompt: [start, end), the positions in `tokens` of the prompt's tokens")
+
+
+class PromptUsed(BaseModel):
+    name: str
+    text: str = Field(..., description="prepended to each input; `offsets` count from its start")
 
 
 class Usage(BaseModel):
@@ -107,8 +117,9 @@ class EmbedResponse(BaseModel):
     }]})
 
     model: str
+    prompt: PromptUsed | None = Field(None, description="the prompt prepended to each input, when one was")
     data: list[EmbedItem]
-    usage: Usage
+    usage: Usage = Field(..., description="tokens read, the prompt's included")
 
 
 class TokenizeRequest(BaseModel):
@@ -162,6 +173,10 @@ class ModelCard(BaseModel):
     d_model: int
     max_len: int
     pooling: str | None = Field(..., description="an encoder's pooling; null for generative models")
+    prompts: dict[str, str] | None = Field(None, description="an embedding model's prompts (`prompt_name`)")
+    default_prompt_name: str | None = Field(None, description="the prompt used when a request names none")
+    matryoshka_dimensions: list[int] | None = Field(
+        None, description="an embedding model's sizes it may be cut to (`dimensions`); empty: none")
     normalize: bool
     provider: str | None
     precision: str | None

@@ -20,6 +20,7 @@ from headwise.service.backends import open_backend
 from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import lowered_thread
 from headwise.service.engine import explain as operations
+from headwise.service.engine import matryoshka
 from headwise.service.engine.budget import ResponseBudget, ShareOf, TokenBudget
 from headwise.service.engine.classify import ClassifyParams, ClassifyResult
 from headwise.service.engine.drift import DriftSampler
@@ -31,6 +32,7 @@ from headwise.service.engine.generation.sequence import GenerateInput
 from headwise.service.engine.heads.embedding import token_ids
 from headwise.service.engine.importance import Importance, head_importance
 from headwise.service.engine.params import EmbedParams, EmbedResult, RequestParams
+from headwise.service.engine.prompts import check_default_prompt_name
 from headwise.service.engine.runtime import Capability, Runtime, require
 from headwise.service.engine.spans import check_spans, span_units, word_units
 from headwise.service.engine.tokenizer import Encoded
@@ -80,6 +82,8 @@ class Engine:
         for pkg in packages:
             cls = GenerativeRuntime if pkg.generative else EncoderRuntime
             self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
+        check_default_prompt_name(self.settings.default_prompt_name, packages)
+        matryoshka.check_setting(self.settings, packages)
 
     def prepare(self) -> None:
         """Create sessions and warm up (blocking: run it off the event loop), on a thread of

@@ -34,7 +34,7 @@ def test_prompts_and_default_as_sentence_transformers_reads_them(tmp_path):
 @pytest.mark.parametrize("cfg", [{"prompts": ["query: "]}, {"prompts": {"q": 3}},
                                  {"prompts": {"q": "q: "}, "default_prompt_name": "d"}])
 def test_bad_prompts_are_refused_naming_the_file(tmp_path, cfg):
-    with pytest.raises(CheckpointError, match="config_sentence_transformers.json"):
+    with pytest.raises(CheckpointError, match=r"config_sentence_transformers\.json"):
         read_prompts(write_config(tmp_path, **cfg))
 
 
@@ -43,7 +43,7 @@ def test_matryoshka_dimensions_are_for_embedding_models_within_their_size(tmp_pa
     with pytest.raises(ValueError, match="embedding models; this is a classification model"):
         declared_facts("classification", loaded, None, Options(matryoshka_dimensions=(8,)))
     assert declared_facts("classification", loaded, None, Options()) == {}
-    with pytest.raises(ValueError, match="64 not in 1..32"):
+    with pytest.raises(ValueError, match=r"64 not in 1\.\.32"):
         declared_facts("embedding", loaded, tmp_path, Options(matryoshka_dimensions=(8, 64)))
     assert parse_dimensions("8, 16,") == (8, 16)
     with pytest.raises(ValueError):

@@ -37,11 +37,13 @@ class EmbedRequest(BaseModel):
     model: StrictStr = Field(..., description="the served model's name")
     texts: list[StrictStr] | None = Field(None, description="the texts to embed")
     input_type: Literal["search_document", "search_query", "classification", "clustering", "image"] | None = Field(
-        None, description="accepted and without effect: packages carry no prompts, so the embedding does "
-                          "not depend on it; `image` is refused")
+        None, description="the model's prompt for that use (search_query: its query prompt; search_document: "
+        "its document, passage or corpus prompt; classification, clustering: the prompt of that name); no prompt "
+        "for a model with none; 422 for a model with prompts but none for that use; `image` is refused")
     embedding_types: list[EmbeddingType] | None = Field(
         None, description="the types to answer, default [\"float\"]; see docs/api.md for int8/uint8's ranges")
-    output_dimension: StrictInt | None = Field(None, description="keep the first n dimensions, then normalise")
+    output_dimension: StrictInt | None = Field(
+        None, description="keep the first n dimensions, then normalise; a model's Matryoshka dimensions only")
     truncate: Literal["NONE", "START", "END"] = Field(
         "END", description="END: cut at max_len; NONE: 422 when longer; START: 422 when longer (headwise "
                            "cannot cut from the start)")

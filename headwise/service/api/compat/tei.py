@@ -4,8 +4,9 @@ no engine calls here).
 
 Every body also takes `model`, headwise's addition, to pick one of several served models. A
 field that would change the answer and that headwise cannot honour is refused (422), never
-ignored: `truncation_direction: left` with truncation on, `prompt_name` (packages carry no
-sentence-transformers prompts), `encoding_format` other than float.
+ignored: `truncation_direction: left` with truncation on, a `prompt_name` the model does not
+have (service.engine.prompts), `dimensions` on a model without Matryoshka dimensions
+(service.engine.matryoshka), `encoding_format` other than float.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from headwise.service.errors import Validation
 
 Direction = Literal["Right", "right", "Left", "left"]
+PROMPT_NAME = ("one of the model's sentence-transformers prompts, prepended to each text; default: "
+               "HEADWISE_DEFAULT_PROMPT_NAME, else the model's default_prompt_name")
 Ids = list[StrictInt]
 
 
@@ -38,9 +41,10 @@ class EmbedRequest(TeiBody, Truncation):
 
     inputs: StrictStr | Ids | list[StrictStr | Ids] = Field(
         ..., description="a text, token ids, or a list of either (used as they are: no special tokens added)")
-    prompt_name: StrictStr | None = Field(None, description="refused: packages carry no prompts")
+    prompt_name: StrictStr | None = Field(None, description=PROMPT_NAME)
     normalize: StrictBool = True
-    dimensions: StrictInt | None = Field(None, description="keep the first n dimensions (then normalise)")
+    dimensions: StrictInt | None = Field(
+        None, description="keep the first n dimensions (then normalise); a model's Matryoshka dimensions only")
     encoding_format: Literal["float"] | None = Field(None, description="huggingface_hub's; float only")
 
 
@@ -48,7 +52,7 @@ class EmbedAllRequest(TeiBody, Truncation):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"inputs": "What is Deep Learning?"}]})
 
     inputs: StrictStr | Ids | list[StrictStr | Ids]
-    prompt_name: StrictStr | None = Field(None, description="refused: packages carry no prompts")
+    prompt_name: StrictStr | None = Field(None, description=PROMPT_NAME)
 
 
 class SimilarityInput(BaseModel):
@@ -61,7 +65,7 @@ class SimilarityInput(BaseModel):
 class SimilarityParameters(Truncation):
     model_config = ConfigDict(extra="forbid")
 
-    prompt_name: StrictStr | None = Field(None, description="refused: packages carry no prompts")
+    prompt_name: StrictStr | None = Field(None, description=PROMPT_NAME)
 
 
 class SimilarityRequest(TeiBody):
@@ -108,7 +112,7 @@ class TokenizeRequest(TeiBody):
 
     inputs: StrictStr | list[StrictStr]
     add_special_tokens: StrictBool = True
-    prompt_name: StrictStr | None = Field(None, description="refused: packages carry no prompts")
+    prompt_name: StrictStr | None = Field(None, description=PROMPT_NAME)
 
 
 class DecodeRequest(TeiBody):
@@ -170,12 +174,6 @@ def truncation(t: Truncation) -> bool:
         raise Validation("truncation_direction 'left' is not supported: inputs are cut at their end "
                          "(send 'right', or truncate: false)", field="truncation_direction")
     return on
-
-
-def no_prompt(name: str | None) -> None:
-    if name is not None:
-        raise Validation("prompt_name: this model has no prompts (sentence-transformers 'prompts'); "
-                         "prepend the prompt to the text instead", field="prompt_name")
 
 
 def embed_inputs(inputs) -> list:

@@ -17,8 +17,9 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.responses import budgeted_json
-from headwise.service.api.schemas import Usage, error_responses
-from headwise.service.engine import Engine
+from headwise.service.api.schemas import PromptUsed, Usage, error_responses
+from headwise.service.engine import Engine, prompts
+from headwise.service.engine.spans import check_spans
 
 router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
 
@@ -32,6 +33,9 @@ class SimilarityRequest(BaseModel):
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
     source: StrictStr = Field(..., description="the text every target is compared with")
     targets: list[StrictStr] = Field(..., description="1..MAX_CLIENT_BATCH − 1 texts")
+    prompt_name: StrictStr | None = Field(
+        None, description="one of the model's prompts, prepended to the source and each target as /v1/embed does; default: "
+        "HEADWISE_DEFAULT_PROMPT_NAME, else the model's default_prompt_name")
     explain: StrictBool = Field(False, description="split each score over token pairs (mean pooling only)")
     top_k: StrictInt = Field(10, ge=1, le=1000, description="token pairs listed per target with explain")
     truncate: StrictBool = Field(True, description="cut texts at max_len; false: 422 when longer")
@@ -45,20 +49,24 @@ class OcclusionRequest(BaseModel):
 
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
     input: StrictStr = Field(..., description="one text; its T tokens cost T + 1 forward passes (U + 1 for U units)")
+    prompt_name: StrictStr | None = Field(
+        None, description="one of the model's prompts, prepended to the text as /v1/embed does: its tokens are occluded too, and marked (`prompt_span`); default: "
+        "HEADWISE_DEFAULT_PROMPT_NAME, else the model's default_prompt_name")
     truncate: StrictBool = Field(True, description="cut the text at max_len; false: 422 when longer")
     unit: Literal["token", "word"] = Field(
         "token", description="what one row masks out: a token (every one, [CLS] and [SEP] too), or a word "
         "(the tokenizer's word: all its pieces at once; special tokens are never masked). Leave it out "
         "with `spans`")
     spans: list[tuple[StrictInt, StrictInt]] | None = Field(
-        None, description="character ranges [start, end) of `input` (0 ≤ start < end ≤ its length), each a "
+        None, description="character ranges [start, end) of `input` (0 ≤ start < end ≤ its length; with a prompt, "
+        "still of `input`: units' start and end are then of the prompted text, as `offsets`), each a "
         "row that masks every token overlapping it (special tokens never); they may overlap. "
         "1..MAX_CLIENT_BATCH − 1 of them; replaces `unit`")
 
 
 class OcclusionUnit(BaseModel):
-    text: str = Field(..., description="input[start:end]")
-    start: int = Field(..., description="first character, into `input`")
+    text: str = Field(..., description="input[start:end] (with a prompt: of prompt text + input)")
+    start: int = Field(..., description="first character, into `input` (with a prompt: into prompt text + input)")
     end: int = Field(..., description="one past the last character")
     tokens: list[int] = Field(..., description="the positions (into `tokens`) masked together in its row")
     effect: float = Field(..., description="1 − cos(embedding, embedding with these tokens masked out)")
@@ -78,6 +86,10 @@ class OcclusionResponse(BaseModel):
          "forward_passes": 3, "usage": {"prompt_tokens": 8, "total_tokens": 24}}]})
 
     model: str
+    prompt: PromptUsed | None = Field(None, description="the prompt prepended to `input`, when one was; "
+                                      "`offsets` then count from its start")
+    prompt_span: tuple[int, int] | None = Field(
+        None, description="with a prompt: [start, end), the positions in `tokens` of the prompt's tokens")
     unit: Literal["word", "span"] | None = Field(None, description="with units: what they are; absent for tokens")
     tokens: list[str]
     offsets: list[tuple[int, int]]
@@ -93,7 +105,10 @@ async def similarity(request: Request, body: Json[SimilarityRequest],
     """The cosine of the source's sentence embedding with each target's (the embeddings
     /v1/embed returns); with `explain`, each score's exact split over token pairs."""
     rt = model_for(request, engine, body.model)
-    res = await engine.similarity(rt, body.source, body.targets, body.explain, body.truncate, body.top_k, probe)
+    prompt = prompts.resolve(rt.package, engine.settings.default_prompt_name, body.prompt_name)
+    source, *targets = prompts.apply([body.source, *body.targets], prompt)
+    res = await engine.similarity(rt, source, targets, body.explain, body.truncate, body.top_k, probe)
+    used = prompts.payload(prompt)
 
     def build() -> dict:
         data = []
@@ -104,7 +119,7 @@ async def similarity(request: Request, body: Json[SimilarityRequest],
                 item.update(tokens=enc.tokens, offsets=enc.offsets, contributions=ex.contributions,
                             top_pairs=[{"source": s, "target": t, "value": v} for s, t, v in ex.pairs])
             data.append(item)
-        out = {"model": res.model, "data": data, "usage": res.usage}
+        out = {"model": res.model, **({"prompt": used} if used else {}), "data": data, "usage": res.usage}
         if res.explained is not None:
             out["source"] = {"tokens": res.source.tokens, "offsets": res.source.offsets}
         return out
@@ -121,16 +136,28 @@ async def occlusion(request: Request, body: Json[OcclusionRequest],
     batcher, after plain work, admitted at rows · T tokens."""
     rt = model_for(request, engine, body.model)
     unit = body.unit if "unit" in body.model_fields_set else None
-    res = await engine.occlusion(rt, body.input, body.truncate, probe, unit, body.spans)
-    enc, text = res.encoding, body.input
+    prompt = prompts.resolve(rt.package, engine.settings.default_prompt_name, body.prompt_name)
+    [text] = prompts.apply([body.input], prompt)
+    shift = len(text) - len(body.input)  # the client's spans are of `input`; the engine's, of the text
+    spans = body.spans
+    if spans is not None and shift:  # checked against `input` first: a span must not reach into the prompt
+        spans = [(a + shift, b + shift) for a, b in check_spans(spans, len(body.input), engine.settings.max_client_batch - 1)]
+    res = await engine.occlusion(rt, text, body.truncate, probe, unit, spans)
+    enc, used = res.encoding, prompts.payload(prompt)
 
     def build() -> dict:
+        head = {"model": res.model}
+        if used:
+            head["prompt"] = used
+            where = prompts.span(prompt, enc.ids, enc.offsets, rt.tokenizer.special_ids)
+            if where:
+                head["prompt_span"] = where
         if res.units is None:
-            return {"model": res.model, "tokens": enc.tokens, "offsets": enc.offsets, "effects": res.effects,
+            return {**head, "tokens": enc.tokens, "offsets": enc.offsets, "effects": res.effects,
                     "forward_passes": res.passes, "usage": res.usage}
         units = [{"text": text[u.start:u.end], "start": u.start, "end": u.end, "tokens": u.tokens, "effect": effect}
                  for u, effect in zip(res.units.units, res.effects, strict=True)]
-        return {"model": res.model, "unit": res.units.kind, "tokens": enc.tokens, "offsets": enc.offsets,
+        return {**head, "unit": res.units.kind, "tokens": enc.tokens, "offsets": enc.offsets,
                 "units": units, "forward_passes": res.passes, "usage": res.usage}
 
     return await budgeted_json(engine.analytics.responses, res.answer_bytes, build, engine.analytics.run)

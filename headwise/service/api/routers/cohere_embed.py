@@ -3,8 +3,11 @@ unchanged against it. Errors in Cohere's shape.
 
 The same inference as POST /v1/embed with its defaults (pooled, normalised, truncated at
 max_len), so `float` equals /v1/embed's; the other types are made from it
-(service.api.compat.cohere). `input_type` does not change the embedding: packages carry no
-prompts.
+(service.api.compat.cohere). `input_type` picks the model's prompt for that use
+(service.engine.prompts.for_input_type): search_query its query prompt, search_document its
+document (passage, corpus) prompt, as sentence-transformers' encode_query and
+encode_document; none for a model with no prompt text; refused (422) for a model that has
+prompts but none for that use.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from headwise.service.api.dependencies import (
 from headwise.service.api.errors import COHERE, route_class
 from headwise.service.api.responses import budgeted_json, echoed_bytes
 from headwise.service.api.routers.openai import shorten
-from headwise.service.engine import Capability, Engine
+from headwise.service.engine import Capability, Engine, matryoshka, prompts
 from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import (
     FIELD,
@@ -49,13 +52,16 @@ async def embed(request: Request, body: Json[cohere.EmbedRequest],
     except NotFound as e:  # Cohere's clients read the message only: say which field
         raise NotFound(f"'model': {e.message}", field="model") from None
     types = cohere.types_asked(body.embedding_types)
-    d = rt.package.d_model
+    d = rt.package.embedding_dim
     n = _dimension(body, types, d, rt.package.max_len)
+    n = matryoshka.check(rt.package, engine.settings, n, "output_dimension") or d
+    prompt = prompts.for_input_type(rt.package, body.input_type, engine.settings.default_prompt_name)
     echoed = echoed_bytes(texts) + cohere.ENVELOPE_BYTES
     cap = engine.settings.max_response_bytes
     check_response_bytes(echoed, cap, "send fewer or shorter texts")  # before any inference is spent
     try:
-        result = await engine.embed(rt, texts, EmbedParams(truncate=body.truncate == "END"), probe)
+        result = await engine.embed(rt, prompts.apply(texts, prompt), EmbedParams(truncate=body.truncate == "END"),
+                                    probe)
     except Validation as e:
         raise _too_long(e, body.truncate) from None
     # each type writes at most what float does (16 bytes a value, tokens counted besides)

@@ -17,7 +17,7 @@ from headwise.service.api.dependencies import (
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
 from headwise.service.api.timing import characters, tei_headers
-from headwise.service.engine import Engine
+from headwise.service.engine import Engine, prompts
 from headwise.service.engine.internals import Ablation, HiddenSpec
 from headwise.service.engine.params import EmbedParams
 
@@ -28,7 +28,7 @@ router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
              responses=error_responses(400, 401, 404, 413, 422, 429, 503))
 async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Depends(get_engine),
                 probe=Depends(disconnect_probe)):
-    """Embed one text or a list; with `attention`, also return every asked-for head's weights,
+    """Embed one text or a list (after the prompt, `prompt_name` or the default); with `attention`, also return every asked-for head's weights,
     un-padded to each input's own token count; with `hidden_states`, chosen layers' outputs;
     with `ablate`, the answer with those heads removed. TEI's timing headers come with it."""
     # TEI's total time from here: where a `started_at` dependency, solved after the body's,
@@ -36,6 +36,8 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
     started = time.perf_counter()
     rt = model_for(request, engine, body.model)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    prompt = prompts.resolve(rt.package, engine.settings.default_prompt_name, body.prompt_name)
+    texts = prompts.apply(texts, prompt)
     spec = None
     if body.attention is not None:
         a = body.attention
@@ -48,8 +50,11 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
         params = replace(params, **internals(rt, body))
     result = await engine.embed(rt, texts, params, probe)
 
+    used = prompts.payload(prompt)
+
     def build() -> dict:
         data = []
+        special = rt.tokenizer.special_ids if used else frozenset()
         for i, e in enumerate(result.data):
             item = {"index": i, "embedding": e.tokens if tokens else e.sentence, "tokens": e.encoding.tokens,
                     "offsets": e.encoding.offsets}
@@ -57,8 +62,11 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
                 item["attention"] = e.attention
             if e.hidden is not None:
                 item["hidden_states"] = e.hidden
+            if used and (where := prompts.span(prompt, e.encoding.ids, e.encoding.offsets, special)):
+                item["prompt_span"] = where
             data.append(item)
-        return {"model": result.model, "data": data, "usage": result.usage}
+        out = {"model": result.model, "data": data, "usage": result.usage}
+        return {"model": result.model, "prompt": used, **out} if used else out
 
     return await budgeted_json(engine.responses, result.answer_bytes, build,
                                headers=tei_headers(rt, result, started, characters(texts)))

@@ -15,7 +15,7 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import Usage, error_responses
-from headwise.service.engine import Engine
+from headwise.service.engine import Engine, prompts
 from headwise.service.engine.params import JSON_VALUE_BYTES, TOKEN_BYTES
 
 router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
@@ -70,6 +70,8 @@ async def head_importance(request: Request, body: Json[HeadImportanceRequest],
     through the analytics batcher, after plain work, admitted at rows · T tokens."""
     rt = model_for(request, engine, body.model)
     item = body.input if isinstance(body.input, str) else tuple(body.input)
+    if isinstance(item, str):  # an embedding model's default prompt, as /v1/embed's
+        [item] = prompts.apply([item], prompts.default(rt.package, engine.settings.default_prompt_name))
     res = await engine.head_importance(rt, item, body.truncate, body.raw_scores, probe)
     t, rows = res.encoding.length, res.forward_passes
     size = ENVELOPE + res.effects.size * JSON_VALUE_BYTES["float32"] + body.top_k * TOP_BYTES + t * TOKEN_BYTES

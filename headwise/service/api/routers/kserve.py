@@ -33,7 +33,7 @@ from headwise.service.api.dependencies import disconnect_probe, get_engine, requ
 from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from headwise.service.api.responses import BudgetedResponse, json_response, probe
 from headwise.service.api.routers import kserve_classify
-from headwise.service.engine import Capability, Engine, Runtime
+from headwise.service.engine import Capability, Engine, Runtime, prompts
 from headwise.service.engine.internals import POOLINGS, HiddenSpec
 from headwise.service.engine.params import AGGREGATES, JSON_VALUE_BYTES, EmbedParams, EmbedResult
 from headwise.service.errors import InvalidRequest, NotFound, TooLarge, check_response_bytes
@@ -302,7 +302,8 @@ async def infer(model: str, request: Request, version: str | None = None, engine
         asked = EmbedParams(sentence="sentence_embedding" in want, tokens="last_hidden_state" in want,
                             normalize=normalize, truncate=truncate, attention=spec, padded_attention=True,
                             hidden=hidden)
-        result = await engine.embed(rt, texts, asked, await disconnect_probe(request))
+        prompted = prompts.apply(texts, prompts.default(rt.package, engine.settings.default_prompt_name))
+        result = await engine.embed(rt, prompted, asked, await disconnect_probe(request))
         lengths = [e.encoding.length for e in result.data]
     else:  # the attention mask alone
         lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 
 from headwise.service.api.dependencies import get_engine, model_for, require_api_key
 from headwise.service.api.schemas import ModelCard, ModelList, error_responses
-from headwise.service.engine import Engine
+from headwise.service.engine import Engine, matryoshka, prompts
 
 router = APIRouter(tags=["models"], dependencies=[Depends(require_api_key)])
 
@@ -18,8 +18,9 @@ router = APIRouter(tags=["models"], dependencies=[Depends(require_api_key)])
             responses=error_responses(401))
 async def list_models(engine: Engine = Depends(get_engine)):
     """Every served package, then every alias of one (HEADWISE_SERVED_MODEL_NAMES)."""
-    cards = [ModelCard.model_validate(rt.card()) for rt in engine.models.values()]
-    cards += [_alias_card(alias, engine.models[name]) for alias, name in engine.settings.served_model_names.items()]
+    cards = [ModelCard.model_validate(_card(rt, engine)) for rt in engine.models.values()]
+    cards += [_alias_card(alias, engine.models[name], engine)
+              for alias, name in engine.settings.served_model_names.items()]
     return ModelList(object="list", data=cards)
 
 
@@ -27,9 +28,20 @@ async def list_models(engine: Engine = Depends(get_engine)):
             responses=error_responses(401, 404))
 async def get_model(name: str, request: Request, engine: Engine = Depends(get_engine)):
     rt = model_for(request, engine, name)
-    return ModelCard.model_validate(rt.card()) if name == rt.name else _alias_card(name, rt)
+    return ModelCard.model_validate(_card(rt, engine)) if name == rt.name else _alias_card(name, rt, engine)
 
 
-def _alias_card(alias: str, rt) -> ModelCard:
+def _alias_card(alias: str, rt, engine: Engine) -> ModelCard:
     """An alias's card: the package's, under the alias's `id`, with `alias_of` naming the package."""
-    return ModelCard.model_validate({**rt.card(), "id": alias, "alias_of": rt.name})
+    return ModelCard.model_validate({**_card(rt, engine), "id": alias, "alias_of": rt.name})
+
+
+def _card(rt, engine: Engine) -> dict:
+    """The runtime's card; an embedding model's with its prompts, the default prompt and the
+    Matryoshka sizes as served (the settings' where set: service.engine.prompts, matryoshka)."""
+    p, s = rt.package, engine.settings
+    if p.task != "embedding":
+        return rt.card()
+    default = prompts.default(p, s.default_prompt_name)
+    return {**rt.card(), "prompts": p.prompts, "default_prompt_name": default.name if default else None,
+            "matryoshka_dimensions": list(matryoshka.declared(p, s))}

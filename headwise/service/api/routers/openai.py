@@ -22,7 +22,7 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.errors import OPENAI, route_class
 from headwise.service.api.responses import budgeted_json
-from headwise.service.engine import Engine
+from headwise.service.engine import Engine, matryoshka, prompts
 from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import InvalidRequest
 
@@ -41,22 +41,26 @@ def shorten(v: np.ndarray, n: int) -> np.ndarray:
              responses={c: {"model": OpenAIError} for c in (400, 401, 404, 413, 422, 429, 503)})
 async def embeddings(request: Request, body: Json[EmbeddingsRequest],
                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
-    """Embeddings in OpenAI's shape; `dimensions` truncates and re-normalises."""
+    """Embeddings in OpenAI's shape, after the default prompt (HEADWISE_DEFAULT_PROMPT_NAME, else
+    the model's; OpenAI's body names none); `dimensions` truncates and re-normalises, for a
+    model with Matryoshka dimensions only (service.engine.matryoshka)."""
     rt = model_for(request, engine, body.model)
     inputs = body.input
     if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
         inputs = [inputs]
-    d = rt.package.d_model
+    d = rt.package.embedding_dim
     if body.dimensions is not None and not 1 <= body.dimensions <= d:
         raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", field="dimensions")
+    cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
+    inputs = prompts.apply(inputs, prompts.default(rt.package, engine.settings.default_prompt_name))
     result = await engine.embed(rt, inputs, EmbedParams(), probe)
 
     def build() -> dict:
         data = []
         for i, e in enumerate(result.data):
             emb = e.sentence
-            if body.dimensions is not None:
-                emb = shorten(emb, body.dimensions)
+            if cut is not None:
+                emb = shorten(emb, cut)
             if body.encoding_format == "base64":
                 emb = base64.b64encode(np.asarray(emb, dtype="<f4").tobytes()).decode("ascii")
             data.append({"object": "embedding", "index": i, "embedding": emb})

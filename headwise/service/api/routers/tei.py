@@ -29,7 +29,7 @@ from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
 from headwise.service.api.responses import budgeted_json, echoed_bytes, json_response
 from headwise.service.api.routers.classify import jina_rerank, own_or_jina
 from headwise.service.api.timing import characters, started_at, tei_headers
-from headwise.service.engine import Capability, Engine, Runtime
+from headwise.service.engine import Capability, Engine, Runtime, matryoshka, prompts
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.engine import TOKENIZER_THREADS
 from headwise.service.engine.params import EmbedParams
@@ -86,10 +86,12 @@ async def embed(request: Request, body: Json[tei.EmbedRequest], engine: Engine =
     """Pooled embeddings, one list per input (a single input too), as /v1/embed's."""
     rt, truncate = _embedding_model(request, engine, body, "/embed")
     inputs = _inputs(body.inputs)
-    tei.check_dimensions(body.dimensions, rt.package.d_model)
+    tei.check_dimensions(body.dimensions, rt.package.embedding_dim)
+    cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
+    inputs = _prompted(engine, rt, inputs, body.prompt_name)
     result = await engine.embed(rt, inputs, EmbedParams(normalize=body.normalize, truncate=truncate), probe)
     return await budgeted_json(engine.responses, result.answer_bytes, lambda: [
-        tei.matryoshka(e.sentence, body.dimensions, body.normalize) for e in result.data],
+        tei.matryoshka(e.sentence, cut, body.normalize) for e in result.data],
         headers=tei_headers(rt, result, started, characters(inputs)))
 
 
@@ -99,7 +101,7 @@ async def embed_all(request: Request, body: Json[tei.EmbedAllRequest], engine: E
     """Every token's last hidden state, [T, d_model] per input, special tokens included."""
     rt, truncate = _embedding_model(request, engine, body, "/embed_all")
     params = EmbedParams(sentence=False, tokens=True, truncate=truncate)
-    inputs = _inputs(body.inputs)
+    inputs = _prompted(engine, rt, _inputs(body.inputs), body.prompt_name)
     result = await engine.embed(rt, inputs, params, probe)
     return await budgeted_json(engine.responses, result.answer_bytes, lambda: [e.tokens for e in result.data],
                                headers=tei_headers(rt, result, started, characters(inputs)))
@@ -114,10 +116,11 @@ async def similarity(request: Request, body: Json[tei.SimilarityRequest],
     rt = pick(request, engine, body.model, (EMBEDDING,), "/similarity")
     params = body.parameters or tei.SimilarityParameters()
     truncate = tei.truncation(params)
-    tei.no_prompt(params.prompt_name)
     if not body.inputs.sentences:
         raise Empty("'inputs.sentences' is empty", field="inputs.sentences")
-    res = await engine.similarity(rt, body.inputs.source_sentence, body.inputs.sentences, False, truncate, 1, probe)
+    source, *sentences = _prompted(engine, rt, [body.inputs.source_sentence, *body.inputs.sentences],
+                                   params.prompt_name)
+    res = await engine.similarity(rt, source, sentences, False, truncate, 1, probe)
     return await budgeted_json(engine.responses, res.answer_bytes, lambda: res.scores)
 
 
@@ -190,10 +193,10 @@ async def tokenize(request: Request, body: Json[tei.TokenizeRequest],
                    engine: Engine = Depends(get_engine)):
     """Every token of each text (not cut at max_len), with UTF-8 byte offsets into it."""
     rt = pick(request, engine, body.model, (), "/tokenize")
-    tei.no_prompt(body.prompt_name)
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     if not texts:
         raise Empty("'inputs' is empty", field="inputs")
+    texts = _prompted(engine, rt, texts, body.prompt_name)  # TEI tokenises the prompted text too
     encs = await engine.tokenize(rt, texts, truncate=False, special_tokens=body.add_special_tokens, whole=True)
     size = tei.tokens_bytes(texts, sum(e.length for e in encs))
     check_response_bytes(size, engine.settings.max_response_bytes, "send fewer or shorter texts")
@@ -288,11 +291,15 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
 # -- helpers -----------------------------------------------------------------------------------
 
 def _embedding_model(request: Request, engine: Engine, body, route: str) -> tuple[Runtime, bool]:
-    """/embed's and /embed_all's model, and whether to truncate; their prompt options refused."""
+    """/embed's and /embed_all's model, and whether to truncate."""
     rt = pick(request, engine, body.model, (EMBEDDING,), route)
-    truncate = tei.truncation(body)
-    tei.no_prompt(body.prompt_name)
-    return rt, truncate
+    return rt, tei.truncation(body)
+
+
+def _prompted(engine: Engine, rt: Runtime, texts: list, name: str | None) -> list:
+    """The texts after the prompt `prompt_name` names, else the default (service.engine.prompts)."""
+    prompt = prompts.resolve(rt.package, engine.settings.default_prompt_name, name)
+    return prompts.apply(texts, prompt, explicit=name is not None)
 
 
 def _inputs(inputs) -> list:

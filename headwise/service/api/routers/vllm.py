@@ -22,7 +22,7 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.errors import VLLM, WrongModelKind, route_class
 from headwise.service.api.responses import budgeted_json
-from headwise.service.engine import Capability, Engine, Runtime
+from headwise.service.engine import Capability, Engine, Runtime, prompts
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import NotFound, Validation
@@ -62,7 +62,8 @@ async def score(request: Request, body: Json[vllm.ScoreRequest],
         result = await engine.classify(rt, inputs.pairs(), ClassifyParams(raw_scores=not activated), probe)
         scores = [float(c.scores[0]) for c in result.data]
     else:  # the single first text is embedded once (vLLM's too); cosines ignore the activation (normalising)
-        result = await engine.embed(rt, inputs.firsts + inputs.seconds, EmbedParams(), probe)
+        texts = prompts.apply(inputs.firsts + inputs.seconds, prompts.default(rt.package, s.default_prompt_name))
+        result = await engine.embed(rt, texts, EmbedParams(), probe)
         scores = vllm.cosines([e.sentence for e in result.data], inputs)
     return await budgeted_json(engine.responses, vllm.score_bytes(len(scores), result.model), lambda: vllm.envelope(
         "score", result.model, vllm.score_data(scores), result.n_tokens))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from headwise.service.api.compat import cohere
-from tests.unit.fakes import D_MODEL, SECRET_TEXT
+from tests.unit.fakes import D_MODEL, SECRET_TEXT, client_for, wait_ready
 
 X = np.array([[1.0, -1.0, 0.0, 0.5, -0.5, 0.25, 1.5, -0.004]], dtype=np.float32)
 
@@ -100,16 +100,28 @@ def test_every_type_from_the_same_floats(client):
     assert list(only) == ["int8"] and only["int8"] == [e["int8"][1]]
 
 
-def test_output_dimension_cuts_then_normalises(client):
-    full = v1(client, ["the cat sat"])[0].astype(np.float64)
-    r = v2(client, texts=["the cat sat"], output_dimension=3)
-    np.testing.assert_allclose(r.json()["embeddings"]["float"][0], full[:3] / np.linalg.norm(full[:3]), atol=1e-6)
-    whole = v2(client, texts=["the cat sat"], output_dimension=D_MODEL).json()["embeddings"]["float"]
-    assert np.array_equal(np.float32(whole), v1(client, ["the cat sat"]))
+def test_output_dimension_cuts_then_normalises_for_a_matryoshka_model(package):
+    with client_for(package, matryoshka_dimensions=(3,)) as client:  # HEADWISE_MATRYOSHKA_DIMENSIONS=3
+        wait_ready(client)
+        full = v1(client, ["the cat sat"])[0].astype(np.float64)
+        r = v2(client, texts=["the cat sat"], output_dimension=3)
+        np.testing.assert_allclose(r.json()["embeddings"]["float"][0], full[:3] / np.linalg.norm(full[:3]),
+                                   atol=1e-6)
+        whole = v2(client, texts=["the cat sat"], output_dimension=D_MODEL).json()["embeddings"]["float"]
+        assert np.array_equal(np.float32(whole), v1(client, ["the cat sat"]))
+        cohere_error(v2(client, texts=["a"], output_dimension=2), 400, "output_dimension", "Matryoshka", "(3;")
+
+
+def test_output_dimension_is_refused_for_a_model_without_matryoshka_dimensions(client):
+    message = cohere_error(v2(client, texts=["a"], output_dimension=3), 400, "output_dimension",
+                           "HEADWISE_MATRYOSHKA_DIMENSIONS", "--matryoshka-dimensions")
+    assert "no Matryoshka dimensions" in message
+    whole = v2(client, texts=["a"], output_dimension=D_MODEL)  # the whole embedding is no cut
+    assert np.array_equal(np.float32(whole.json()["embeddings"]["float"]), v1(client, ["a"]))
 
 
 @pytest.mark.parametrize("input_type", [None, "search_document", "search_query", "classification", "clustering"])
-def test_input_type_does_not_change_the_embedding(client, input_type):
+def test_input_type_does_not_change_the_embedding_of_a_model_without_prompts(client, input_type):
     body = {"model": "tiny", "texts": ["a dog"], **({"input_type": input_type} if input_type else {})}
     r = client.post("/v2/embed", json={**body, "priority": 3, "max_tokens": 32})
     assert np.array_equal(np.float32(r.json()["embeddings"]["float"]), v1(client, ["a dog"]))

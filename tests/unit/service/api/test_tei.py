@@ -49,12 +49,20 @@ def test_embed_shapes_equal_v1_embed(client):
 
 
 @pytest.mark.parametrize("normalize", [True, False])
-def test_dimensions_cut_then_normalise_as_tei(client, normalize):
-    full = v1(client, ["the cat sat"], normalize=normalize)[0].astype(np.float64)
-    got = np.array(client.post("/embed", json={"inputs": "the cat sat", "dimensions": 3,
-                                               "normalize": normalize}).json()[0])
-    want = full[:3] / np.linalg.norm(full[:3]) if normalize else full[:3]
-    np.testing.assert_allclose(got, want, atol=1e-6)
+def test_dimensions_cut_then_normalise_as_tei_for_a_matryoshka_model(package, normalize):
+    with client_for(package, matryoshka_dimensions=(3,)) as client:  # HEADWISE_MATRYOSHKA_DIMENSIONS=3
+        wait_ready(client)
+        full = v1(client, ["the cat sat"], normalize=normalize)[0].astype(np.float64)
+        got = np.array(client.post("/embed", json={"inputs": "the cat sat", "dimensions": 3,
+                                                   "normalize": normalize}).json()[0])
+        want = full[:3] / np.linalg.norm(full[:3]) if normalize else full[:3]
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert len(client.post("/embed", json={"inputs": "a", "dimensions": D_MODEL}).json()[0]) == D_MODEL
+
+
+def test_dimensions_are_refused_for_a_model_without_matryoshka_dimensions(client):
+    error = tei_error(client.post("/embed", json={"inputs": "a", "dimensions": 3}), 400, "Validation")
+    assert "HEADWISE_MATRYOSHKA_DIMENSIONS" in error and "dimensions" in error
     assert len(client.post("/embed", json={"inputs": "a", "dimensions": D_MODEL}).json()[0]) == D_MODEL
 
 
