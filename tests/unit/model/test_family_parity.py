@@ -85,3 +85,15 @@ def test_roberta_reads_no_segment_ids(tmp_path):
         a = ours(ids, mask, torch.zeros_like(ids)).last_hidden_state
         b = ours(ids, mask, torch.ones_like(ids)).last_hidden_state
     torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_a_distilbert_classifier_is_refused_not_served_without_its_head(tmp_path):
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    from headwise.model.importers import CheckpointError
+
+    fam.bpe_tokenizer(tmp_path, fam.BERT_SPECIALS, fam.BERT_TEMPLATE)
+    DistilBertForSequenceClassification(DistilBertConfig(vocab_size=90, dim=32, n_heads=4, n_layers=1,
+                                                         hidden_dim=64)).save_pretrained(str(tmp_path))
+    with pytest.raises(CheckpointError, match=r"DistilBertForSequenceClassification.*headwise would drop"):
+        load_checkpoint(tmp_path)

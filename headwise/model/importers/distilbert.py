@@ -1,0 +1,60 @@
+"""DistilBERT (Sanh et al. 2019, "DistilBERT, a distilled version of BERT"): BERT's post-LN
+encoder with half the layers, no segment embeddings and no pooler. Learned positions (a
+checkpoint trained with `sinusoidal_pos_embds` stores its fixed table as the same weight).
+
+Only the bare encoder is imported (sentence-transformers models such as
+msmarco-distilbert-*); DistilBertForSequenceClassification's head (pre_classifier + ReLU) is
+not BERT's and is refused with the other task heads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headwise.model.config import TransformerConfig
+from headwise.model.importers import bert
+from headwise.model.importers.common import (
+    activation,
+    check_model_type,
+    loaded,
+    read_checkpoint,
+    sizes,
+    weights_and_biases,
+)
+from headwise.model.transformer import Encoder
+
+MODEL_TYPES = {"distilbert"}
+ARCHITECTURE = "encoder"
+UNUSED = {"embeddings.position_ids"}
+FAMILY = {"norm_first": False, "positional": "learned", "scale_embedding": False, "embedding_layer_norm": True,
+          "type_vocab_size": 0, "layer_norm_eps": 1e-12}  # nn.LayerNorm(dim, eps=1e-12) throughout
+SIZES = {"vocab_size": "vocab_size", "d_model": "dim", "n_heads": "n_heads", "n_layers": "n_layers",
+         "d_ff": "hidden_dim", "max_len": "max_position_embeddings"}
+
+
+def config_from_hf(raw: dict) -> TransformerConfig:
+    check_model_type(raw, MODEL_TYPES, "DistilBERT")
+    return TransformerConfig(**sizes(raw, SIZES), **FAMILY, activation=activation(raw, "activation", "gelu", bert._ACT),
+                             dropout=raw.get("dropout", 0.1), pad_token_id=raw.get("pad_token_id", 0))
+
+
+def key_map(cfg: TransformerConfig) -> dict[str, str]:
+    m = {"embeddings.tokens.weight": "embeddings.word_embeddings.weight",
+         "embeddings.positions.embedding.weight": "embeddings.position_embeddings.weight",
+         "embeddings.norm.weight": "embeddings.LayerNorm.weight", "embeddings.norm.bias": "embeddings.LayerNorm.bias"}
+    pairs = {"self_attn.w_q": "attention.q_lin", "self_attn.w_k": "attention.k_lin", "self_attn.w_v": "attention.v_lin",
+             "self_attn.w_o": "attention.out_lin", "attn_residual.norm": "sa_layer_norm", "ff.w_1": "ffn.lin1",
+             "ff.w_2": "ffn.lin2", "ff_residual.norm": "output_layer_norm"}
+    for i in range(cfg.n_layers):
+        m |= weights_and_biases(f"layers.{i}.", f"transformer.layer.{i}.", pairs)
+    return m
+
+
+def load(path: Path):
+    raw, _, state = read_checkpoint(path, ("distilbert.",))
+    cfg = config_from_hf(raw)
+    keys = key_map(cfg)
+    bert.check_no_task_head(path, raw, state, set(keys.values()), "DistilBertModel", "no classifier", UNUSED,
+                            "DistilBERT")
+    return loaded(Encoder(cfg), state, keys), {"family": "distilbert", "architecture": ARCHITECTURE,
+                                                "task": "embedding"}
