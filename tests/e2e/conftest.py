@@ -7,7 +7,8 @@
   timeout=180) -> HeadwiseServer` running `headwise serve` on a free 127.0.0.1 port with a clean
   HEADWISE_* environment (provider cpu unless `env` says otherwise). Every server it started is
   stopped (SIGTERM, then SIGKILL) at the end of the session, or earlier with `.stop()`.
-- `server` (session): one fp32 CPU server on the default package, for tests that need nothing special.
+- `server` (session): one fp32 CPU server on the default package, for tests that need nothing special;
+  `matryoshka_server` (session): the same with HEADWISE_MATRYOSHKA_DIMENSIONS, for `dimensions`.
 - `docker_engine` (session): a Docker engine that answers, started here when none runs;
   `image_build` / `image` (session): `make image` with the session's package, once per session
   for every module that asks (tests/e2e/test_docker*.py; helpers in tests/fixtures/docker.py).
@@ -141,6 +142,18 @@ def start_server(default_package, tmp_path_factory):
 @pytest.fixture(scope="session")
 def server(start_server) -> HeadwiseServer:
     return start_server(env={"HEADWISE_PRECISION": "fp32"})
+
+
+MATRYOSHKA = (1, 8, 64, 256, 383)
+
+
+@pytest.fixture(scope="session")
+def matryoshka_server(start_server) -> HeadwiseServer:
+    """`server` told (HEADWISE_MATRYOSHKA_DIMENSIONS) that the model may be cut to MATRYOSHKA's
+    sizes: all-MiniLM-L6-v2 was not trained for it, so this tests the cut's arithmetic, never
+    its quality; `server` itself refuses every cut."""
+    return start_server(env={"HEADWISE_PRECISION": "fp32",
+                             "HEADWISE_MATRYOSHKA_DIMENSIONS": ",".join(map(str, MATRYOSHKA))})
 
 
 CHROMIUM = os.environ.get("HEADWISE_CHROMIUM", "/usr/bin/chromium")

@@ -69,8 +69,9 @@ def test_default_type_and_input_types(co, server, model):
 
 
 @pytest.mark.parametrize("n", [8, 256, 384])
-def test_output_dimension_cuts_and_renormalises(co, server, model, n):
-    ref = native(server, TEXTS)
+def test_output_dimension_cuts_and_renormalises(matryoshka_server, model, n):
+    co = cohere.ClientV2(api_key="x", base_url=matryoshka_server.url, timeout=120)
+    ref = native(matryoshka_server, TEXTS)
     want = ref if n == 384 else np.stack([shortened(v, n) for v in ref])
     r = co.embed(model=model, texts=TEXTS, input_type="search_document", output_dimension=n,
                  embedding_types=["float", "int8", "binary"])
@@ -97,6 +98,7 @@ def test_mistakes_raise_the_sdks_errors_in_cohere_shape(co, model):
         (UnprocessableEntityError, dict(model=model, texts=["hi"], embedding_types=["int4"]), "embedding_types"),
         (UnprocessableEntityError, dict(model=model, texts=["hi"], output_dimension=0), "output_dimension"),
         (UnprocessableEntityError, dict(model=model, texts=["hi"], output_dimension=385), "1..384"),
+        (BadRequestError, dict(model=model, texts=["hi"], output_dimension=256), "HEADWISE_MATRYOSHKA_DIMENSIONS"),
         (UnprocessableEntityError, dict(model=model, texts=["hi"], output_dimension=100,
                                         embedding_types=["ubinary"]), "multiple of 8"),
         (NotFoundError, dict(model="embed-v4.0", texts=["hi"]), "'model'"),

@@ -48,12 +48,21 @@ def test_base64_explicit_and_client_default(client, server, model):
 
 
 @pytest.mark.parametrize("n", [1, 64, 383, 384])
-def test_dimensions_truncate_and_renormalise(client, server, model, n):
-    ref = native(server, TEXTS)
+def test_dimensions_truncate_and_renormalise(matryoshka_server, model, n):
+    client = openai.OpenAI(base_url=matryoshka_server.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    ref = native(matryoshka_server, TEXTS)
     r = client.embeddings.create(model=model, input=TEXTS, dimensions=n, encoding_format="float")
     got = np.array([d.embedding for d in r.data], dtype=np.float32)
     want = ref if n == 384 else np.stack([shortened(v, n) for v in ref])
     assert got.shape == (len(TEXTS), n) and np.array_equal(got, want)
+
+
+def test_dimensions_are_refused_for_a_model_not_declared_matryoshka(client, model):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=model, input="hi", dimensions=64)
+    assert "HEADWISE_MATRYOSHKA_DIMENSIONS" in e.value.message and e.value.body["param"] == "dimensions"
+    whole = client.embeddings.create(model=model, input="hi", dimensions=384, encoding_format="float")
+    assert len(whole.data[0].embedding) == 384
 
 
 def test_token_id_inputs_are_used_as_they_are(client, server, model):

@@ -66,9 +66,9 @@ def test_feature_extraction_options(hub, server):
     raw = hub.feature_extraction(TEXTS, normalize=False)
     assert np.array_equal(raw, native(server, TEXTS, normalize=False))
     assert np.linalg.norm(raw[0]) > 1.5  # mean pooling, not normalised
-    short = hub.feature_extraction(TEXTS, dimensions=64)
-    ref = native(server, TEXTS)[:, :64].astype(np.float64)
-    np.testing.assert_allclose(short, ref / np.linalg.norm(ref, axis=1, keepdims=True), atol=1e-6)
+    with pytest.raises(HfHubHTTPError) as e:  # all-MiniLM-L6-v2 was not trained to be cut
+        hub.feature_extraction(TEXTS, dimensions=64)
+    assert e.value.response.status_code == 400 and "HEADWISE_MATRYOSHKA_DIMENSIONS" in e.value.response.text
     assert np.array_equal(hub.feature_extraction(TEXTS, truncate=True, truncation_direction="right"),
                           native(server, TEXTS))
     with pytest.raises(HfHubHTTPError) as e:
@@ -78,6 +78,13 @@ def test_feature_extraction_options(hub, server):
         with pytest.raises(HfHubHTTPError) as e:
             hub.feature_extraction("hi", **bad)
         assert e.value.response.status_code == 422 and e.value.response.json()["error_type"] == "Validation"
+
+
+def test_feature_extraction_dimensions_on_a_matryoshka_model(matryoshka_server):
+    hub = InferenceClient(model=matryoshka_server.url, timeout=120)
+    short = hub.feature_extraction(TEXTS, dimensions=64)
+    ref = native(matryoshka_server, TEXTS)[:, :64].astype(np.float64)
+    np.testing.assert_allclose(short, ref / np.linalg.norm(ref, axis=1, keepdims=True), atol=1e-6)
 
 
 def test_sentence_similarity_is_the_cosine_of_v1_embeds_embeddings(hub, server):
