@@ -48,6 +48,10 @@ class TransformerConfig:
     position_offset: int = 0
     # RoBERTa takes no segment ids (its tokenizer gives none): every token gets segment 0's vector.
     use_token_types: bool = True
+    # MPNet: a learned bias per head and bucket of relative distance, shared by every layer
+    # (relative.py); 0 = none.
+    relative_attention_buckets: int = 0
+    relative_attention_max_distance: int = 128
     # Decoder stack depth for encoder-decoder models; None means n_layers.
     n_decoder_layers: int | None = None
     extra: dict = field(default_factory=dict, compare=False)

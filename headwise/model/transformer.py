@@ -13,6 +13,7 @@ from headwise.model.config import TransformerConfig
 from headwise.model.layers import DecoderLayer, EncoderLayer
 from headwise.model.masks import causal_mask, combine, padding_mask, to_bias
 from headwise.model.positional import offset_positions, positional_encoding
+from headwise.model.relative import RelativePositionBias
 
 
 @dataclass
@@ -77,6 +78,9 @@ class Encoder(nn.Module):
         self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_layer_norm else None
+        self.relative_bias = (RelativePositionBias(cfg.n_heads, cfg.relative_attention_buckets,
+                                                   cfg.relative_attention_max_distance)
+                              if cfg.relative_attention_buckets else None)
 
     def forward(
         self,
@@ -102,6 +106,9 @@ class Encoder(nn.Module):
             positions = self.config.position_offset + torch.arange(input_ids.size(1), device=input_ids.device)[None]
         x = self.embeddings(input_ids, positions, token_type_ids)
         mask = to_bias(padding_mask(attention_mask), x.dtype) if attention_mask is not None else None
+        if self.relative_bias is not None:  # MPNet: (1, H, T, T), the same in every layer
+            bias = self.relative_bias(input_ids.size(1), input_ids.device)
+            mask = bias if mask is None else bias + mask  # (B, H, T, T)
         attentions, states = [], [x]
         for i, layer in enumerate(self.layers):
             x, w = layer(x, mask, need_weights, fused, head_mask[:, i] if head_mask is not None else None)
