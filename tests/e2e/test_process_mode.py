@@ -199,6 +199,24 @@ def test_slow_device_three_front_ends_each_request_gets_its_own(start_server, ti
     assert srv.get("/health/ready").status_code == 200
 
 
+def test_the_queue_bound_is_the_whole_servers_with_retry_after(start_server, tiny_package):
+    srv = _slow(start_server, tiny_package, 2, 300, HEADWISE_MAX_QUEUE="4", HEADWISE_MAX_CLIENT_BATCH="4")
+    want = _alone(srv, ["one input"])["one input"]
+
+    def one(_):
+        return httpx.post(srv.url + "/v1/embed", json={"inputs": ["one input"]}, timeout=60)
+
+    with ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(one, range(24)))
+    full = [r for r in answers if r.status_code == 429]
+    assert full and all(r.status_code in (200, 429) for r in answers), [r.status_code for r in answers]
+    assert all(r.headers.get("retry-after") for r in full)
+    assert "4 inputs waiting across the front-ends" in full[0].json()["error"]["message"]
+    for r in answers:
+        if r.status_code == 200:
+            np.testing.assert_allclose(r.json()["data"][0]["embedding"], want, atol=1e-5)
+
+
 def test_engine_killed_turns_every_front_end_not_ready_within_a_second(start_server, tiny_package):
     srv = _slow(start_server, tiny_package, 2, 400)
     engine = _roles(srv)["engine"][0]

@@ -20,6 +20,7 @@ the core stacks the batches that F front-ends sent while the device was busy int
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -32,6 +33,7 @@ import zmq
 
 from headwise.service.backends import wire
 from headwise.service.backends.onnxruntime import Backend
+from headwise.service.backends.queues import QueueTable
 
 log = logging.getLogger("headwise.service")
 
@@ -108,12 +110,18 @@ class EngineCore:
         self._failed: BaseException | None = None
         self.welcome = wire.Welcome(pid=0, models={
             name: wire.ModelFacts(b.provider, b.precision, dict(b.variants)) for name, b in backends.items()})
+        self.queues: QueueTable | None = None
         self._threads = [threading.Thread(target=self._io, name="headwise-engine-io", daemon=True),
                          threading.Thread(target=self._runs, name="headwise-engine-run", daemon=True)]
 
     def start(self, pid: int) -> None:
         """Bind and serve; returns once the socket is bound (raises what binding raised)."""
         self.welcome.pid = pid
+        if self.address.startswith("ipc://"):  # the queue table, beside the socket
+            names = sorted({f"{name}/{role}" for name, b in self.backends.items() for role in (*b.variants, "analytics")})
+            path = os.path.join(os.path.dirname(self.address[len("ipc://"):]), f"queues-{pid}")
+            self.queues = QueueTable.create(path, len(names))
+            self.welcome.queue_table, self.welcome.queues = path, {n: i for i, n in enumerate(names)}
         for t in self._threads:
             t.start()
         self._bound.wait()

@@ -22,6 +22,7 @@ import zmq
 import zmq.asyncio
 
 from headwise.service.backends import wire
+from headwise.service.backends.queues import FrontEndQueues, QueueTable, SharedQueue
 from headwise.service.errors import Disconnected, NotReady
 from headwise.service.package import ModelPackage, PackageError
 from headwise.service.settings import Settings
@@ -44,7 +45,9 @@ class EngineLink:
     their answers come back to, one run in flight each; and a watchdog that notices the
     engine's death within WATCH_S. `on_lost` callbacks run on the watchdog's thread."""
 
-    def __init__(self, address: str, connect_timeout_s: float = 30.0):
+    def __init__(self, address: str, connect_timeout_s: float = 30.0, slot: int | None = None):
+        """`slot`: this front-end's column of the engine's queue table (the supervisor numbers
+        its front-ends); None: the queue bound stays this front-end's own."""
         self.address = address
         self._ctx = zmq.Context()
         self._local = threading.local()
@@ -57,6 +60,10 @@ class EngineLink:
         self._on_lost: list[Callable[[str], None]] = []
         self._loops: dict[asyncio.AbstractEventLoop, _LoopSockets] = {}
         self.welcome = self._hello(connect_timeout_s)
+        self.queues: FrontEndQueues | None = None
+        if slot is not None and self.welcome.queue_table:
+            table = QueueTable(self.welcome.queue_table, len(self.welcome.queues), "r+")
+            self.queues = table.front_end(slot)
         self._watch = threading.Thread(target=self._watchdog, name="headwise-engine-watch", daemon=True)
         self._watch.start()
 
@@ -299,6 +306,11 @@ class RemoteBackend:
 
     def has(self, variant: str) -> bool:
         return variant in self.variants
+
+    def shared_queue(self, role: str) -> SharedQueue | None:
+        """The queue of `role` (a batcher's) as every front-end fills it."""
+        row = self.link.welcome.queues.get(f"{self.model}/{role}")
+        return None if self.link.queues is None or row is None else self.link.queues.queue(row)
 
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         return self.link.run(self.model, role, feeds, outputs)

@@ -56,8 +56,13 @@ class ModelFacts(msgspec.Struct):
 
 
 class Welcome(msgspec.Struct, tag="welcome"):
+    """What the engine serves; `queue_table`: the file of the server's queue depths
+    (backends.queues), each queue's row in `queues` ("model/role")."""
+
     pid: int
     models: dict[str, ModelFacts]
+    queue_table: str = ""
+    queues: dict[str, int] = {}
 
 
 class Pong(msgspec.Struct, tag="pong"):

@@ -61,6 +61,9 @@ class Batcher:
         self.limits = limits
         self.buckets = buckets
         self.hooks = hooks  # optional: on_depth(n), on_queue_wait(seconds), on_dropped(job)
+        # process mode: this queue's depth in every front-end (backends.queues.SharedQueue), so
+        # that HEADWISE_MAX_QUEUE bounds the whole server's
+        self.shared = None
         self._pending: deque[Job] = deque()  # not yet tokenised
         self._pending_inputs = 0
         self._queue: deque[Entry] = deque()
@@ -118,8 +121,10 @@ class Batcher:
                 await b.wait_idle()
 
     def check_room(self, n: int) -> None:
-        if self.depth + n > self.limits.max_queue:
-            raise Overloaded(f"queue full ({self.limits.max_queue} inputs waiting); retry shortly")
+        elsewhere = self.shared.elsewhere() if self.shared is not None else 0
+        if self.depth + elsewhere + n > self.limits.max_queue:
+            where = " across the front-ends" if self.shared is not None else ""
+            raise Overloaded(f"queue full ({self.limits.max_queue} inputs waiting{where}); retry shortly")
 
     def submit(self, job: Job, entries: list[Entry] | None = None) -> asyncio.Future:
         """Queue a job: its entries, or (None) its raw inputs for `prepare` to tokenise."""
@@ -394,6 +399,8 @@ class Batcher:
     def _depth_changed(self) -> None:
         if self.hooks is not None:
             self.hooks.on_depth(self.depth)
+        if self.shared is not None:
+            self.shared.set(self.depth)
 
 
 def _jobs_of(batch: list[Entry]) -> list[Job]:

@@ -363,6 +363,7 @@ class EncoderRuntime:
                 continue
             batcher = Batcher(self.limits(role), self.buckets, QueueHooks(self.metrics, self.name, variant),
                               pad_to_bucket=not on_cpu, overlap=self.overlap())
+            batcher.shared = self._shared_queue(role)
             batcher.start(self._serve(role, batcher), self._tokenise(batcher) if batcher.overlap else None)
             self.batchers[role] = batcher
         # Analytics give way to every plain batcher between two of their batches. With a session
@@ -375,7 +376,13 @@ class EncoderRuntime:
                                  QueueHooks(self.metrics, self.name, variants[role], priority="analytics"),
                                  pad_to_bucket=not on_cpu, executor=shared, niceness=ANALYTICS_NICENESS,
                                  yield_to=list(self.batchers.values()))
+        self.analytics.shared = self._shared_queue("analytics")
         self.analytics.start(self._serve(role, self.analytics))
+
+    def _shared_queue(self, role: str):
+        """Process mode: the queue as every front-end fills it (None in process)."""
+        shared = getattr(self.backend, "shared_queue", None)
+        return shared(role) if shared is not None else None
 
     async def _serve(self, role: str, batcher: Batcher) -> None:
         """This variant's loop: the batcher says what the next hop does, the hop runs on the

@@ -16,10 +16,10 @@ from headwise.service.server.serve import _exit_if_stuck, quiet_exit_signals, uv
 from headwise.service.settings import load_settings
 
 
-def serve(fd: int, log_level: str, access_log: bool) -> int:
+def serve(fd: int, log_level: str, access_log: bool, slot: int | None = None) -> int:
     settings = load_settings()
     try:
-        link = EngineLink(settings.engine_address)
+        link = EngineLink(settings.engine_address, slot=slot)
     except PackageError as e:
         print(f"headwise front-end: error: {e}", file=sys.stderr)
         return 3
@@ -58,8 +58,9 @@ def main() -> None:
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--access-log", action="store_true")
+    parser.add_argument("--slot", type=int, help="this front-end's number (its column of the engine's queue table)")
     args = parser.parse_args()
-    sys.exit(serve(args.fd, args.log_level, args.access_log))
+    sys.exit(serve(args.fd, args.log_level, args.access_log, args.slot))
 
 
 if __name__ == "__main__":

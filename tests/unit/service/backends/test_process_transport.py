@@ -263,3 +263,19 @@ def test_an_abort_after_its_run_started_changes_nothing_in_the_engine(engine):
     assert np.array_equal(link.run("tiny", "embed", f, OUTPUTS)["sentence_embedding"],
                           FakeBackend.run(backend, "embed", f, OUTPUTS)["sentence_embedding"])
     assert core.drops == [] and backend.order == [("embed", 1), ("embed", 2)]
+
+
+def test_numbered_front_ends_share_the_engines_queue_table(engine):
+    core, link, _backend = engine()
+    pkg = load_package(core_package(core))
+    links = [EngineLink(core.address, connect_timeout_s=5, slot=i) for i in (0, 1)]
+    try:
+        a, b = (lk.backend(pkg, None) for lk in links)
+        a.shared_queue("embed").set(3)
+        a.shared_queue("analytics").set(1)
+        assert (b.shared_queue("embed").elsewhere(), b.shared_queue("analytics").elsewhere()) == (3, 1)
+        assert a.shared_queue("embed").elsewhere() == 0 and a.shared_queue("nothing") is None
+        assert link.backend(pkg, None).shared_queue("embed") is None  # no slot: its own bound
+    finally:
+        for lk in links:
+            lk.close()

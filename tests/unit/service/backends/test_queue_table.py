@@ -1,0 +1,50 @@
+"""Process mode's queue bound (service.backends.queues): the engine's table of queue depths in
+shared memory, one column per front-end; a batcher admits only within HEADWISE_MAX_QUEUE over
+every front-end's queue, and a front-end started again in a slot starts it empty."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from headwise.service.backends.queues import QueueTable
+from headwise.service.engine.batching import Batcher
+from headwise.service.engine.work import Job, Limits
+from headwise.service.errors import Overloaded
+
+
+def test_each_front_end_sees_the_others_depth_not_its_own(tmp_path):
+    table = QueueTable.create(tmp_path / "q", queues=2)
+    mapped = QueueTable(tmp_path / "q", 2, "r+")  # as a front-end process maps it
+    a, b = table.front_end(0).queue(1), mapped.front_end(3).queue(1)
+    a.set(5)
+    b.set(2)
+    assert (a.elsewhere(), b.elsewhere()) == (2, 5)
+    assert table.front_end(0).queue(0).elsewhere() == 0  # another queue
+    mapped.front_end(0)  # a front-end started again in slot 0: the dead one's queue is gone
+    assert b.elsewhere() == 0
+
+
+def test_a_slot_outside_the_table_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="slot 5000"):
+        QueueTable.create(tmp_path / "q", queues=1).front_end(5000)
+
+
+def test_a_batcher_admits_within_the_bound_over_every_front_end(tmp_path):
+    table = QueueTable.create(tmp_path / "q", queues=1)
+    here, there = table.front_end(0).queue(0), table.front_end(1).queue(0)
+
+    async def go():
+        batcher = Batcher(Limits(1024, 64, 0.0, 4), [8])
+        batcher.shared = here
+        there.set(3)  # another front-end holds 3 of the 4
+        batcher.submit(Job(1, ["a"]))
+        assert here.row[0] == 1  # its own depth, written as it changed
+        with pytest.raises(Overloaded, match=r"queue full \(4 inputs waiting across the front-ends\)"):
+            batcher.submit(Job(1, ["b"]))
+        there.set(0)
+        batcher.submit(Job(2, ["b", "c"]))
+        assert here.row[0] == 3
+
+    asyncio.run(go())
