@@ -18,6 +18,14 @@ from headwise.model.importers import CheckpointError
 from headwise.model.sentence import LoadedModel, load_encoder_model
 
 
+def attention_pattern(cfg) -> str:
+    """Which keys a query sees: "bidirectional" (BERT), "causal" (decoder-style embedding
+    models: Qwen3) or "local/global" (ModernBERT's alternating sliding-window layers)."""
+    if cfg.causal:
+        return "causal"
+    return "local/global" if cfg.local_window is not None else "bidirectional"
+
+
 class EncoderKind(Kind):
     outputs: tuple[str, ...]  # the fast graph's outputs; the attention graph adds its two
     int8: bool  # whether the kind has a fast.int8 variant
@@ -71,7 +79,7 @@ class EncoderKind(Kind):
         cfg = loaded.model.config
         return {"family": loaded.family, "architecture": loaded.architecture, "source": loaded.source,
                 "n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "d_model": cfg.d_model,
-                "max_len": loaded.max_len, "vocab_size": cfg.vocab_size,
+                "max_len": loaded.max_len, "vocab_size": cfg.vocab_size, "attention_pattern": attention_pattern(cfg),
                 "tokenizer": {"pad_id": loaded.tokenizer.pad_id}}
 
     def verify(self, pkg: Path, checkpoint: Path | None, options: Options, progress) -> dict:

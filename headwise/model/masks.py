@@ -25,6 +25,13 @@ def causal_mask(t_q: int, t_k: int | None = None, device=None) -> Tensor:
     return (k <= q + past)[None, None]  # (1, 1, Tq, Tk)
 
 
+def local_mask(t: int, window: int, device=None) -> Tensor:
+    """(1, 1, T, T): query i sees keys j with |i − j| ≤ window // 2, a band of `window` + 1
+    tokens around it (ModernBERT's local attention; Beltagy et al. 2020, "Longformer", §3.1)."""
+    pos = torch.arange(t, device=device)
+    return ((pos[None, :] - pos[:, None]).abs() <= window // 2)[None, None]  # (1, 1, T, T)
+
+
 def combine(*masks: Tensor | None) -> Tensor | None:
     """Logical AND of the given masks, ignoring None."""
     out = None

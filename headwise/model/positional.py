@@ -58,7 +58,11 @@ def offset_positions(attention_mask: Tensor, offset: int) -> Tensor:
     return mask.cumsum(-1) * mask + (offset - 1)  # (B, T)
 
 
-def positional_encoding(kind: str, max_len: int, d_model: int, layout: str = "interleaved") -> nn.Module:
+def positional_encoding(kind: str, max_len: int, d_model: int, layout: str = "interleaved") -> nn.Module | None:
+    """The vectors added to the token embeddings; None for rotary positions, which rotate the
+    queries and keys inside attention instead (rotary.py)."""
+    if kind == "rotary":
+        return None
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(max_len, d_model, layout)
     if kind == "learned":

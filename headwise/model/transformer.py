@@ -11,9 +11,11 @@ from torch import Tensor, nn
 
 from headwise.model.config import TransformerConfig
 from headwise.model.layers import DecoderLayer, EncoderLayer
-from headwise.model.masks import causal_mask, combine, padding_mask, to_bias
+from headwise.model.masks import causal_mask, combine, local_mask, padding_mask, to_bias
+from headwise.model.norms import norm
 from headwise.model.positional import offset_positions, positional_encoding
 from headwise.model.relative import RelativePositionBias
+from headwise.model.rotary import RotaryEmbedding
 
 
 @dataclass
@@ -35,7 +37,7 @@ class Embeddings(nn.Module):
         self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=None)
         self.positions = positional_encoding(cfg.positional, cfg.max_len, cfg.d_model, cfg.sinusoidal_layout)
         self.segments = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_layer_norm else None
+        self.norm = norm(cfg) if cfg.embedding_layer_norm else None
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
         self.use_token_types = cfg.use_token_types
         self.dropout = nn.Dropout(cfg.dropout)
@@ -45,7 +47,9 @@ class Embeddings(nn.Module):
     ) -> Tensor:
         if position_ids is None:
             position_ids = torch.arange(input_ids.size(1), device=input_ids.device)[None]  # (1, T)
-        x = self.tokens(input_ids) * self.scale + self.positions(position_ids)  # (B, T, D)
+        x = self.tokens(input_ids) * self.scale  # (B, T, D)
+        if self.positions is not None:  # rotary positions act inside attention instead
+            x = x + self.positions(position_ids)
         if self.segments is not None and not self.use_token_types:
             x = x + self.segments.weight[0]  # (D,) to every token: RoBERTa's one segment
         elif self.segments is not None:
@@ -76,8 +80,12 @@ class Encoder(nn.Module):
         super().__init__()
         self.config = cfg
         self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
-        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
-        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.final_layer_norm else None
+        self.layers = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_layers))
+        self.final_norm = norm(cfg) if cfg.final_layer_norm else None
+        rotary = cfg.positional == "rotary"
+        self.rope = RotaryEmbedding(cfg.d_head, cfg.max_len, cfg.rope_theta) if rotary else None
+        self.rope_local = (RotaryEmbedding(cfg.d_head, cfg.max_len, cfg.rope_theta_local)
+                           if rotary and cfg.rope_theta_local is not None else self.rope)
         self.relative_bias = (RelativePositionBias(cfg.n_heads, cfg.relative_attention_buckets,
                                                    cfg.relative_attention_max_distance)
                               if cfg.relative_attention_buckets else None)
@@ -105,13 +113,25 @@ class Encoder(nn.Module):
         elif self.config.position_offset:
             positions = self.config.position_offset + torch.arange(input_ids.size(1), device=input_ids.device)[None]
         x = self.embeddings(input_ids, positions, token_type_ids)
-        mask = to_bias(padding_mask(attention_mask), x.dtype) if attention_mask is not None else None
+        cfg, t = self.config, input_ids.size(1)
+        pad = padding_mask(attention_mask) if attention_mask is not None else None
+        if cfg.causal:  # a decoder-style embedding model: each token sees those before it
+            pad = combine(causal_mask(t, device=x.device), pad)
+        mask = to_bias(pad, x.dtype)
         if self.relative_bias is not None:  # MPNet: (1, H, T, T), the same in every layer
-            bias = self.relative_bias(input_ids.size(1), input_ids.device)
+            bias = self.relative_bias(t, input_ids.device)
             mask = bias if mask is None else bias + mask  # (B, H, T, T)
+        local = (to_bias(combine(local_mask(t, cfg.local_window, x.device), pad), x.dtype)
+                 if cfg.local_window is not None else None)
+        rope = rope_local = None
+        if self.rope is not None:  # rotary: (cos, sin) of positions 0..T-1, (1, 1, T, Dh) each
+            ids = torch.arange(t, device=input_ids.device)[None]  # (1, T)
+            rope, rope_local = self.rope(ids), self.rope_local(ids)
         attentions, states = [], [x]
         for i, layer in enumerate(self.layers):
-            x, w = layer(x, mask, need_weights, fused, head_mask[:, i] if head_mask is not None else None)
+            is_local = cfg.is_local(i)
+            x, w = layer(x, local if is_local else mask, need_weights, fused,
+                         head_mask[:, i] if head_mask is not None else None, rope_local if is_local else rope)
             attentions.append(w)
             states.append(x)
         if self.final_norm is not None:

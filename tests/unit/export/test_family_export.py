@@ -29,6 +29,7 @@ def test_embedding_package_verifies_and_equals_encode(tmp_path, family):
     assert m["family"] == family
     assert set(m["variants"]) == {"fast", "fast.int8", "fast.fp16", "attention", "analysis"}
     assert all(f["passed"] for f in m["parity"].values()), m["parity"]
+    assert m["parity"]["fast"]["batch_invariance"] <= 1e-6  # qwen3: last-token pooling over padded batches
     tok = load_encoder_model(ckpt).tokenizer
     got = run(pkg, "fast.onnx", lambda s: session_feeds(s, tok, fam.TEXTS))["sentence_embedding"]
     want = st.encode(fam.TEXTS)

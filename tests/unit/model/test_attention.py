@@ -102,7 +102,9 @@ def test_single_sentence_equals_its_row_in_a_padded_batch():
         ({"d_model": 30, "n_heads": 4}, "divisible by n_heads"),
         ({"n_layers": 0}, "n_layers must be a positive int"),
         ({"dropout": 1.5}, "dropout"),
-        ({"positional": "rotary"}, "positional"),
+        ({"positional": "alibi"}, "positional"),
+        ({"n_heads": 8, "n_kv_heads": 3}, "multiple of n_kv_heads"),
+        ({"norm": "batch"}, "unknown norm"),
         ({"d_model": 9, "n_heads": 3}, "even d_model"),
     ],
 )
