@@ -146,3 +146,33 @@ def test_a_default_prompt_the_model_lacks_stops_start_up(start_server, models):
     srv = start_server(models, env={**FP32, "HEADWISE_DEFAULT_PROMPT_NAME": "nope"}, wait=None)
     assert srv.proc.wait(120) != 0
     assert "HEADWISE_DEFAULT_PROMPT_NAME is 'nope'" in srv.log_tail()
+
+
+# -- the viewer ------------------------------------------------------------------------------------
+
+def test_the_viewer_runs_with_a_prompt_and_marks_its_tokens(open_viewer, srv):
+    page = open_viewer(srv.url)
+    assert page.locator("#field-prompt").is_visible()
+    names = page.eval_on_selector_all("#prompt option", "els => els.map(e => e.value)")
+    assert names == ["", "query", "passage", "classification", "empty"]
+    assert page.locator("#tokens-0 .tok.prompt").count() == 0  # no default prompt: none marked
+    page.select_option("#prompt", "query")
+    page.fill("#text-a", "hello world")
+    n = int(page.evaluate("document.body.dataset.run"))
+    page.click("#run")
+    page.wait_for_function("n => Number(document.body.dataset.run) > n", arg=n, timeout=60_000)
+    api = embed(srv, ["hello world"], prompt_name="query")["data"][0]
+    start, end = api["prompt_span"]
+    shown = page.eval_on_selector_all("#tokens-0 .tok", "els => els.map(e => e.dataset.token)")
+    marked = page.eval_on_selector_all("#tokens-0 .tok.prompt", "els => els.map(e => Number(e.dataset.index))")
+    assert shown == api["tokens"] and marked == list(range(start, end))
+    assert page.locator(".hv-q .hv-tok.prompt").count() == end - start  # the head view marks them too
+    # occlusion, from the Analytics panel, with the same prompt
+    runs = int(page.evaluate("document.querySelector('#analytics-section').dataset.run"))
+    page.fill("#an-text-a", "hello world")
+    page.click("#an-occlusion")
+    page.wait_for_function("n => Number(document.querySelector('#analytics-section').dataset.run) > n",
+                           arg=runs, timeout=60_000)
+    assert page.locator("#an-error").is_hidden(), page.locator("#an-error").text_content()
+    occ = page.eval_on_selector_all("#an-occlusion .an-token.prompt", "els => els.map(e => Number(e.dataset.i))")
+    assert occ == list(range(start, end))

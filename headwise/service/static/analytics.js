@@ -8,6 +8,7 @@
  */
 
 import { $ } from "./dom.js";
+import { promptName } from "./models.js";
 import { api } from "./api.js";
 import { renderOcclusion, renderRollout, renderSimilarity } from "./analyticsviews.js";
 
@@ -32,7 +33,7 @@ async function show(kind, request) {
     const res = await request();
     if (kind === "rollout") renderRollout(out, res.data[0], pooling());
     else if (kind === "similarity") renderSimilarity(out, res);
-    else renderOcclusion(out, res, textA);
+    else renderOcclusion(out, res, (res.prompt ? res.prompt.text : "") + textA); // offsets: of the prompted text
     panel().dataset.view = kind;
   } catch (e) {
     err.textContent = `${e.message} (${e.type}, HTTP ${e.status})`;
@@ -45,13 +46,15 @@ async function show(kind, request) {
 
 function wire() {
   const a = () => $("#an-text-a").value, b = () => $("#an-text-b").value;
+  const prompt = () => promptName(); // the encoder form's prompt picker (#prompt); undefined: the default
   $("#an-rollout").addEventListener("click", () => show("rollout", () =>
-    api("/v1/embed", { model: model(), inputs: [a()], attention: { aggregate: "rollout" } })));
+    api("/v1/embed", { model: model(), prompt_name: prompt(), inputs: [a()], attention: { aggregate: "rollout" } })));
   $("#an-similarity").addEventListener("click", () => show("similarity", () =>
-    api("/v1/similarity", { model: model(), source: a(), targets: [b()], explain: true, top_k: 10 })));
+    api("/v1/similarity", { model: model(), prompt_name: prompt(), source: a(), targets: [b()], explain: true, top_k: 10 })));
   $("#an-occlusion").addEventListener("click", () => show("occlusion", () =>
     api("/v1/occlusion", $("#an-unit").value === "word"
-      ? { model: model(), input: a(), unit: "word" } : { model: model(), input: a() })));
+      ? { model: model(), prompt_name: prompt(), input: a(), unit: "word" }
+      : { model: model(), prompt_name: prompt(), input: a() })));
   panel().hidden = false;
 }
 

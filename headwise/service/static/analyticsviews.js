@@ -30,11 +30,14 @@ function matrix(id, rows, cols, values, colour, caption) {
     h("table", { id, class: "an-matrix" }, h("caption", {}, caption), h("thead", {}, head), h("tbody", {}, ...body)));
 }
 
-// Tokens shaded by norm(value) in [0, 1], with white text on the dark end of the scale.
-function shadedTokens(id, tokens, values, norm, label) {
+// Tokens shaded by norm(value) in [0, 1], with white text on the dark end of the scale; those
+// of the prompt ([start, end) of `promptSpan`, from the answer's prompt_span) marked.
+function shadedTokens(id, tokens, values, norm, label, promptSpan) {
+  const [p0, p1] = promptSpan || [0, 0];
   return h("p", { id, class: "an-tokens", "aria-label": label },
     ...tokens.map((t, i) => h("span", {
-      class: "an-token", dataset: { i: String(i), value: String(values[i]) }, title: `${t}: ${fmt(values[i], 5)}`,
+      class: i >= p0 && i < p1 ? "an-token prompt" : "an-token", dataset: { i: String(i), value: String(values[i]) },
+      title: `${t}: ${fmt(values[i], 5)}` + (i >= p0 && i < p1 ? " (prompt)" : ""),
       style: `background:${cmapCss(norm(values[i]))}` + (norm(values[i]) > 0.6 ? ";color:#fff" : ""),
     }, t)));
 }
@@ -47,7 +50,8 @@ export function renderRollout(out, item, pooling) {
   out.replaceChildren(
     h("h3", {}, "Token importance for the pooled embedding"),
     h("p", { class: "hint" }, `Rollout over layers ${item.attention.layers.join(", ")}, heads averaged; importance is ${what}.`),
-    shadedTokens("an-importance", item.tokens, imp, (v) => (maxImp > 0 ? v / maxImp : 0), "token importance"),
+    shadedTokens("an-importance", item.tokens, imp, (v) => (maxImp > 0 ? v / maxImp : 0), "token importance",
+      item.prompt_span),
     matrix("an-rollout", item.tokens, item.tokens, R, (v) => cmapCss(v),
       "Rollout R: rows are tokens after the last layer, columns the input tokens they draw from"),
   );
@@ -102,9 +106,11 @@ export function renderOcclusion(out, res, text) {
     return;
   }
   const max = Math.max(...res.effects, 0);
+  const prompt = res.prompt ? ` The prompt “${res.prompt.name}” came first; its tokens are marked.` : "";
   out.replaceChildren(
     h("h3", {}, "Occlusion"),
-    h("p", { class: "hint" }, `1 − cosine between the embedding and the embedding with one token masked out; ${res.forward_passes} forward passes.`),
-    shadedTokens("an-occlusion", res.tokens, res.effects, (v) => (max > 0 ? Math.max(0, v) / max : 0), "occlusion effect per token"),
+    h("p", { class: "hint" }, `1 − cosine between the embedding and the embedding with one token masked out; ${res.forward_passes} forward passes.${prompt}`),
+    shadedTokens("an-occlusion", res.tokens, res.effects, (v) => (max > 0 ? Math.max(0, v) / max : 0), "occlusion effect per token",
+      res.prompt_span),
   );
 }

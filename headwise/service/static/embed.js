@@ -12,7 +12,7 @@ import { ApiError, api } from "./api.js";
 import { current, state } from "./state.js";
 import { allStats } from "./stats.js";
 import { clearError, setBusy, showError } from "./errors.js";
-import { loadModels, modelFact, modelId, selectedModel } from "./models.js";
+import { loadModels, modelFact, modelId, promptName, selectedModel } from "./models.js";
 import { renderTokens } from "./tokens.js";
 import { buildHeadControls } from "./headview.js";
 import { markDirty, renderActive } from "./views.js";
@@ -47,13 +47,15 @@ export async function run() {
       attention: { layers: null, heads: null, format: "dense", dtype: "float16", encoding: "base64" },
     };
     if (model) body.model = model;
+    const prompt = promptName();
+    if (prompt) body.prompt_name = prompt;
     const ablate = ablateBody();
     if (ablate) body.ablate = ablate;
     const [res, before] = await Promise.all([api("/v1/embed", body), ablate ? baselineFor(model, texts) : null]);
     if (seq !== state.runSeq) return null; // a newer run started meanwhile
     const data = (res.data || []).slice().sort((a, b) => (a.index ?? 0) - (b.index ?? 0));
     if (data.length !== texts.length) throw new ApiError(`asked for ${texts.length} inputs, got ${data.length}`, "bad_response", 0);
-    const results = data.map((d, i) => makeResult(d, texts[i], i));
+    const results = data.map((d, i) => makeResult(d, texts[i], i, res.prompt));
     if (!ablate) rememberBaseline(model, texts, results.map((r) => r.embedding));
     results.forEach((r, i) => { r.ablate = ablate; r.baseline = before ? before[i] : r.embedding; });
     const ms = performance.now() - t0;
@@ -86,7 +88,9 @@ export async function run() {
   }
 }
 
-function makeResult(d, text, i) {
+// With a prompt (res.prompt: {name, text}), the model read prompt.text + text: offsets count
+// from the prompt's start, and d.prompt_span [start, end) says which tokens are the prompt's.
+function makeResult(d, text, i, prompt) {
   if (!d.attention) throw new ApiError("the server returned no attention for this input", "bad_response", 0);
   const { shape, values } = decodeAttention(d.attention);
   const [L, H, T, T2] = shape;
@@ -94,9 +98,12 @@ function makeResult(d, text, i) {
   if (T !== T2 || tokens.length !== T) {
     throw new ApiError(`attention shape [${shape}] does not match ${tokens.length} tokens`, "bad_response", 0);
   }
+  const span = d.prompt_span || [0, 0];
   const r = {
     label: LABELS[i] || String(i + 1),
-    text,
+    text: (prompt ? prompt.text : "") + text,
+    promptName: prompt ? prompt.name : null,
+    prompt: tokens.map((_, n) => n >= span[0] && n < span[1]),
     tokens,
     offsets: d.offsets || tokens.map(() => [0, 0]),
     special: tokens.map((t) => SPECIAL_TOKENS.has(t)),

@@ -59,7 +59,7 @@ export function renderHead() {
   }, r.tokens.map((tok, i) => h("li", {},
     h("button", {
       type: "button",
-      class: r.special[i] ? "hv-tok special" : "hv-tok",
+      class: (r.special[i] ? "hv-tok special" : "hv-tok") + (r.prompt && r.prompt[i] ? " prompt" : ""),
       tabindex: i === 0 ? "0" : "-1",
       dataset: { side, index: i },
       "aria-label": `${side === "q" ? "query" : "key"} ${i}: ${tok}`,

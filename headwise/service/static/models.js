@@ -34,12 +34,34 @@ export async function loadModels() {
   }
 }
 
+/** The prompt picked (#prompt) for the chosen model, or undefined: the model's default. */
+export function promptName() {
+  const v = $("#prompt") && $("#prompt").value;
+  return v || undefined;
+}
+
+// The prompt picker: the model's sentence-transformers prompts (`prompts` on its card), shown
+// only for a model that has some; "" leaves the choice to the server (its default prompt).
+function describePrompts(m) {
+  const field = $("#field-prompt"), select = $("#prompt");
+  if (!field || !select) return;
+  const prompts = (m && m.prompts) || {};
+  const names = Object.keys(prompts);
+  const was = select.value;
+  field.hidden = !names.length;
+  const fallback = m && m.default_prompt_name ? `default (${m.default_prompt_name})` : "none (the model's default)";
+  select.replaceChildren(h("option", { value: "" }, fallback),
+    ...names.map((n) => h("option", { value: n, title: JSON.stringify(prompts[n]) }, `${n}: “${prompts[n]}”`)));
+  if (names.includes(was)) select.value = was;
+}
+
 export function selectedModel() {
   return state.models.find((m) => modelId(m) === $("#model").value) || state.models[0] || null;
 }
 
 export function describeModel() {
   const m = selectedModel();
+  describePrompts(m);
   if (!m) { $("#model-facts").textContent = ""; return; }
   const bits = [];
   const L = modelFact(m, "n_layers"), H = modelFact(m, "n_heads"), d = modelFact(m, "d_model"),
