@@ -11,43 +11,54 @@ same moment can pass the bound by at most one request each.
 
 from __future__ import annotations
 
+import mmap
+import os
 from pathlib import Path
 
-import numpy as np
-
 SLOTS = 1024  # front-ends: HEADWISE_FRONTENDS is at most 256, restarts take their slot again
+CELL = 8  # bytes: a signed 64-bit depth
 
 
 class QueueTable:
-    """The table: `queues` rows × SLOTS columns of int64, in a file both sides map."""
+    """The table: `queues` rows × SLOTS cells, in a file both sides map (plain memoryview
+    cells: a depth written or summed costs no numpy call on the request path)."""
 
-    def __init__(self, path: str | Path, queues: int, mode: str):
-        self.path = str(path)
-        self.cells = np.memmap(path, dtype=np.int64, mode=mode, shape=(max(queues, 1), SLOTS))
+    def __init__(self, path: str | Path, queues: int):
+        self.path, self.queues = str(path), max(queues, 1)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            self._map = mmap.mmap(fd, self.queues * SLOTS * CELL)
+        finally:
+            os.close(fd)
+        self.cells = memoryview(self._map).cast("q")
 
     @classmethod
     def create(cls, path: str | Path, queues: int) -> QueueTable:
         """The engine's: every queue empty."""
-        table = cls(path, queues, "w+")
-        table.cells[:] = 0
-        return table
+        with open(path, "wb") as f:
+            f.truncate(max(queues, 1) * SLOTS * CELL)
+        return cls(path, queues)
 
-    def front_end(self, slot: int) -> FrontEndQueues:
-        if not 0 <= slot < SLOTS:
-            raise ValueError(f"front-end slot {slot} is outside 0..{SLOTS - 1}")
-        return FrontEndQueues(self, slot)
+    def front_end(self, slot: int, slots: int) -> FrontEndQueues:
+        """Front-end `slot` of `slots` (the supervisor's numbering)."""
+        if not 0 <= slot < slots <= SLOTS:
+            raise ValueError(f"front-end slot {slot} of {slots} is outside the table's {SLOTS}")
+        return FrontEndQueues(self, slot, slots)
 
 
 class FrontEndQueues:
     """One front-end's column: it starts empty (a front-end started again takes the slot of
     the one that died, whose queue died with it)."""
 
-    def __init__(self, table: QueueTable, slot: int):
-        self.table, self.slot = table, slot
-        table.cells[:, slot] = 0
+    def __init__(self, table: QueueTable, slot: int, slots: int):
+        self.table, self.slot, self.slots = table, slot, slots
+        for row in range(table.queues):
+            table.cells[row * SLOTS + slot] = 0
 
     def queue(self, row: int) -> SharedQueue:
-        return SharedQueue(self.table.cells[row], self.slot)
+        if not 0 <= row < self.table.queues:
+            raise ValueError(f"queue {row} is outside the table's {self.table.queues}")
+        return SharedQueue(self.table.cells[row * SLOTS:row * SLOTS + self.slots], self.slot)
 
 
 class SharedQueue:
@@ -55,7 +66,7 @@ class SharedQueue:
 
     __slots__ = ("row", "slot")
 
-    def __init__(self, row: np.ndarray, slot: int):
+    def __init__(self, row: memoryview, slot: int):
         self.row, self.slot = row, slot
 
     def set(self, depth: int) -> None:
@@ -63,4 +74,4 @@ class SharedQueue:
 
     def elsewhere(self) -> int:
         """Inputs queued for this queue in the other front-ends."""
-        return int(self.row.sum()) - int(self.row[self.slot])
+        return sum(self.row) - self.row[self.slot]

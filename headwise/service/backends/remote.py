@@ -45,9 +45,9 @@ class EngineLink:
     their answers come back to, one run in flight each; and a watchdog that notices the
     engine's death within WATCH_S. `on_lost` callbacks run on the watchdog's thread."""
 
-    def __init__(self, address: str, connect_timeout_s: float = 30.0, slot: int | None = None):
-        """`slot`: this front-end's column of the engine's queue table (the supervisor numbers
-        its front-ends); None: the queue bound stays this front-end's own."""
+    def __init__(self, address: str, connect_timeout_s: float = 30.0, slot: tuple[int, int] | None = None):
+        """`slot`: (this front-end's number, how many there are): its column of the engine's
+        queue table; None: the queue bound stays this front-end's own."""
         self.address = address
         self._ctx = zmq.Context()
         self._local = threading.local()
@@ -62,8 +62,8 @@ class EngineLink:
         self.welcome = self._hello(connect_timeout_s)
         self.queues: FrontEndQueues | None = None
         if slot is not None and self.welcome.queue_table:
-            table = QueueTable(self.welcome.queue_table, len(self.welcome.queues), "r+")
-            self.queues = table.front_end(slot)
+            table = QueueTable(self.welcome.queue_table, len(self.welcome.queues))
+            self.queues = table.front_end(*slot)
         self._watch = threading.Thread(target=self._watchdog, name="headwise-engine-watch", daemon=True)
         self._watch.start()
 

@@ -16,7 +16,7 @@ from headwise.service.server.serve import _exit_if_stuck, quiet_exit_signals, uv
 from headwise.service.settings import load_settings
 
 
-def serve(fd: int, log_level: str, access_log: bool, slot: int | None = None) -> int:
+def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | None = None) -> int:
     settings = load_settings()
     try:
         link = EngineLink(settings.engine_address, slot=slot)
@@ -58,9 +58,10 @@ def main() -> None:
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--access-log", action="store_true")
-    parser.add_argument("--slot", type=int, help="this front-end's number (its column of the engine's queue table)")
+    parser.add_argument("--slot", type=int, nargs=2, metavar=("I", "N"),
+                        help="front-end I of N (its column of the engine's queue table)")
     args = parser.parse_args()
-    sys.exit(serve(args.fd, args.log_level, args.access_log, args.slot))
+    sys.exit(serve(args.fd, args.log_level, args.access_log, tuple(args.slot) if args.slot else None))
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
         started: dict[int, float] = {}
         crashes: dict[int, int] = {}
         for i in range(n):
-            frontends[i] = _spawn([*fe, "--slot", str(i)], env, (listener.fileno(),))
+            frontends[i] = _spawn([*fe, "--slot", str(i), str(n)], env, (listener.fileno(),))
             started[i] = time.monotonic()
         _say(f"process mode: engine {engine.pid}, {n} front-end(s) on http://{settings.host}:{settings.port}")
         while not signals:
@@ -159,7 +159,7 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
                     _stop([*frontends.values(), engine], settings.grace_seconds)
                     return 3
                 _say(f"front-end {p.pid} exited with code {p.returncode}; starting another")
-                frontends[i] = _spawn([*fe, "--slot", str(i)], env, (listener.fileno(),))  # its slot again
+                frontends[i] = _spawn([*fe, "--slot", str(i), str(n)], env, (listener.fileno(),))  # its slot again
                 started[i] = time.monotonic()
         _say("stopping: the front-ends drain, then the engine")
         listener.close()

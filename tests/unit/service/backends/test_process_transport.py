@@ -268,7 +268,7 @@ def test_an_abort_after_its_run_started_changes_nothing_in_the_engine(engine):
 def test_numbered_front_ends_share_the_engines_queue_table(engine):
     core, link, _backend = engine()
     pkg = load_package(core_package(core))
-    links = [EngineLink(core.address, connect_timeout_s=5, slot=i) for i in (0, 1)]
+    links = [EngineLink(core.address, connect_timeout_s=5, slot=(i, 2)) for i in (0, 1)]
     try:
         a, b = (lk.backend(pkg, None) for lk in links)
         a.shared_queue("embed").set(3)

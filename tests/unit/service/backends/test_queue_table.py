@@ -16,24 +16,27 @@ from headwise.service.errors import Overloaded
 
 def test_each_front_end_sees_the_others_depth_not_its_own(tmp_path):
     table = QueueTable.create(tmp_path / "q", queues=2)
-    mapped = QueueTable(tmp_path / "q", 2, "r+")  # as a front-end process maps it
-    a, b = table.front_end(0).queue(1), mapped.front_end(3).queue(1)
+    mapped = QueueTable(tmp_path / "q", 2)  # as a front-end process maps it
+    a, b = table.front_end(0, 4).queue(1), mapped.front_end(3, 4).queue(1)
     a.set(5)
     b.set(2)
     assert (a.elsewhere(), b.elsewhere()) == (2, 5)
-    assert table.front_end(0).queue(0).elsewhere() == 0  # another queue
-    mapped.front_end(0)  # a front-end started again in slot 0: the dead one's queue is gone
+    assert table.front_end(1, 4).queue(0).elsewhere() == 0  # another queue
+    mapped.front_end(0, 4)  # a front-end started again in slot 0: the dead one's queue is gone
     assert b.elsewhere() == 0
 
 
 def test_a_slot_outside_the_table_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="slot 5000"):
-        QueueTable.create(tmp_path / "q", queues=1).front_end(5000)
+    table = QueueTable.create(tmp_path / "q", queues=1)
+    with pytest.raises(ValueError, match="slot 5000 of 6000"):
+        table.front_end(5000, 6000)
+    with pytest.raises(ValueError, match="queue 1 is outside"):
+        table.front_end(0, 2).queue(1)
 
 
 def test_a_batcher_admits_within_the_bound_over_every_front_end(tmp_path):
     table = QueueTable.create(tmp_path / "q", queues=1)
-    here, there = table.front_end(0).queue(0), table.front_end(1).queue(0)
+    here, there = table.front_end(0, 2).queue(0), table.front_end(1, 2).queue(0)
 
     async def go():
         batcher = Batcher(Limits(1024, 64, 0.0, 4), [8])
