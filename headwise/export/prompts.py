@@ -54,6 +54,26 @@ def matryoshka_dimensions(dims, d_model: int) -> list[int]:
     return out
 
 
+def pooling_includes_prompt(checkpoint: Path) -> bool:
+    """False where a sentence-transformers Pooling module of the checkpoint (modules.json) says
+    `include_prompt: false` (INSTRUCTOR-style: the prompt's tokens are left out of the mean)."""
+    modules = Path(checkpoint) / "modules.json"
+    try:
+        entries = json.loads(modules.read_text()) if modules.is_file() else []
+    except json.JSONDecodeError:
+        return True  # the model's loader reports a bad modules.json
+    for m in entries if isinstance(entries, list) else []:
+        if isinstance(m, dict) and str(m.get("type", "")).endswith("Pooling"):
+            f = Path(checkpoint) / str(m.get("path", "")) / "config.json"
+            try:
+                cfg = json.loads(f.read_text()) if f.is_file() else {}
+            except json.JSONDecodeError:
+                continue
+            if isinstance(cfg, dict) and cfg.get("include_prompt") is False:
+                return False
+    return True
+
+
 def declared_facts(task: str, loaded, checkpoint: Path, options) -> dict:
     """The manifest keys an embedding package declares beside its graphs: `prompts`,
     `default_prompt_name` (from the checkpoint) and, when the export was told them,
@@ -65,6 +85,10 @@ def declared_facts(task: str, loaded, checkpoint: Path, options) -> dict:
             raise ValueError(f"--matryoshka-dimensions is for embedding models; this is a {task} model")
         return {}
     out = read_prompts(checkpoint)
+    if any(out["prompts"].values()) and not pooling_includes_prompt(checkpoint):
+        raise CheckpointError(f"{checkpoint}: its Pooling leaves the prompt's tokens out (include_prompt: false), "
+                              "which headwise's pooling does not do: its answers with a prompt would differ from "
+                              "sentence-transformers'")
     if dims:
         size = getattr(loaded.model.head, "dim", None) or loaded.model.config.d_model  # after any Dense layer
         out["matryoshka_dimensions"] = matryoshka_dimensions(dims, size)

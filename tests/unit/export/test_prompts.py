@@ -62,6 +62,14 @@ def test_an_export_carries_the_prompts_and_matryoshka_dimensions(tmp_path):
     assert served.matryoshka_dimensions == (16, 8)
 
 
+def test_pooling_that_leaves_the_prompt_out_is_refused_with_prompts(tmp_path):
+    ckpt = make_prompted_bert(tmp_path / "ckpt")
+    cfg = json.loads((ckpt / "1_Pooling/config.json").read_text())
+    (ckpt / "1_Pooling/config.json").write_text(json.dumps({**cfg, "include_prompt": False}))
+    with pytest.raises(CheckpointError, match="include_prompt: false"):
+        build_package(ckpt, tmp_path / "models", "bad", check=False, quality=False, progress=lambda m: None)
+
+
 def test_a_bad_matryoshka_option_stops_the_export_before_any_graph(tmp_path):
     ckpt = make_prompted_bert(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="--matryoshka-dimensions"):

@@ -114,6 +114,21 @@ def test_the_default_prompt_setting_applies_on_every_embedding_route(prompted):
         assert np.array_equal(np.float32(as_ids), vectors(embed(c, ["a dog"], prompt_name="empty")))
 
 
+def test_the_default_prompt_on_the_routes_without_a_prompt_field(prompted):
+    with client_for(prompted, default_prompt_name="query") as c:
+        wait_ready(c)
+        want = vectors(embed(c, ["query: a dog", "query: the cat"], prompt_name="empty"))
+        infer = c.post("/v2/models/tiny/infer", json={"inputs": [
+            {"name": "text", "datatype": "BYTES", "shape": [2], "data": ["a dog", "the cat"]}]}).json()
+        got = np.float32(infer["outputs"][0]["data"]).reshape(2, -1)
+        assert np.array_equal(got, want)  # KServe
+        score = c.post("/score", json={"text_1": "a dog", "text_2": ["the cat"]}).json()["data"][0]["score"]
+        cos = float(want[0].astype(np.float64) @ want[1] / np.linalg.norm(want[0]) / np.linalg.norm(want[1]))
+        assert score == pytest.approx(cos, abs=1e-6)  # vLLM's score of an embedding model
+        tokens = c.post("/v1/head_importance", json={"input": "a dog"}).json()["tokens"]
+        assert tokens == ["[CLS]", "[UNK]", "[UNK]", "a", "dog", "[SEP]"]  # of "query: a dog" (the fake vocabulary)
+
+
 def test_a_default_prompt_setting_the_model_lacks_stops_start_up(prompted):
     with pytest.raises(PackageError, match=r"HEADWISE_DEFAULT_PROMPT_NAME is 'nope'.*'tiny'.*query"), \
             client_for(prompted, default_prompt_name="nope"):
