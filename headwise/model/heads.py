@@ -10,6 +10,10 @@ head alone.
   per label. A cross-encoder is one with a single label, a relevance score for a query–text
   pair (what a reranker sorts by).
 
+- PredictionClassificationHead: ModernBERT's (Warner et al. 2024, "Smarter, Better, Faster,
+  Longer", §2.1): the [CLS] state or the mean of the token states, through dense + activation +
+  LayerNorm (its "prediction head"), then a linear map to one logit per label.
+
 Each head names the output it adds (`output`), the field of EncoderModelOutput it fills.
 """
 
@@ -57,3 +61,24 @@ class ClassificationHead(nn.Module):
     def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
         cls = last_hidden_state[:, 0]  # (B, D): the [CLS] token
         return self.classifier(torch.tanh(self.pooler(cls)))  # (B, n_labels)
+
+
+class PredictionClassificationHead(nn.Module):
+    output = "logits"
+
+    def __init__(self, d_model: int, labels: list[str], pooling: str = "cls", activation: str = "gelu",
+                 eps: float = 1e-5, dense_bias: bool = False, norm_bias: bool = False):
+        super().__init__()
+        self.labels, self.pooling = list(labels), pooling
+        self.dense = nn.Linear(d_model, d_model, bias=dense_bias)
+        self.act = _DENSE_ACTIVATIONS[activation]
+        self.norm = nn.LayerNorm(d_model, eps=eps, bias=norm_bias)
+        self.classifier = nn.Linear(d_model, len(labels))
+
+    def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
+        if self.pooling == "cls":
+            pooled = last_hidden_state[:, 0]  # (B, D)
+        else:
+            m = attention_mask.to(last_hidden_state.dtype)[..., None]  # (B, T, 1)
+            pooled = (last_hidden_state * m).sum(1) / m.sum(1)  # (B, D)
+        return self.classifier(self.norm(self.act(self.dense(pooled))))  # (B, n_labels)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headwise.model.importers import bert, distilbert, gpt2, marian, mpnet, qwen3, roberta
+from headwise.model.importers import bert, distilbert, gpt2, marian, modernbert, mpnet, qwen3, roberta
 from headwise.model.importers.common import CheckpointError, read_config
 
-IMPORTERS = (bert, roberta, distilbert, mpnet, qwen3, gpt2, marian)
+IMPORTERS = (bert, roberta, distilbert, mpnet, modernbert, qwen3, gpt2, marian)
 
 
 def importer_for(path: Path):
