@@ -68,7 +68,9 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
         out = {"model": result.model, "data": data, "usage": result.usage}
         return {"model": result.model, "prompt": used, **out} if used else out
 
-    return await budgeted_json(engine.responses, result.answer_bytes, build,
+    # the prompt's echo and each item's span: beyond what the engine counted per token
+    extra = 64 + 6 * len(used["text"]) + 32 * len(texts) if used else 0
+    return await budgeted_json(engine.responses, result.answer_bytes + extra, build,
                                headers=tei_headers(rt, result, started, characters(texts)))
 
 
