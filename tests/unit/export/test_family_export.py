@@ -60,3 +60,19 @@ def test_classifier_package_verifies_and_scores_like_transformers(tmp_path, fami
     with torch.no_grad():
         want = ref(input_ids=b.input_ids, attention_mask=b.attention_mask).logits.numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_an_unsupported_architecture_is_refused_at_export_naming_what_is_missing(tmp_path):
+    import json
+
+    from headwise.model.importers import CheckpointError
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt/config.json").write_text(json.dumps({"model_type": "nomic_bert"}))
+    with pytest.raises(CheckpointError, match=r"unknown architecture model_type='nomic_bert'; supported: .*'modernbert'"):
+        build_package(tmp_path / "ckpt", tmp_path / "models", "x", progress=lambda m: None, quality=False)
+    ckpt, _ = fam.make_qwen3(tmp_path / "q")
+    raw = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**raw, "use_sliding_window": True}))
+    with pytest.raises(CheckpointError, match=r"sliding-window layers \(use_sliding_window\) is not supported"):
+        build_package(ckpt, tmp_path / "models", "q", progress=lambda m: None, quality=False)
