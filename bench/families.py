@@ -122,18 +122,16 @@ def build(family: str, root: Path):
     return root / "st", fx.save_sentence_transformer(raw, root / "st", pooling)
 
 
-def texts_of(tokenizer, inputs: int, tokens: int) -> list[str]:
-    """`inputs` texts of exactly `tokens` tokens each (specials included), words drawn in turn."""
+def texts_of(tokenizer_file: Path, inputs: int, tokens: int) -> list[str]:
+    """`inputs` texts of exactly `tokens` tokens each (specials included), each from the
+    checkpoint's words in another order."""
+    from tokenizers import Tokenizer
+
+    from bench.texts import text_of_length
     from tests.fixtures.tiny import WORDS
 
-    out = []
-    for i in range(inputs):
-        words = [WORDS[(i + j) % len(WORDS)] for j in range(tokens)]
-        while words and tokenizer.encode([" ".join(words)])[0].length > tokens:
-            words.pop()
-        out.append(" ".join(words))
-        assert tokenizer.encode([out[-1]])[0].length == tokens, (out[-1], tokens)
-    return out
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    return [text_of_length(tok, tokens, WORDS[i:] + WORDS[:i]) for i in range(inputs)]
 
 
 class Served:
@@ -191,7 +189,7 @@ def measure(family: str, work: Path, threads: int, reps: int, log) -> dict:
     served = Served(pkg, threads)
     row = {"family": family, "fused": served.fused(), "shapes": {}}
     for inputs, tokens in SHAPES:
-        texts = texts_of(served.tokenizer, inputs, tokens)
+        texts = texts_of(served.pkg.path / "tokenizer.json", inputs, tokens)
         want = st.encode(texts, batch_size=inputs, convert_to_numpy=True)
         got = served(texts)
         cos = float(np.min(np.sum(want * got, 1) / np.linalg.norm(want, axis=1) / np.linalg.norm(got, axis=1)))
