@@ -31,6 +31,9 @@ class Settings(BaseSettings):
         "CUDA default); auto: process on CUDA, inproc on CPU")
     frontends: Annotated[int, Field(ge=1, le=256)] | Literal["auto"] = Field(
         "auto", description="front-end processes in process mode; auto: usable cores − 2, at least 1")
+    engine_stall_s: float = Field(
+        120.0, ge=0, description="process mode: a device run that lasts longer than this means the device is "
+        "stuck; the supervisor kills the engine process and exits 3 so that the server is restarted (0: never)")
     engine_address: str | None = Field(
         None, description="set by `headwise serve` for its front-ends: the engine process's ZMQ address")
     api_key: SecretStr | None = Field(None, description="bearer token required on /v1 and /v2 routes (health probes excepted)")

@@ -244,6 +244,16 @@ def test_engine_killed_turns_every_front_end_not_ready_within_a_second(start_ser
     assert srv.proc.wait(30) == 3
 
 
+def test_a_stuck_device_run_is_killed_after_the_stall_limit_and_the_server_exits_3(start_server, tiny_package):
+    srv = _slow(start_server, tiny_package, 1, 20_000, HEADWISE_ENGINE_STALL_S="1")
+    t0 = time.monotonic()
+    r = srv.post("/v1/embed", json={"inputs": ["a run that never ends"]})
+    assert r.status_code == 503 and "engine process is gone" in r.json()["error"]["message"], r.text
+    assert time.monotonic() - t0 < 10  # the stall limit (1 s), not the run (20 s)
+    assert srv.proc.wait(30) == 3
+    assert "over HEADWISE_ENGINE_STALL_S=1" in srv.log_tail()
+
+
 def _holder(pids: list[int], local_port: int) -> int | None:
     """Which of `pids` holds the server side of the loopback connection from `local_port`."""
     inodes = set()

@@ -20,7 +20,6 @@ the core stacks the batches that F front-ends sent while the device was busy int
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -33,7 +32,7 @@ import zmq
 
 from headwise.service.backends import wire
 from headwise.service.backends.onnxruntime import Backend
-from headwise.service.backends.queues import QueueTable
+from headwise.service.backends.queues import QUEUES_FILE, RUN_CLOCK_FILE, QueueTable, RunClock, beside
 
 log = logging.getLogger("headwise.service")
 
@@ -111,17 +110,18 @@ class EngineCore:
         self.welcome = wire.Welcome(pid=0, models={
             name: wire.ModelFacts(b.provider, b.precision, dict(b.variants)) for name, b in backends.items()})
         self.queues: QueueTable | None = None
+        self.clock: RunClock | None = None
         self._threads = [threading.Thread(target=self._io, name="headwise-engine-io", daemon=True),
                          threading.Thread(target=self._runs, name="headwise-engine-run", daemon=True)]
 
     def start(self, pid: int) -> None:
         """Bind and serve; returns once the socket is bound (raises what binding raised)."""
         self.welcome.pid = pid
-        if self.address.startswith("ipc://"):  # the queue table, beside the socket
+        if (path := beside(self.address, QUEUES_FILE)) is not None:  # shared with the front-ends
             names = sorted({f"{name}/{role}" for name, b in self.backends.items() for role in (*b.variants, "analytics")})
-            path = os.path.join(os.path.dirname(self.address[len("ipc://"):]), f"queues-{pid}")
             self.queues = QueueTable.create(path, len(names))
             self.welcome.queue_table, self.welcome.queues = path, {n: i for i, n in enumerate(names)}
+            self.clock = RunClock.create(beside(self.address, RUN_CLOCK_FILE))
         for t in self._threads:
             t.start()
         self._bound.wait()
@@ -266,11 +266,16 @@ class EngineCore:
         lives = [p.live_feeds() for p in group]
         feeds = lives[0] if len(group) == 1 else {name: np.concatenate([f[name] for f in lives]) for name in first.feeds}
         t0 = time.perf_counter()
+        if self.clock is not None:
+            self.clock.started()
         try:
             out = self.backends[run.model].run(run.role, feeds, run.outputs)
         except Exception as e:
             log.exception("engine: %s run of model %s failed", run.role, run.model)
             return [(p, wire.encode(wire.Failure(p.run.seq, "error", f"{type(e).__name__}: {e}"))) for p in group]
+        finally:
+            if self.clock is not None:
+                self.clock.ended()
         self.on_run(run.model, run.role, len(group), sum(p.live for p in group), time.perf_counter() - t0)
         answers, at = [], 0
         for p in group:

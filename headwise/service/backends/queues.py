@@ -1,5 +1,7 @@
-"""The server's queue bound in process mode (docs/architecture.md#process-mode): the engine
-process owns a table in shared memory, one row per queue it serves (a model's role, its
+"""What the engine process shares in memory with its front-ends and supervisor in process mode
+(docs/architecture.md#process-mode), in files beside its socket.
+
+The queue bound: the engine process owns a table in shared memory, one row per queue it serves (a model's role, its
 analytics lane) and one column per front-end slot, and each front-end writes its own queue's
 depth into its column as it changes. A front-end admits a request only when the inputs queued
 for that queue in every front-end, plus the request's, stay within HEADWISE_MAX_QUEUE: the one
@@ -13,10 +15,53 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from pathlib import Path
 
+QUEUES_FILE, RUN_CLOCK_FILE = "queues", "run-clock"
 SLOTS = 1024  # front-ends: HEADWISE_FRONTENDS is at most 256, restarts take their slot again
 CELL = 8  # bytes: a signed 64-bit depth
+
+
+def beside(address: str, name: str) -> str | None:
+    """The path of file `name` beside the engine's IPC socket (None for another transport)."""
+    if not address.startswith("ipc://"):
+        return None
+    return os.path.join(os.path.dirname(address[len("ipc://"):]), name)
+
+
+def _map(path: str, cells: int) -> memoryview:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return memoryview(mmap.mmap(fd, cells * CELL)).cast("q")
+    finally:
+        os.close(fd)
+
+
+class RunClock:
+    """When the engine's device run now running began (CLOCK_MONOTONIC, the same in every
+    process; 0: none runs), so that the supervisor can tell a stuck device from a busy one."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self._cell = _map(self.path, 1)
+
+    @classmethod
+    def create(cls, path: str | Path) -> RunClock:
+        with open(path, "wb") as f:
+            f.truncate(CELL)
+        return cls(path)
+
+    def started(self) -> None:
+        self._cell[0] = time.monotonic_ns()
+
+    def ended(self) -> None:
+        self._cell[0] = 0
+
+    def running_for(self) -> float:
+        """Seconds the current run has lasted (0.0 when none runs)."""
+        began = self._cell[0]
+        return (time.monotonic_ns() - began) / 1e9 if began else 0.0
 
 
 class QueueTable:
@@ -25,12 +70,7 @@ class QueueTable:
 
     def __init__(self, path: str | Path, queues: int):
         self.path, self.queues = str(path), max(queues, 1)
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            self._map = mmap.mmap(fd, self.queues * SLOTS * CELL)
-        finally:
-            os.close(fd)
-        self.cells = memoryview(self._map).cast("q")
+        self.cells = _map(self.path, self.queues * SLOTS)
 
     @classmethod
     def create(cls, path: str | Path, queues: int) -> QueueTable:

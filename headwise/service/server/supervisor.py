@@ -7,6 +7,8 @@ share it. Then it watches them:
   dying within seconds of its start stops the server, exit 3;
 - when the engine dies, the front-ends turn not ready and answer 503 (their watchdog), and
   the supervisor stops them and exits 3, so that Docker or Kubernetes restarts the server;
+- a device run that lasts over HEADWISE_ENGINE_STALL_S (the engine's run clock) means a stuck
+  device: the supervisor kills the engine, and the above follows;
 - SIGTERM, SIGINT or SIGHUP: the listener closes, the front-ends drain (the requests they
   accepted are answered), then the engine finishes what it was sent; exit 0.
 
@@ -30,6 +32,7 @@ import time
 import zmq
 
 from headwise.service.backends import wire
+from headwise.service.backends.queues import RUN_CLOCK_FILE, RunClock, beside
 from headwise.service.cpu import usable_cores
 from headwise.service.settings import Settings, frontend_processes
 
@@ -68,6 +71,15 @@ def _wait_for_engine(engine: subprocess.Popen, address: str, stopping) -> bool:
         return False
     finally:
         ctx.destroy(linger=0)
+
+
+def _run_clock(address: str) -> RunClock | None:
+    """The engine's run clock (None from an engine that keeps none: bench's stand-ins may not)."""
+    path = beside(address, RUN_CLOCK_FILE)
+    try:
+        return RunClock(path) if path else None
+    except OSError:
+        return None
 
 
 def _listen(settings: Settings) -> socket.socket:
@@ -139,8 +151,14 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
             frontends[i] = _spawn([*fe, "--slot", str(i), str(n)], env, (listener.fileno(),))
             started[i] = time.monotonic()
         _say(f"process mode: engine {engine.pid}, {n} front-end(s) on http://{settings.host}:{settings.port}")
+        clock = _run_clock(address) if settings.engine_stall_s else None
         while not signals:
             time.sleep(POLL_S)
+            if clock is not None and engine.poll() is None and clock.running_for() > settings.engine_stall_s:
+                _say(f"error: the engine's device run has lasted {clock.running_for():.0f} s, over "
+                     f"HEADWISE_ENGINE_STALL_S={settings.engine_stall_s:g}: the device is stuck; killing the engine")
+                engine.kill()
+                engine.wait()
             if engine.poll() is not None:
                 _say(f"error: the engine process exited with code {engine.returncode}; the front-ends answer 503; "
                      "stopping (exit 3) so that the server is restarted")

@@ -5,6 +5,7 @@ every front-end's queue, and a front-end started again in a slot starts it empty
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -51,3 +52,16 @@ def test_a_batcher_admits_within_the_bound_over_every_front_end(tmp_path):
         assert here.row[0] == 3
 
     asyncio.run(go())
+
+
+def test_the_run_clock_says_how_long_the_run_now_running_has_lasted(tmp_path):
+    from headwise.service.backends.queues import RunClock
+
+    engine = RunClock.create(tmp_path / "clock")
+    supervisor = RunClock(tmp_path / "clock")  # as another process maps it
+    assert supervisor.running_for() == 0.0
+    engine.started()
+    time.sleep(0.05)
+    assert 0.04 < supervisor.running_for() < 5
+    engine.ended()
+    assert supervisor.running_for() == 0.0
