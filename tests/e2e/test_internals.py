@@ -207,3 +207,22 @@ def test_rerank_and_predict_with_heads_removed_equal_transformers(classifiers, c
 def test_rerank_ablate_names_the_field(classifiers):
     r = classifiers.post("/v1/rerank", {"model": "tiny-reranker", "query": QUERY, "texts": DOCS, "ablate": {"2": [0]}})
     assert r.status_code == 422 and "ablate.2" in r.json()["error"]["message"]
+
+
+HOSTILE_KEYS = ["²", "①", "٣", "３", "+1", "1_0", " 1", "9" * 5000]  # isdigit()/int() disagree on each
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_an_ablate_key_other_than_ascii_digits_is_a_422_naming_it_on_every_route(server, classifiers, key):
+    """Issue 40, item 1: "²" and a 5,000-digit key were a 500 (int() after isdigit()), "٣" and
+    "３" were layer 3. Each is a 422 in the native shape naming `ablate.<key>` (its first 40
+    characters), on /v1/embed, /v1/rerank and /v1/predict."""
+    shown = key if len(key) <= 40 else key[:40] + "…"
+    answers = [server.post("/v1/embed", {"inputs": "hello", "ablate": {key: [0]}}),
+               classifiers.post("/v1/rerank", {"model": "tiny-reranker", "query": QUERY, "texts": DOCS,
+                                               "ablate": {key: [0]}}),
+               classifiers.post("/v1/predict", {"model": "tiny-classifier", "inputs": "hello", "ablate": {key: [0]}})]
+    for r in answers:
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]
+        assert err["type"] == "validation" and f"ablate.{shown}" in err["message"], err

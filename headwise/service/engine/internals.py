@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from headwise.service.engine.outputs import encode_array
-from headwise.service.engine.params import DTYPES, written_bytes
+from headwise.service.engine.params import DTYPES, ascii_index, written_bytes
 from headwise.service.errors import Validation
 
 POOLINGS = ("none", "mean", "cls")
+KEY_SHOWN = 40  # an `ablate` key longer than this is named by its first 40 characters and "…"
 
 
 @dataclass(frozen=True)
@@ -73,21 +74,23 @@ class Ablation:
     @classmethod
     def select(cls, n_layers: int, n_heads: int, ablate: Mapping[str, Sequence[int]] | None) -> Ablation | None:
         """{"<layer>": [heads]} → an Ablation (None when nothing is asked). Raises Validation
-        naming `ablate.<layer>` for a layer or head out of range, an empty or repeated list."""
+        naming `ablate.<layer>` for a layer or head out of range, an empty or repeated list, and
+        for a key that is not plain ASCII digits ("²", "٣", "３", "+1", "1_0" are refused)."""
         if not ablate:
             return None
         out = {}
         for key, heads in ablate.items():
-            field = f"ablate.{key}"
-            if not key.isdigit() or not 0 <= int(key) < n_layers:
-                raise Validation(f"{field}: a layer must be in 0..{n_layers - 1}", field=field)
+            field = f"ablate.{key if len(key) <= KEY_SHOWN else key[:KEY_SHOWN] + '…'}"
+            layer = ascii_index(key, n_layers)
+            if layer is None:
+                raise Validation(f"{field}: a layer must be in 0..{n_layers - 1}, in ASCII digits", field=field)
             if not heads or any(not 0 <= h < n_heads for h in heads):
                 raise Validation(f"{field}: each head must be in 0..{n_heads - 1} and the list non-empty", field=field)
             if len(set(heads)) != len(heads):
                 raise Validation(f"{field}: each head at most once", field=field)
-            if int(key) in out:
-                raise Validation(f"{field}: layer {int(key)} given twice", field=field)
-            out[int(key)] = tuple(sorted(heads))
+            if layer in out:
+                raise Validation(f"{field}: layer {layer} given twice", field=field)
+            out[layer] = tuple(sorted(heads))
         return cls(tuple(sorted(out.items())))
 
     def mask(self, n_layers: int, n_heads: int) -> np.ndarray:

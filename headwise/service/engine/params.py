@@ -28,6 +28,20 @@ TOKEN_BYTES = 48  # one token's string and [start, end] offsets in the JSON, gen
 AGGREGATES = ("none", "mean", "rollout")
 
 
+
+def ascii_index(text: str, n: int) -> int | None:
+    """A client's text as an index in 0..n-1, or None: plain ASCII digits only ("02" is 2).
+    Not `str.isdigit()` then `int()`: isdigit accepts "²" and "①", which int() refuses (a 500),
+    int() accepts "٣", "３", " 3", "+3" and "1_0", and a 5,000-digit string hits Python's
+    integer-string limit. Never converts more digits than n has."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(n)):
+        return None
+    i = int(digits)
+    return i if i < n else None
+
 @dataclass(frozen=True)
 class AttentionSpec:
     """Which attention weights a request asks for, and how they are written; the same for
