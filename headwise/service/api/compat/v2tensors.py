@@ -34,10 +34,10 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict, memoryview
     """→ (JSON header, the binary part after it)."""
     n = len(body)
     if header_length is not None:
-        try:
-            n = int(header_length)
-        except ValueError:
-            raise InvalidRequest("Inference-Header-Content-Length must be an integer") from None
+        digits = header_length.strip()
+        if not (digits.isascii() and digits.isdigit()) or len(digits.lstrip("0")) > 19:
+            raise InvalidRequest("Inference-Header-Content-Length must be an integer")
+        n = int(digits)  # plain ASCII digits: not int()'s "+5", "1_0" or a 5,000-digit string's ValueError
         if n < 0 or n > len(body):
             raise InvalidRequest(f"Inference-Header-Content-Length is {n} but the body has {len(body)} bytes")
     try:

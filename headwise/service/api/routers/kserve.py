@@ -35,7 +35,7 @@ from headwise.service.api.responses import BudgetedResponse, json_response, prob
 from headwise.service.api.routers import kserve_classify
 from headwise.service.engine import Capability, Engine, Runtime, prompts
 from headwise.service.engine.internals import POOLINGS, HiddenSpec
-from headwise.service.engine.params import AGGREGATES, JSON_VALUE_BYTES, EmbedParams, EmbedResult
+from headwise.service.engine.params import AGGREGATES, JSON_VALUE_BYTES, EmbedParams, EmbedResult, ascii_index
 from headwise.service.errors import InvalidRequest, NotFound, TooLarge, check_response_bytes
 
 router = APIRouter(tags=["kserve v2"], route_class=route_class(KSERVE))
@@ -159,13 +159,17 @@ async def _body(request: Request) -> bytes:
 
 def _indices(params: dict, key: str, n: int) -> list[int] | None:
     """attention_layers / attention_heads: int, list of ints or "0,3" (protocol parameters are
-    scalars, so a string is the portable form)."""
+    scalars, so a string is the portable form). In a string, each index is plain ASCII digits
+    (spaces around the commas allowed): not int()'s "٣", "３", "+3" or "1_0"."""
     v = params.get(key)
     if v is None:
         return None
     try:
         if isinstance(v, str):
-            v = [int(x) for x in v.split(",") if x.strip()]
+            parts = [x.strip() for x in v.split(",") if x.strip()]
+            if not all(x.isascii() and x.isdigit() for x in parts):
+                raise ValueError
+            v = [n if (i := ascii_index(x, n)) is None else i for x in parts]  # n: out of range, below
         elif type(v) is int:
             v = [v]
         elif not (isinstance(v, list) and all(type(x) is int for x in v)):

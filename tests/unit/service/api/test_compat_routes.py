@@ -129,3 +129,19 @@ def test_an_attention_index_given_twice_is_refused_on_embed_and_kserve(package):
         for params, key in (({"attention_layers": "1,1"}, "attention_layers"), ({"attention_heads": [0, 0]}, "attention_heads")):
             r = infer(c, {"inputs": [text("the cat")], "outputs": [{"name": "attentions"}], "parameters": params})
             assert kserve_error(r, 400) == f"parameter {key}: each index at most once"  # as KServe's other parameter mistakes
+
+
+def test_a_kserve_index_string_takes_plain_ascii_digits_only(package):
+    """Issue 40's sweep: `attention_layers` as a string went through int(), which took "٣" and
+    "３" as 3 and "1_0" as 10. Each is a 400 in KServe's shape; "0, 1" (spaces) still works."""
+    with client_for(package) as c:
+        wait_ready(c)
+        for layers, why in (("٣", "an integer"), ("３", "an integer"), ("+1", "an integer"), ("1_0", "an integer"),
+                            ("²", "an integer"), ("0,٣", "an integer"), ("9" * 5000, "each must be in 0..")):
+            r = infer(c, {"inputs": [text("the cat")], "outputs": [{"name": "attentions"}],
+                          "parameters": {"attention_layers": layers}})
+            assert f"parameter attention_layers: {why}" in kserve_error(r, 400), layers[:20]
+        for layers in ("0, 1", "01"):
+            r = infer(c, {"inputs": [text("the cat")], "outputs": [{"name": "attentions"}],
+                          "parameters": {"attention_layers": layers}})
+            assert r.status_code == 200, r.text

@@ -45,8 +45,9 @@ def test_split_body():
     assert h == {"inputs": []} and len(rest) == 0
     h, rest = v2.split_body(head + b"\x01\x02", str(len(head)))
     assert h == {"inputs": []} and bytes(rest) == b"\x01\x02"
-    for length, msg in ((str(len(head) + 3), "but the body has"), ("-1", "but the body has"),
-                        ("12abc", "must be an integer")):
+    for length, msg in ((str(len(head) + 3), "but the body has"), ("-1", "must be an integer"),
+                        ("12abc", "must be an integer"), ("+5", "must be an integer"), ("1_0", "must be an integer"),
+                        ("²", "must be an integer"), ("٣", "must be an integer"), ("9" * 5000, "must be an integer")):
         with pytest.raises(InvalidRequest, match=msg):
             v2.split_body(head + b"\x01\x02", length)
     with pytest.raises(InvalidRequest, match="malformed JSON"):
