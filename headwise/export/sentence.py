@@ -27,7 +27,7 @@ class SentenceKind(EncoderKind):
     def facts(self, loaded: LoadedModel) -> dict:
         pooling = loaded.model.head.config
         return {**super().facts(loaded), "pooling": pooling.mode, "normalize": pooling.normalize,
-                "embedding_dim": pooling.dense_out or loaded.model.config.d_model}
+                "embedding_dim": pooling.dense_out or loaded.model.config.d_model, "dense_layers": len(pooling.dense)}
 
     def measure(self, options: Options):
         return _measure if options.check and options.quality and options.int8 else None

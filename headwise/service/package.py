@@ -66,6 +66,13 @@ class ModelPackage:
         return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else self.d_model
 
     @property
+    def dense_layers(self) -> int:
+        """Dense layers between the pooling and the normalisation (manifest dense_layers; a
+        package written before it had none: unknown modules were not exported then)."""
+        n = self.manifest.get("dense_layers", 0)
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+    @property
     def generative(self) -> bool:
         return self.architecture != "encoder"
 

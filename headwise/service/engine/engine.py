@@ -204,6 +204,7 @@ class Engine:
         lists instead of texts, used as they are (no special tokens added)."""
         self._check(inputs)
         require(rt, Capability.EMBED)
+        rt.head.check(params)
         if token_ids(inputs):
             rt.tokenizer.check_ids(inputs)
         data, size, timing = await rt.submit(inputs, params, is_disconnected)

@@ -126,9 +126,14 @@ def pair_attention(att: np.ndarray, enc: Encoded, spec: AttentionSpec) -> dict:
         "document_to_query": array_payload(np.ascontiguousarray(a[:, :, d[:, None], q[None, :]]), spec)}
 
 
+REPOOLED = ("mean", "cls", "lasttoken")  # the poolings `pool` does as the graph does
+
+
 def pool(hidden: np.ndarray, mode: str, normalize: bool) -> np.ndarray:
-    """hidden: one input's un-padded [T, D] → [D] float32."""
-    v = hidden[0] if mode == "cls" else hidden.mean(axis=0, dtype=np.float64)
+    """hidden: one input's un-padded [T, D] (its real positions) → [D] float32."""
+    if mode not in REPOOLED:
+        raise ValueError(f"no pooling {mode!r} here")
+    v = hidden[0] if mode == "cls" else hidden[-1] if mode == "lasttoken" else hidden.mean(axis=0, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
     if normalize:
         v = v / max(np.linalg.norm(v), 1e-12)

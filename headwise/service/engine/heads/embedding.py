@@ -1,15 +1,19 @@
 """The embedding head: sentence embeddings (the graph's pooled output, or pooled here when a
-request asks for other normalisation, or masks a position out) and token embeddings (the last
-hidden state), for /v1/embed, /v1/embeddings, TEI's /embed and /embed_all, and analytics; with
-the analysis graph, chosen layers' hidden states."""
+request asks for other normalisation) and token embeddings (the last hidden state), for
+/v1/embed, /v1/embeddings, TEI's /embed and /embed_all, and analytics; with the analysis graph,
+chosen layers' hidden states.
+
+Pooling here is exact only without Dense layers: with them, an unnormalised model's vector is
+normalised here, and a normalised one cannot be served unnormalised (refused: check)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from headwise.service.engine.outputs import attention_payload, pool
+from headwise.service.engine.outputs import REPOOLED, attention_payload, pool
 from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, response_bytes
 from headwise.service.engine.runtime import Capability
+from headwise.service.errors import Validation
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
@@ -26,7 +30,17 @@ class EmbeddingHead:
     use = "use POST /v1/embed"
 
     def __init__(self, package: ModelPackage):
-        self.pooling, self.normalize, self.d_model = package.pooling, package.normalize, package.d_model
+        self.name, self.pooling, self.normalize = package.name, package.pooling, package.normalize
+        self.d_model = max(package.d_model, package.embedding_dim)  # a vector's size, either kind
+        self.repools = package.dense_layers == 0 and self.pooling in REPOOLED
+
+    def check(self, params: EmbedParams) -> None:
+        """Refuse what the graph's output cannot give: a normalised model's vector unnormalised,
+        where it cannot be pooled again here."""
+        if params.sentence and not params.normalize and self.normalize and not self.repools:
+            raise Validation(f"normalize=false: model {self.name!r} normalises its embeddings inside its graph, "
+                             "after a Dense layer, so the vector before normalisation cannot be served; "
+                             "send normalize=true", field="normalize")
 
     def card(self) -> dict:
         return {}  # pooling and normalize are on every encoder's card (EncoderRuntime.card)
@@ -56,7 +70,8 @@ class EmbeddingHead:
         return EmbedParams(sentence=False, tokens=True, attention=attention)
 
     def _pooled(self, p: EmbedParams) -> bool:
-        return p.sentence and p.normalize == self.normalize
+        """Whether the graph's pooled output answers (normalised here when it is not)."""
+        return p.sentence and (p.normalize == self.normalize or not self.repools)
 
     def outputs(self, entries: list[Entry]) -> list[str]:
         out = []
@@ -75,9 +90,11 @@ class EmbeddingHead:
         sentence = None
         if self._pooled(p):
             sentence = out["sentence_embedding"][i]
+            if p.normalize and not self.normalize:
+                sentence = pool(sentence[None], "cls", True)
         elif p.sentence:
             hidden = out["last_hidden_state"][i, :t]
-            if e.holes and self.pooling == "mean":  # as the graph's pooling: real positions only
+            if e.holes and self.pooling != "cls":  # as the graph's pooling: real positions only
                 hidden = np.delete(hidden, list(e.holes), axis=0)
             sentence = pool(hidden, self.pooling, p.normalize)
         att = attention_payload(weights, t, p.attention) if weights is not None else None
