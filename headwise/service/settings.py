@@ -153,8 +153,9 @@ class Settings(BaseSettings):
             alias, sep, name = (x.strip() for x in pair.partition("="))
             if not sep or not alias or not name:
                 raise ValueError(f"{pair!r} is not alias=package")
-            if out.setdefault(alias, name) != name:
+            if alias in out:  # even to the same package: a duplicate is a mistake in the setting (docs/api.md)
                 raise ValueError(f"alias {alias!r} is given twice")
+            out[alias] = name
         return out
 
     @model_validator(mode="after")

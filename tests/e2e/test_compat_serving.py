@@ -132,6 +132,7 @@ def test_aliases_on_every_protocol(srv, triton):
     ("x=nope", "which is not served"),
     (f"{DEFAULT_NAME}={DEFAULT_NAME}", "already a served package's name"),
     ("x", "is not alias=package"),
+    (f"a={DEFAULT_NAME},a={DEFAULT_NAME}", "given twice"),  # issue 40, item 4: the same pair twice started
 ])
 def test_a_bad_alias_stops_start_up(default_package, value, says):
     r = subprocess.run([sys.executable, "-m", "headwise.cli", "serve", "--models", str(default_package), "--port", "0"],

@@ -96,7 +96,7 @@ def test_served_model_names_are_alias_pairs(monkeypatch):
     monkeypatch.setenv("HEADWISE_SERVED_MODEL_NAMES", "")
     assert load_settings().served_model_names == {}
     for bad, says in (("mini", "not alias=package"), ("=minilm", "not alias=package"),
-                      ("a=x,a=y", "given twice")):
+                      ("a=x,a=y", "given twice"), ("a=m,a=m", "given twice"), ("a=m, a = m", "given twice")):
         monkeypatch.setenv("HEADWISE_SERVED_MODEL_NAMES", bad)
         with pytest.raises(SettingsError, match=f"HEADWISE_SERVED_MODEL_NAMES: .*{says}"):
             load_settings()
