@@ -4,8 +4,8 @@ attention, head mean, rollout, similarity (one target) with and without explain,
 token and by word), hidden states, one head ablated and head importance, at a few exact token
 counts.
 
-    python -m bench.analytics_cost PACKAGE [--tokens 20 128] [--reps 15] [--precision fp32]
-    python -m bench.analytics_cost PACKAGE --tokens 128 512 --rows plain rollout  # those rows only
+    python -m bench.experiments.analytics_cost PACKAGE [--tokens 20 128] [--reps 15] [--precision fp32]
+    python -m bench.experiments.analytics_cost PACKAGE --tokens 128 512 --rows plain rollout  # those rows only
 
 Prints a markdown table of medians (ms) and each row's ratio to the plain request of the same
 length, with the machine's facts (bench/facts.py). Rows of occlusion run fewer repetitions
@@ -104,7 +104,7 @@ def cells(text: str, other: str) -> list[tuple[str, str, dict, int]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.analytics_cost")
+    p = argparse.ArgumentParser(prog="python -m bench.experiments.analytics_cost")
     p.add_argument("package")
     p.add_argument("--tokens", type=int, nargs="+", default=[20, 128])
     p.add_argument("--reps", type=int, default=15)

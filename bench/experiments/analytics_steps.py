@@ -3,7 +3,7 @@ thread (the event loop's) from running: the explain split of 120 targets of 256 
 response building of that answer (service.api.serialize), occlusion's cosines over 256 rows,
 and a rollout of 256 tokens (6 layers, 12 heads).
 
-    python -m bench.analytics_steps [--reps 5]
+    python -m bench.experiments.analytics_steps [--reps 5]
 
 Each step runs on a worker thread while the main thread ticks every millisecond; the table
 gives the step's median time and the worst lateness of a tick while it ran (a stall of the
@@ -78,7 +78,7 @@ def measure(fn) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.analytics_steps")
+    p = argparse.ArgumentParser(prog="python -m bench.experiments.analytics_steps")
     p.add_argument("--reps", type=int, default=5)
     args = p.parse_args(argv)
     load = load_average()
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     for k, v in machine_facts("cpu").items():
         print(f"- {k}: {v}")
     print(f"- load average before: {load}; after: {load_average()}")
-    print(f"- command: python -m bench.analytics_steps --reps {args.reps} (medians)\n")
+    print(f"- command: python -m bench.experiments.analytics_steps --reps {args.reps} (medians)\n")
     print("| step | ms | worst stall of a 1 ms tick on another thread, ms |\n|---|---|---|")
     for name, took, stall in rows:
         print(f"| {name} | {1000 * took:.1f} | {1000 * stall:.1f} |")

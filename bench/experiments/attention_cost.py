@@ -2,7 +2,7 @@
 payload (select, cast, encode, serialise) of one input, for each dtype/encoding, with the
 package's float16 output (`attentions_f16`) and without it (numpy's cast).
 
-    python -m bench.attention_cost PACKAGE [--tokens 128] [--reps 30]
+    python -m bench.experiments.attention_cost PACKAGE [--tokens 128] [--reps 30]
 
 Prints a markdown table of medians, with the CPU it ran on.
 """
@@ -36,7 +36,7 @@ def median_ms(fn, reps: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.attention_cost")
+    p = argparse.ArgumentParser(prog="python -m bench.experiments.attention_cost")
     p.add_argument("package")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--reps", type=int, default=30)

@@ -4,8 +4,8 @@
 (server.fastpath: a route with a body parameter is not a plain-dependency route, so it falls
 back to FastAPI's routing there).
 
-    python -m bench.body_parse                     # 20000 requests per variant, 5 reps
-    python -m bench.body_parse --n 5000 --reps 3
+    python -m bench.experiments.body_parse                     # 20000 requests per variant, 5 reps
+    python -m bench.experiments.body_parse --n 5000 --reps 3
 
 The app is minimal (the route answers a fixed Response), so the differences are parsing,
 dependency solving and routing; the ASGI messages are driven directly, no HTTP, no uvicorn.

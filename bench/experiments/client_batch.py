@@ -2,7 +2,7 @@
 busy from Python): one `headwise serve`, wrk or loadgen driving `/v1/embed` with bodies of
 1, 8 and 32 inputs at several client counts. Medians of --reps repetitions.
 
-    python -m bench.client_batch PACKAGE [--provider cuda] [--precision fp16] [--tokens 20,128]
+    python -m bench.experiments.client_batch PACKAGE [--provider cuda] [--precision fp16] [--tokens 20,128]
         [--inputs 1,8,32] [--clients 16,64] [--workers 1] [--seconds 3] [--reps 3]
 """
 
@@ -21,7 +21,7 @@ from headwise.export import cpu as cpu_info
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.client_batch")
+    p = argparse.ArgumentParser(prog="python -m bench.experiments.client_batch")
     p.add_argument("package")
     p.add_argument("--provider", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--precision", default="fp32")

@@ -3,8 +3,8 @@
 wrk (closed loop, one request shape), the order of the servers turned round every repetition
 so that the machine's drift hits all alike.
 
-    python -m bench.drift_cost --models /tmp/models-hs            # 0 vs 0.01 (and 0.1), ≈ 3 min
-    python -m bench.drift_cost --models /tmp/models-hs --rates 0.01 --reps 7 --out bench/results/drift-cost.md
+    python -m bench.experiments.drift_cost --models /tmp/models-hs            # 0 vs 0.01 (and 0.1), ≈ 3 min
+    python -m bench.experiments.drift_cost --models /tmp/models-hs --rates 0.01 --reps 7 --out bench/results/drift-cost.md
 
 Per server and repetition: requests/s, the server's CPU per request (user + system, /proc),
 p50/p99, and for a sampling server the samples measured and dropped in that cell
@@ -119,7 +119,7 @@ def report(got: dict[float, list[dict]], args, text: str, load_before: str, took
               f"- workload: POST /v1/embed, one text of {args.tokens} tokens ({text[:40]!r}...), {args.clients} "
               f"wrk connections, closed loop, {args.seconds:g} s per cell, {args.reps} repetitions, servers "
               f"alternating (order reversed every repetition); {took / 60:.1f} min in all",
-              "- command: `PYTHONPATH=. python -m bench.drift_cost " + " ".join(args.argv) + "`", "",
+              "- command: `PYTHONPATH=. python -m bench.experiments.drift_cost " + " ".join(args.argv) + "`", "",
               "| HEADWISE_ATTENTION_SAMPLE | requests/s (median) | ÷ unsampled, same rep (median, IQR) | cost | "
               "CPU µs/request (median) | p50 ms | p99 ms | samples measured/s | dropped/s | requests measured | "
               "cost per 1% of requests measured |",
@@ -151,7 +151,7 @@ def report(got: dict[float, list[dict]], args, text: str, load_before: str, took
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.drift_cost", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.experiments.drift_cost", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="models")
     ap.add_argument("--rates", type=float, nargs="+", default=[0.01, 0.1])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "int8"])

@@ -2,7 +2,7 @@
 loop if it ran there, against how long the loop is held while it runs on AnalyticsLane's
 thread (where it runs: `explain.similarity` → `lane.run(_split, ...)`).
 
-    .venv/bin/python -m bench.explain_split [--max-len 256] [--d-model 384] [--reps 5]
+    .venv/bin/python -m bench.experiments.explain_split [--max-len 256] [--d-model 384] [--reps 5]
 
 The largest request the caps admit (HEADWISE_MAX_CLIENT_BATCH inputs, HEADWISE_ANALYTICS_MAX_
 REQUEST_TOKENS, HEADWISE_MAX_RESPONSE_BYTES at their defaults): the source and every target at

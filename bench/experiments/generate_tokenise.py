@@ -5,7 +5,7 @@ loop's thread: what the loop spent on this request, not the time it waited for a
 request's objects are kept alive and the cyclic collector is off, so freeing them is not
 counted), and the call's wall time.
 
-    .venv/bin/python -m bench.generate_tokenise [--sizes 100,1000,4000,4097,16000] [--reps 200]
+    .venv/bin/python -m bench.experiments.generate_tokenise [--sizes 100,1000,4000,4097,16000] [--reps 200]
 
 The tokenizer is a GPT-2-like byte-level BPE (vocabulary 8,000) trained here on docs/*.md, so
 there are about as many tokens per character as GPT-2 makes of English prose. No graph runs:
@@ -32,7 +32,7 @@ from headwise.service.engine.tokenizer import TextTokenizer
 from headwise.service.metrics import Metrics
 from headwise.service.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def corpus() -> str:

@@ -1,6 +1,6 @@
 """int8 schemes side by side on one package: quality, batch invariance and in-process speed.
 
-    python -m bench.int8_schemes --models /tmp/bench-models [--stsb FILE] [--reps 5]
+    python -m bench.experiments.int8_schemes --models /tmp/bench-models [--stsb FILE] [--reps 5]
 
 Each scheme quantises the package's fast.onnx (fp32) into a temporary folder:
 - `dynamic per-tensor`: onnxruntime's quantize_dynamic (what headwise shipped before issue 15);
@@ -28,7 +28,7 @@ from headwise.export.quantize import quantize_int8
 from headwise.export.speed import alternated_rates
 from headwise.export.verify import PARITY_SENTENCES as VARIED
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def _dynamic(src: Path, dst: Path) -> None:
@@ -112,7 +112,7 @@ def main() -> int:
         fast = {t: alternated_rates(sessions, 16, t, a.reps, a.seconds) for t in (20, 128)}
     base_sp = stsb.sts_score(ref[: len(left)], ref[len(left):n_sts], gold)
     lines = [f"# int8 schemes on {pkg.name}", "",
-             f"CPU: {cpu.label()}; command: `python -m bench.int8_schemes --models {a.models} --reps {a.reps}`;",
+             f"CPU: {cpu.label()}; command: `python -m bench.experiments.int8_schemes --models {a.models} --reps {a.reps}`;",
              f"date (UTC) {time.strftime('%Y-%m-%d %H:%M', time.gmtime())}; medians of {a.reps} alternated "
              f"repetitions of {a.seconds:g} s. Speed ratios hold only for this CPU.", "",
              "| scheme | mean cos STS-B | min cos STS-B | min cos varied | STS-B Spearman | batch invariance "

@@ -1,8 +1,8 @@
 """Why the CPU graphs carry Add + LayerNormalization: onnxruntime's SkipLayerNormalization
 against the two ops it fuses, alone on one tensor, then the package's own int8 graph with both.
 
-    python -m bench.layernorm                          # one node, [16, 20, 384]
-    python -m bench.layernorm --models /tmp/bench-models   # also the package's fast.int8.onnx
+    python -m bench.experiments.layernorm                          # one node, [16, 20, 384]
+    python -m bench.experiments.layernorm --models /tmp/bench-models   # also the package's fast.int8.onnx
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main() -> None:
     a = ap.parse_args()
     from headwise.export import cpu as cpu_info
 
-    print(f"bench.layernorm on {cpu_info.label()}")
+    print(f"bench.experiments.layernorm on {cpu_info.label()}")
     one_node(threads=1)
     one_node(threads=2)
     if a.models:

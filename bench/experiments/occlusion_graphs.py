@@ -5,7 +5,7 @@ HEADWISE_ANALYTICS_BATCH_TOKENS padded tokens as the analytics batcher cuts them
 median of the repetitions. (The fast graph reads the mask as lengths, so its effects are not
 the formula's: docs/analytics.md; this measures only the time.)
 
-    python -m bench.occlusion_graphs /tmp/models-hs/all-minilm-l6-v2 --tokens 20 128 --reps 7
+    python -m bench.experiments.occlusion_graphs /tmp/models-hs/all-minilm-l6-v2 --tokens 20 128 --reps 7
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main() -> None:
     sessions = {g: ort.InferenceSession(str(a.package / f"{g}.onnx"), so, providers=["CPUExecutionProvider"])
                 for g in ("fast", "analysis")}
     hm = next(i for i in sessions["analysis"].get_inputs() if i.name == "head_mask").shape
-    print(f"bench.occlusion_graphs on {cpu_info.label()}, load average {load_average()}, {a.reps} reps\n")
+    print(f"bench.experiments.occlusion_graphs on {cpu_info.label()}, load average {load_average()}, {a.reps} reps\n")
     print("| tokens | rows | fast graph: ms (median) | analysis graph: ms (median) | analysis / fast |")
     print("|---:|---:|---:|---:|---:|")
     for t in a.tokens:

@@ -7,10 +7,10 @@ over HTTP, on one machine in one sitting:
 - health: `/health/live` every 20 ms while `/v1/similarity` with explain at its size cap runs
   (1 source and 120 targets of 256 tokens).
 
-    python -m bench.priority PACKAGE                           # the default lane
-    python -m bench.priority PACKAGE --mode lane=.,HEADWISE_ANALYTICS_THREADS=1 \\
+    python -m bench.experiments.priority PACKAGE                           # the default lane
+    python -m bench.experiments.priority PACKAGE --mode lane=.,HEADWISE_ANALYTICS_THREADS=1 \\
         --mode shared=.,HEADWISE_ANALYTICS_THREADS=0 --mode before=/tmp/headwise-29dc194
-    python -m bench.priority PACKAGE --phases alone,one       # fewer phases
+    python -m bench.experiments.priority PACKAGE --phases alone,one       # fewer phases
 
 A mode is NAME=TREE[,VAR=VALUE...]: the server runs from that source tree (a clone of another
 commit, for an A/B) with those settings. Modes alternate phase by phase. Prints a markdown
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.analytics_cost import WORDS, free_port
+from bench.experiments.analytics_cost import WORDS, free_port
 from bench.facts import load_average, machine_facts
 
 SHORT = "A man is playing a guitar on the stage tonight."
@@ -183,7 +183,7 @@ def close(a: list[float], b: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.priority")
+    p = argparse.ArgumentParser(prog="python -m bench.experiments.priority")
     p.add_argument("package")
     p.add_argument("--mode", action="append", help="NAME=TREE[,HEADWISE_X=V...]; default: this tree as it is")
     p.add_argument("--phases", default=",".join(PHASES))
@@ -242,7 +242,7 @@ def report(modes, phases, results, args, load_before) -> None:
     for k, v in machine_facts("cpu").items():
         print(f"- {k}: {v}")
     print(f"- load average before: {load_before}; after: {load_average()}")
-    print(f"- command: python -m bench.priority {' '.join(sys.argv[1:])}")
+    print(f"- command: python -m bench.experiments.priority {' '.join(sys.argv[1:])}")
     for m in modes:
         print(f"- mode {m.name}: tree {m.tree}, {m.env or 'defaults'}")
     print(f"\nPlain: one client, /v1/embed of one short sentence, requests one after another. Occlusion: "

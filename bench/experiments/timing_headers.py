@@ -2,8 +2,8 @@
 response sent with and without them through uvicorn's own request cycle on a loopback TCP
 connection wrapped as `headwise serve` wraps it (bench.stages_http), on a uvloop loop.
 
-    python -m bench.timing_headers                    # → stdout: a Markdown table
-    python -m bench.timing_headers --blocks 41 --per-block 2000
+    python -m bench.experiments.timing_headers                    # → stdout: a Markdown table
+    python -m bench.experiments.timing_headers --blocks 41 --per-block 2000
 
 "with" is service.api.timing.tei_headers (its clock read and eight header lines) plus the
 response carrying them (service.api.responses.BudgetedResponse) sent; "without" is the response
@@ -75,7 +75,7 @@ def main() -> None:
     from headwise.export import cpu as cpu_info
 
     r = uvloop.run(measure(a.blocks, a.per_block))
-    print(f"bench.timing_headers on {cpu_info.label()}, {a.blocks} blocks of {a.per_block} answers each side\n")
+    print(f"bench.experiments.timing_headers on {cpu_info.label()}, {a.blocks} blocks of {a.per_block} answers each side\n")
     print("| answer sent | µs of process CPU per answer (median of blocks) |")
     print("|---|---:|")
     print(f"| without the timing headers | {r['without_us']:.2f} |")

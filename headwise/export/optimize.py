@@ -61,7 +61,7 @@ def scale_as_div(src: Path, dst: Path) -> int:
 
 # onnxruntime's CPU SkipLayerNormalization kernel (1.31) is much slower than its Add and
 # LayerNormalization kernels together, and a large share of a small model's run time
-# (bench/results/experiments-cpu.md, "The CPU graph"; python -m bench.layernorm measures it).
+# (bench/results/experiments-cpu.md, "The CPU graph"; python -m bench.experiments.layernorm measures it).
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)  # so it does not fuse them back at load time
 
 

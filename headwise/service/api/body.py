@@ -40,7 +40,7 @@ def json_body(model: type[M]):
 
 class Json:
     """`body: Json[Model]`: the request body, parsed by json_body(Model) and typed as Model.
-    json_body measured against FastAPI's own body parameter: bench/body_parse.py."""
+    json_body measured against FastAPI's own body parameter: bench/experiments/body_parse.py."""
 
     def __class_getitem__(cls, model: type[M]):
         return Annotated[model, Depends(json_body(model))]

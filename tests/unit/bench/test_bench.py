@@ -335,7 +335,7 @@ def test_ab_server_spec():
 def test_layernorm_refuse_undoes_the_export_rewrite(tmp_path):
     import onnx
 
-    from bench.layernorm import refuse
+    from bench.experiments.layernorm import refuse
     from headwise.export.optimize import unfuse_skip_layernorm
     from tests.fixtures.graphs import graph_with_skip_layernorms, run
 

@@ -1,8 +1,8 @@
-"""bench.timing_headers runs against the service's current response path (a few answers)."""
+"""bench.experiments.timing_headers runs against the service's current response path (a few answers)."""
 
 import uvloop
 
-from bench.timing_headers import measure
+from bench.experiments.timing_headers import measure
 
 
 def test_timing_headers_bench_measures_both_sides():
