@@ -195,7 +195,7 @@ def measure(family: str, work: Path, threads: int, reps: int, log) -> dict:
         cos = float(np.min(np.sum(want * got, 1) / np.linalg.norm(want, axis=1) / np.linalg.norm(got, axis=1)))
         ours, theirs = [], []
         for i in range(reps):  # alternating, the side that goes first alternating too
-            sides = [(ours, served), (theirs, lambda x: st.encode(x, batch_size=inputs))]
+            sides = [(ours, served), (theirs, lambda x, n=inputs: st.encode(x, batch_size=n))]
             for times, call in sides if i % 2 == 0 else sides[::-1]:
                 times.append(_timed(call, texts))
         o, s = statistics.median(ours), statistics.median(theirs)

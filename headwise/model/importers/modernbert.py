@@ -19,7 +19,13 @@ from headwise.model.config import TransformerConfig
 from headwise.model.encoder_model import EncoderModel
 from headwise.model.heads import PredictionClassificationHead
 from headwise.model.importers import bert
-from headwise.model.importers.common import CheckpointError, check_model_type, loaded, read_checkpoint, sizes
+from headwise.model.importers.common import (
+    CheckpointError,
+    check_model_type,
+    loaded,
+    read_checkpoint,
+    sizes,
+)
 from headwise.model.importers.rope import rope_theta
 from headwise.model.transformer import Encoder
 

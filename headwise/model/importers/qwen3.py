@@ -16,7 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwise.model.config import TransformerConfig
-from headwise.model.importers.common import CheckpointError, check_model_type, loaded, read_checkpoint, sizes
+from headwise.model.importers.common import (
+    CheckpointError,
+    check_model_type,
+    loaded,
+    read_checkpoint,
+    sizes,
+)
 from headwise.model.importers.rope import rope_theta
 from headwise.model.transformer import Encoder
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headwise.model.importers import bert, distilbert, gpt2, marian, modernbert, mpnet, qwen3, roberta
+from headwise.model.importers import (
+    bert,
+    distilbert,
+    gpt2,
+    marian,
+    modernbert,
+    mpnet,
+    qwen3,
+    roberta,
+)
 from headwise.model.importers.common import CheckpointError, read_config
 
 IMPORTERS = (bert, roberta, distilbert, mpnet, modernbert, qwen3, gpt2, marian)

@@ -21,7 +21,12 @@ from headwise.model.config import TransformerConfig
 from headwise.model.encoder_model import EncoderModel
 from headwise.model.heads import ClassificationHead
 from headwise.model.importers import bert
-from headwise.model.importers.common import CheckpointError, check_model_type, loaded, read_checkpoint
+from headwise.model.importers.common import (
+    CheckpointError,
+    check_model_type,
+    loaded,
+    read_checkpoint,
+)
 from headwise.model.transformer import Encoder
 
 MODEL_TYPES = {"roberta", "xlm-roberta"}

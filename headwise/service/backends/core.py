@@ -32,7 +32,13 @@ import zmq
 
 from headwise.service.backends import wire
 from headwise.service.backends.onnxruntime import Backend
-from headwise.service.backends.queues import QUEUES_FILE, RUN_CLOCK_FILE, QueueTable, RunClock, beside
+from headwise.service.backends.queues import (
+    QUEUES_FILE,
+    RUN_CLOCK_FILE,
+    QueueTable,
+    RunClock,
+    beside,
+)
 
 log = logging.getLogger("headwise.service")
 

@@ -246,7 +246,7 @@ class _Watch:
     answered sooner costs one timer handle): the engine is told of the rows whose clients went,
     and a run with none left stops waiting."""
 
-    __slots__ = ("sockets", "seq", "rows", "fut", "gone", "told", "timer", "task")
+    __slots__ = ("fut", "gone", "rows", "seq", "sockets", "task", "timer", "told")
 
     def __init__(self, sockets: _LoopSockets, seq: int, rows: int, fut: asyncio.Future, gone: Gone):
         self.sockets, self.seq, self.rows, self.fut, self.gone = sockets, seq, rows, fut, gone

@@ -11,6 +11,7 @@ from headwise.model.importers import load_checkpoint
 from headwise.model.sentence import load_encoder_model, load_sentence_model
 from tests.fixtures import families as fam
 
+
 @pytest.fixture(scope="module", params=sorted(fam.EMBEDDERS))
 def embedder(request, tmp_path_factory):
     ckpt, st = fam.EMBEDDERS[request.param](tmp_path_factory.mktemp(request.param))
@@ -31,7 +32,7 @@ def test_embeddings_equal_sentence_transformers_encode(embedder):
 
 
 def test_every_head_and_hidden_state_equals_transformers(embedder):
-    family, ckpt, _ = embedder
+    _family, ckpt, _ = embedder
     ours, _ = load_checkpoint(ckpt)
     theirs = fam.transformers_reference(ckpt)
     ids, mask = fam.padded_batch(ours.config.vocab_size, ours.config.pad_token_id)

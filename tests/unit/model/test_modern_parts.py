@@ -65,7 +65,7 @@ def test_gqa_attention_returns_one_map_per_query_head():
     mha = MultiHeadAttention(32, 8, n_kv_heads=2, d_head=8, bias=False, qk_norm=1e-6)
     assert mha.w_k.weight.shape == (16, 32) and mha.w_q.weight.shape == (64, 32)
     x = torch.randn(2, 6, 32)
-    out, w, (k, v) = mha(x, x, x, need_weights=True, fused=False)
+    out, w, (k, _v) = mha(x, x, x, need_weights=True, fused=False)
     assert out.shape == (2, 6, 32) and w.shape == (2, 8, 6, 6) and k.shape == (2, 2, 6, 8)
     fused, _, _ = mha(x, x, x)
     torch.testing.assert_close(out, fused, atol=1e-5, rtol=0)

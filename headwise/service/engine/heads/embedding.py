@@ -13,9 +13,9 @@ import numpy as np
 from headwise.service.engine.outputs import REPOOLED, attention_payload, pool
 from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, response_bytes
 from headwise.service.engine.runtime import Capability
-from headwise.service.errors import Validation
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
+from headwise.service.errors import Validation
 from headwise.service.package import ModelPackage
 
 

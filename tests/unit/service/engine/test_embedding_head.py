@@ -50,7 +50,7 @@ def test_behind_a_dense_layer_the_graphs_vector_is_normalised_here(tmp_path):
 
 def test_a_normalised_vector_behind_a_dense_layer_cannot_be_served_unnormalised(tmp_path):
     h = head(tmp_path, "mean", normalize=True, dense=1)
-    with pytest.raises(Validation, match="normalize=false.*Dense layer"):
+    with pytest.raises(Validation, match=r"normalize=false.*Dense layer"):
         h.check(EmbedParams(normalize=False))
     h.check(EmbedParams(normalize=True))
     head(tmp_path / "plain", "mean", normalize=True).check(EmbedParams(normalize=False))  # pooled again: served
