@@ -232,6 +232,9 @@ def test_errors_in_vllms_shape_name_the_field(srv):
     mark = "zebra-unicorn-4711 "  # a client's text never comes back in an error
     r = srv.post("/score", {**rr, "text_1": "q", "text_2": ["a", mark * 300]})
     assert vllm_error(r, 413, "text_2").startswith("text_2[1] has 5700 characters") and "zebra" not in r.text
+    # issue 40, item 3: too many inputs named no param
+    assert "9 inputs; at most 8" in vllm_error(srv.post("/classify", {"model": "tiny-classifier", "input": ["a"] * 9}),
+                                               413, "input")
     r = srv.post("/classify", {"model": "tiny-classifier", "input": ["a", mark * 300]})
     assert vllm_error(r, 413, "input").startswith("input[1] has 5700 characters") and "zebra" not in r.text
     # truncation: null, -1 or max_len (64 for the tiny models); others refused

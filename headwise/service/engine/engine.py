@@ -157,7 +157,7 @@ class Engine:
         if not texts:
             raise InvalidRequest(f"'{FIELD}' is empty", field=field)
         if len(texts) > self.settings.max_client_batch:
-            raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request")
+            raise TooLarge(f"{len(texts)} inputs; at most {self.settings.max_client_batch} per request", field=field)
         cap = self.settings.max_input_chars
         for i, t in enumerate(texts):  # before any tokenisation: a huge string costs a len()
             for part in (t,) if isinstance(t, str) else t if isinstance(t, tuple) else ():

@@ -145,3 +145,13 @@ def test_a_kserve_index_string_takes_plain_ascii_digits_only(package):
             r = infer(c, {"inputs": [text("the cat")], "outputs": [{"name": "attentions"}],
                           "parameters": {"attention_layers": layers}})
             assert r.status_code == 200, r.text
+
+
+def test_too_many_inputs_name_the_field_on_openais_route(package):
+    """Issue 40, item 3: the count's 413 named no field (`"param": null`); OpenAI's and vLLM's
+    bodies name `input`, as the too-long text's 413 does."""
+    with client_for(package, max_client_batch=3) as c:
+        wait_ready(c)
+        r = c.post("/v1/embeddings", json={"input": ["a"] * 4})
+        assert r.status_code == 413 and r.json()["error"]["param"] == "input", r.text
+        assert r.json()["error"]["message"] == "4 inputs; at most 3 per request"
