@@ -19,7 +19,9 @@ class HeadwiseError(Exception):
     `status`: the HTTP status; `type`: headwise's error type (`validation`, `not_found`,
     `too_large`, `overloaded`, ...); `message`: the server's message; `field`: the request field
     at fault when the answer names one (OpenAI's `param`, or the path a 422 message starts
-    with), else None; `retry_after`: seconds from `Retry-After` (429, 503), else None."""
+    with), else None; `retry_after`: seconds from `Retry-After` (429, 503): a non-negative
+    number at most MAX_RETRY_AFTER (3600; larger values are clamped), None when the header is
+    absent or not such a number ("inf", "nan", "-5", "1e309", an HTTP date)."""
 
     def __init__(self, status: int, type: str, message: str, field: str | None = None,
                  retry_after: float | None = None) -> None:
@@ -55,16 +57,29 @@ def error_from_body(status: int, body: Any, retry_after: float | None = None) ->
 
 
 def error_from_response(status: int, content: bytes, headers: Mapping[str, str]) -> HeadwiseError:
-    """The error of an HTTP answer with status ≥ 400."""
+    """The error of an HTTP answer with status ≥ 400. Always a HeadwiseError, whatever the body:
+    one nested too deeply for Python's recursion limit (json.loads, str() and json.dumps all
+    recurse) is read as its text."""
+    retry_after = _retry_after(headers.get("retry-after"))
+    text = content.decode("utf-8", "replace")
     try:
         body: Any = json.loads(content) if content else ""
-    except ValueError:
-        body = content.decode("utf-8", "replace")
-    return error_from_body(status, body, _retry_after(headers.get("retry-after")))
+    except (ValueError, RecursionError):
+        body = text
+    try:
+        return error_from_body(status, body, retry_after)
+    except RecursionError:  # e.g. {"error": {"message": [[[...]]]}}
+        return HeadwiseError(status, "http_error", text[:2000], None, retry_after)
+
+
+MAX_RETRY_AFTER = 3600.0  # seconds: a longer Retry-After is clamped to this
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 
 def _retry_after(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: headwise never sends one
+    """Retry-After as seconds: a non-negative decimal number ("12", "0.5"), clamped to
+    MAX_RETRY_AFTER. Anything else is dropped (None): an HTTP date (headwise never sends one),
+    "inf", "nan", "-5", "1e309", "٣", so that `time.sleep(e.retry_after)` never raises."""
+    if value is None or not _SECONDS.fullmatch(value.strip()):
+        return None
+    return min(float(value), MAX_RETRY_AFTER)

@@ -3,6 +3,8 @@ protocols' shapes, and answers that are not JSON at all."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -40,6 +42,43 @@ def test_retry_after_is_read_when_it_is_seconds():
     assert error_from_response(429, native(429, "overloaded", "busy"), {"retry-after": "12"}).retry_after == 12.0
     assert error_from_response(503, native(503, "not_ready", "x"), {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}).retry_after is None
     assert error_from_response(500, native(500, "internal", "x"), {}).retry_after is None
+
+
+@pytest.mark.parametrize(("value", "want"), [
+    ("0", 0.0), (" 7 ", 7.0), ("0.5", 0.5), ("3600", 3600.0), ("86400", 3600.0), ("9" * 5000, 3600.0),
+    ("inf", None), ("Infinity", None), ("nan", None), ("-5", None), ("1e309", None), ("1e3", None), ("+5", None),
+    ("٣", None), ("1_0", None), ("", None),
+])
+def test_retry_after_is_a_finite_non_negative_number_or_none(value, want):
+    """Issue 40, item 5: inf, nan, -5 and 1e309 came through as retry_after, and
+    time.sleep(e.retry_after) raised. Larger than an hour is clamped; anything else is None."""
+    got = error_from_response(429, native(429, "overloaded", "busy"), {"retry-after": value}).retry_after
+    assert got == want
+    if got is not None:
+        time.sleep(got * 0)  # a value time.sleep takes
+
+
+@pytest.mark.parametrize("content", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"error": {"message": ' + b"[" * 100_000 + b"]" * 100_000 + b', "type": "x"}}',
+    b'{"error": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    b'{"error": {"message": "m", "type": "x", "param": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+])
+def test_a_deeply_nested_error_body_is_a_headwise_error(content):
+    """Issue 40, item 5: json.loads (and str(), json.dumps) of a deep body raised RecursionError
+    out of the call; it is a HeadwiseError whose message is the body's text, cut to 2,000."""
+    e = error_from_response(502, content, {})
+    assert isinstance(e, HeadwiseError) and e.status == 502 and len(e.message) <= 2000
+
+
+def test_a_deeply_nested_error_answer_raises_headwise_error_from_a_call():
+    deep = b"[" * 100_000 + b"]" * 100_000
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, content=deep, headers={"content-type": "application/json"})
+
+    with Client("http://hw.test", transport=httpx.MockTransport(handler)) as c, pytest.raises(HeadwiseError):
+        c.embed("a")
 
 
 @pytest.mark.parametrize(("status", "kind"), [(401, "unauthorized"), (404, "not_found"), (413, "too_large"),
