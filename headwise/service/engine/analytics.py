@@ -49,8 +49,21 @@ def pair_contributions(h_source: np.ndarray, h_target: np.ndarray) -> tuple[floa
     u, v = hs.mean(axis=0), ht.mean(axis=0)
     scale = len(hs) * len(ht) * np.linalg.norm(u) * np.linalg.norm(v)
     contrib = (hs @ ht.T) / scale
-    score = float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)))
+    score = clamp_cosine(float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v))))
     return score, contrib.astype(np.float32)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """In float64, in [-1, 1]; 0 when either vector is zero."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    n = np.linalg.norm(a) * np.linalg.norm(b)
+    return clamp_cosine(float(a @ b / n)) if n > 0 else 0.0
+
+
+def clamp_cosine(c: float) -> float:
+    """A cosine computed in floating point, held to [-1, 1]: rounding puts a vector's cosine
+    with itself at 1.0000000000000002 now and then, which math.acos refuses (issue 40)."""
+    return min(1.0, max(-1.0, c))
 
 
 def top_pairs(contrib: np.ndarray, k: int) -> list[tuple[int, int, float]]:

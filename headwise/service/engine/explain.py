@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread
-from headwise.service.engine.analytics import pair_contributions, top_pairs
+from headwise.service.engine.analytics import cosine, pair_contributions, top_pairs
 from headwise.service.engine.budget import ShareOf, TokenBudget
 from headwise.service.engine.encoder import EncoderRuntime
 from headwise.service.engine.params import (
@@ -107,13 +107,6 @@ def occlusion_bytes(t: int, units: Units | None) -> int:
         return n + t * JSON_VALUE_BYTES["float32"]
     return n + sum(UNIT_BYTES + TEXT_BYTES * (u.end - u.start) + JSON_INDEX_BYTES * len(u.tokens)
                    for u in units.units)
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """In float64; 0 when either vector is zero."""
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    n = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a @ b / n) if n > 0 else 0.0
 
 
 def similarity_bytes(model: str, source: int, targets: list[int], explain: bool, top_k: int) -> int:

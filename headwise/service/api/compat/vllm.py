@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from headwise.service.api.responses import TEXT_BYTES
+from headwise.service.engine.analytics import cosine
 from headwise.service.errors import InvalidRequest, TooLarge, Validation
 
 Texts = StrictStr | list[StrictStr]
@@ -219,7 +220,7 @@ def cosines(vectors: list[np.ndarray], inputs: ScoreInputs) -> list[float]:
     for i in range(len(inputs)):
         u = np.asarray(vectors[0 if one else i], dtype=np.float64)
         v = np.asarray(vectors[n1 + i], dtype=np.float64)
-        out.append(float(u @ v / max(np.linalg.norm(u) * np.linalg.norm(v), 1e-12)))
+        out.append(cosine(u, v))  # float64, clamped to [-1, 1]; 0 for a zero vector
     return out
 
 

@@ -63,3 +63,28 @@ def test_pair_contributions_sum_to_the_cosine_of_the_mean_pooled_embeddings(ts, 
 def test_top_pairs_are_the_largest_contributions():
     c = np.array([[0.1, 0.5], [0.3, -0.2]], np.float32)
     assert top_pairs(c, 2) == [(0, 1, pytest.approx(0.5)), (1, 0, pytest.approx(0.3))]
+
+
+def test_cosines_are_held_to_minus_one_one():
+    """Issue 40, item 7: a vector's cosine with itself came out 1.0000000000000002 (this one
+    does, unclamped), which math.acos refuses. Every cosine an answer carries is in [-1, 1]."""
+    import math
+
+    from headwise.service.api.compat.vllm import ScoreInputs, cosines
+    from headwise.service.engine.analytics import cosine
+
+    rng = np.random.default_rng(0)
+    vs = [rng.normal(size=384).astype(np.float32) for _ in range(4)]
+    v = vs[3]
+    w = v.astype(np.float64)
+    assert float(w @ w / (np.linalg.norm(w) * np.linalg.norm(w))) > 1.0  # the case, unclamped
+    assert cosine(v, v) == 1.0 and cosine(v, -v) == -1.0 and math.acos(cosine(v, v)) == 0.0
+    assert cosine(v, np.zeros_like(v)) == 0.0
+    assert cosines([v, v], ScoreInputs("text_1", "text_2", ["a"], ["a"], (False, False))) == [1.0]
+    over = 0
+    for seed in range(50):
+        h = np.random.default_rng(seed).normal(size=(5, 384)).astype(np.float32)
+        u = h.astype(np.float64).mean(0)
+        over += float(u @ u / (np.linalg.norm(u) * np.linalg.norm(u))) > 1.0
+        assert pair_contributions(h, h)[0] <= 1.0
+    assert over  # some of them are over 1 unclamped
