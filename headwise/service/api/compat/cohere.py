@@ -21,6 +21,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from headwise.service.errors import Validation
+
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 BINARY_TYPES = ("binary", "ubinary")
 INT8_SCALE = 127  # int8 = rint(clip(x, -1, 1) · 127): headwise's range, Cohere's is unpublished
@@ -95,8 +97,14 @@ ERROR_RESPONSES = {c: {"model": CohereError} for c in (400, 401, 404, 413, 422, 
 
 
 def types_asked(types: list[str] | None) -> list[str]:
-    """The embedding types in the order first asked, each once; float when none is named."""
-    return list(dict.fromkeys(types)) if types else ["float"]
+    """The embedding types in the order first asked, each once; float when the field is absent
+    (or null). An empty list is refused (Validation), as Cohere's API refuses it."""
+    if types is None:
+        return ["float"]
+    if not types:
+        raise Validation("embedding_types: an empty list; name at least one type, or leave the field out for "
+                         "[\"float\"]", field="embedding_types")
+    return list(dict.fromkeys(types))
 
 
 def to_int8(m: np.ndarray) -> np.ndarray:

@@ -67,7 +67,7 @@ def test_base64_is_float32_little_endian():
 
 
 def test_types_asked_default_float_and_once_each():
-    assert cohere.types_asked(None) == cohere.types_asked([]) == ["float"]
+    assert cohere.types_asked(None) == ["float"]
     assert cohere.types_asked(["int8", "float", "int8"]) == ["int8", "float"]
     assert list(cohere.embeddings_by_type(X, ["ubinary", "float"])) == ["ubinary", "float"]
 
@@ -143,6 +143,7 @@ def test_truncate_end_cuts_none_and_start_refuse(client):
     ({"texts": "a dog"}, 422, ("texts",)),
     ({"texts": [SECRET_TEXT, 3]}, 422, ("texts.1",)),
     ({"embedding_types": ["float", "int4"]}, 422, ("embedding_types.1",)),
+    ({"embedding_types": []}, 422, ("embedding_types", "empty")),  # issue 40, item 7: was taken as ["float"]
     ({"output_dimension": 0}, 422, ("output_dimension", f"1..{D_MODEL}")),
     ({"output_dimension": D_MODEL + 1}, 422, ("output_dimension",)),
     ({"output_dimension": 4, "embedding_types": ["ubinary"]}, 422, ("output_dimension", "multiple of 8")),
