@@ -98,3 +98,32 @@ def test_the_xlmr_cross_encoder_reranks_as_sentence_transformers(srv, built):
     got = {x["index"]: x["score"] for x in r.json()["results"]}
     assert [x["index"] for x in r.json()["results"]] == list(np.argsort(-want, kind="stable"))
     assert all(abs(got[i] - float(want[i])) < 1e-5 for i in range(len(docs)))
+
+
+@pytest.mark.parametrize("family", ["qwen3", "modernbert", "mpnet"])
+def test_hidden_states_ablation_head_importance_and_occlusion_on_each_family(srv, built, family):
+    import torch
+
+    st = built[0][family][1]
+    text = TEXTS[1]
+    [d] = embed(srv, family, [text], hidden_states={})
+    served = np.array(d["hidden_states"]["data"])  # [n_layers + 1, T, d_model]
+    tok = st.tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        want = st[0].auto_model(**tok, output_hidden_states=True).hidden_states
+    np.testing.assert_allclose(served, torch.stack(want)[:, 0].numpy(), atol=1e-4)
+
+    plain, ablated = embed(srv, family, [text])[0], embed(srv, family, [text], ablate={"0": [0]})[0]
+    assert np.abs(np.subtract(plain["embedding"], ablated["embedding"])).max() > 1e-6  # the head mattered
+
+    r = srv.post("/v1/head_importance", {"model": family, "input": text})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    n_layers, n_heads = body["shape"]
+    assert n_layers == len(want) - 1 and body["forward_passes"] == n_layers * n_heads + 1
+    assert np.isfinite(body["importance"]).all() and np.max(body["importance"]) > 0
+
+    r = srv.post("/v1/occlusion", {"model": family, "input": text, "unit": "word"})
+    assert r.status_code == 200, r.text
+    units = r.json()["units"]
+    assert len(units) == len(text.split()) and all(np.isfinite(u["effect"]) for u in units)
