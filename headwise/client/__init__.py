@@ -30,6 +30,7 @@ from headwise.client.types import (
     Label,
     ModelInfo,
     OcclusionResult,
+    OcclusionUnit,
     PredictResult,
     RerankAttention,
     RerankItem,
@@ -46,7 +47,7 @@ from headwise.client.types import (
 __all__ = [
     "AsyncClient", "Attention", "AttentionBlock", "AttentionOptions", "Client", "EmbedItem", "EmbedResult",
     "GenerateAttention", "GenerateHidden", "GenerateResult", "GenerateStep", "GenerateToken", "HeadImportanceResult", "HeadwiseError",
-    "HiddenState", "HiddenStatesOptions", "Label", "ModelInfo", "OcclusionResult", "PredictResult", "RerankAttention",
+    "HiddenState", "HiddenStatesOptions", "Label", "ModelInfo", "OcclusionResult", "OcclusionUnit", "PredictResult", "RerankAttention",
     "RerankItem", "RerankResult", "SimilarityItem", "SimilarityResult", "TokenPair", "TokenizeItem", "TokenizeResult",
     "Tokens", "Usage", "decode_array",
 ]

@@ -92,12 +92,15 @@ def similarity(source: str, targets: Sequence[str], *, model: str | None = None,
          "top_k": top_k, "truncate": truncate}, extra), parse.similarity)
 
 
-def occlusion(text: str, *, model: str | None = None, truncate: bool = True, **extra: Any) -> Call[OcclusionResult]:
+def occlusion(text: str, *, model: str | None = None, truncate: bool = True, unit: str | None = None,
+              spans: Sequence[Sequence[int]] | None = None, **extra: Any) -> Call[OcclusionResult]:
     """POST /v1/occlusion: each token's effect on the sentence embedding when masked out,
-    `effects` [T] (1 − cos). `extra` fields (e.g. `unit`, `spans`) go into the body as they are;
-    the answer's other fields are in `result.raw`."""
+    `effects` [T] (1 − cos); with unit="word" or `spans` ([start, end) character ranges), each
+    unit's, `units` and `effects` [U]. `extra` fields go into the body as they are; the answer's
+    other fields are in `result.raw`."""
     return Call("POST", "/v1/occlusion", _body(
-        {"model": model, "input": text, "truncate": truncate}, extra), parse.occlusion)
+        {"model": model, "input": text, "truncate": truncate, "unit": unit,
+         "spans": [list(s) for s in spans] if spans is not None else None}, extra), parse.occlusion)
 
 
 def rerank(query: str, texts: Sequence[str], *, model: str | None = None, top_n: int | None = None,

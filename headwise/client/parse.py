@@ -24,6 +24,7 @@ from headwise.client.types import (
     Label,
     ModelInfo,
     OcclusionResult,
+    OcclusionUnit,
     PredictResult,
     RerankAttention,
     RerankItem,
@@ -98,9 +99,17 @@ def similarity(d: Mapping[str, Any]) -> SimilarityResult:
 
 
 def occlusion(d: Mapping[str, Any]) -> OcclusionResult:
-    return OcclusionResult(d["model"], list(d["tokens"]), _offsets(d["offsets"]),
-                           np.asarray(d["effects"], dtype=np.float64), int(d["forward_passes"]),
-                           _usage(d.get("usage")), raw=dict(d))
+    """unit token: `effects`, one per token; unit word or `spans`: `unit` and `units`, whose
+    effects become `effects` ([U])."""
+    units = None
+    if d.get("units") is not None:
+        units = [OcclusionUnit(str(u["text"]), int(u["start"]), int(u["end"]), [int(i) for i in u["tokens"]],
+                               float(u["effect"])) for u in d["units"]]
+        effects = np.array([u.effect for u in units], dtype=np.float64)
+    else:
+        effects = np.asarray(d["effects"], dtype=np.float64)
+    return OcclusionResult(d["model"], list(d["tokens"]), _offsets(d["offsets"]), effects, int(d["forward_passes"]),
+                           _usage(d.get("usage")), d.get("unit"), units, raw=dict(d))
 
 
 def _rerank_attention(a: Mapping[str, Any]) -> RerankAttention:

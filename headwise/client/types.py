@@ -163,14 +163,32 @@ class SimilarityResult:
         return np.array([d.score for d in sorted(self.data, key=lambda d: d.index)], dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class OcclusionUnit:
+    """One word or span of an occlusion answer: its text and [start, end) characters, the
+    positions in `tokens` masked together in its row, and its effect."""
+
+    text: str
+    start: int
+    end: int
+    tokens: list[int]
+    effect: float
+
+
 @dataclass(frozen=True, eq=False)
 class OcclusionResult:
+    """`unit` is None for tokens (the default), "word" or "span". `effects` holds one effect,
+    1 − cos(e, e with that token or unit masked out), per row: [T] for tokens, [U] (one per
+    unit, as `units`) for words and spans."""
+
     model: str
     tokens: list[str]
     offsets: list[tuple[int, int]]
-    effects: np.ndarray  # [T] float64: 1 − cos(e, e without token i)
+    effects: np.ndarray  # [T] or [U] float64
     forward_passes: int
     usage: Usage
+    unit: str | None = None
+    units: list[OcclusionUnit] | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
 

@@ -7,6 +7,10 @@ the client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +20,8 @@ from headwise.client import AsyncClient, Client, HeadwiseError
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TEXTS = ["The cat sat on the mat.", "Attention is all you need", "a"]
+DEFAULT_NAME = "all-minilm-l6-v2"
+DOCS_MD = Path(__file__).resolve().parents[2] / "docs" / "client.md"
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +105,13 @@ def test_occlusion(server, hw):
     res = hw.occlusion(TEXTS[1])
     assert res.tokens == want["tokens"] and res.forward_passes == len(res.tokens) + 1
     assert res.effects.shape == (len(res.tokens),) and np.array_equal(res.effects, want["effects"])
+    for kw in ({"unit": "word"}, {"spans": [[0, 9], [10, 12]]}):  # issue 40, item 2: KeyError 'effects'
+        want = ok(server.post("/v1/occlusion", {"input": TEXTS[1], **kw}))
+        res = hw.occlusion(TEXTS[1], **kw)
+        assert res.unit == want["unit"] and res.forward_passes == len(want["units"]) + 1
+        assert [(u.text, u.start, u.end, u.tokens, u.effect) for u in res.units] == [
+            (u["text"], u["start"], u["end"], u["tokens"], u["effect"]) for u in want["units"]]
+        assert np.array_equal(res.effects, [u["effect"] for u in want["units"]])
 
 
 def test_hidden_states_and_ablation(server, hw):
@@ -170,14 +183,15 @@ DOCS = ["a dog", "the cat sat on the mat", "where is the cat? on the mat", ""]
 
 
 @pytest.fixture(scope="module")
-def zoo(start_server, classifier_packages, tmp_path_factory):
-    """The tiny cross-encoder and classifier beside a tiny GPT-2, in one server."""
+def zoo(start_server, classifier_packages, default_package, tmp_path_factory):
+    """The tiny cross-encoder and classifier beside a tiny GPT-2 and MiniLM, in one server."""
     from headwise.export.package import build_package
     from tests.fixtures.tiny_generative import make_tiny_gpt2
 
     models = tmp_path_factory.mktemp("client-models")
     for name in ("tiny-reranker", "tiny-classifier"):
         (models / name).symlink_to(classifier_packages["models"] / name, target_is_directory=True)
+    (models / DEFAULT_NAME).symlink_to(default_package, target_is_directory=True)
     ckpt = make_tiny_gpt2(tmp_path_factory.mktemp("client-gpt2") / "gpt2", n_layers=2, n_heads=2, d_model=32)
     build_package(ckpt, models, "tiny-gpt2", progress=lambda m: None)
     srv = start_server(models=models)
@@ -247,3 +261,57 @@ def test_generate_and_its_stream(zoo):
     with pytest.raises(HeadwiseError) as e:
         list(c.generate_stream("x", model="tiny-reranker"))
     assert e.value.status == 422
+
+
+# ---------------------------------------------------------------- docs/client.md, every example
+
+# The docs' model names → the test servers' (the tiny cross-encoder and GPT-2 stand in)
+DOC_MODELS = {'"ms-marco-minilm"': '"tiny-reranker"', '"gpt2"': '"tiny-gpt2"'}
+DOC_URL = "http://127.0.0.1:8000"
+
+
+def doc_examples() -> list[tuple[str, str, str | None]]:
+    """(section, code, the output block that follows it or None) of each ```python block."""
+    text = DOCS_MD.read_text(encoding="utf-8")
+    out, section = [], ""
+    for m in re.finditer(r"^(#{2,3} [^\n]*)$|^```python\n(.*?)^```\n(?:```\n(.*?)^```\n)?", text, re.M | re.S):
+        if m.group(1):
+            section = m.group(1).lstrip("# ")
+        else:
+            out.append((section, m.group(2), m.group(3)))
+    return out
+
+
+def test_every_python_example_of_the_client_docs_runs_against_a_real_server(server, zoo):
+    """Issue 40, item 2: docs/client.md showed `hw.occlusion(text, unit=...)`, which raised
+    KeyError. Each ```python block runs, in order, on the MiniLM server (one model: `model=` left
+    out) or, when it names a model, on a server of several; an output block shown after one is
+    the repr of its last expression (numpy printing at 4 digits)."""
+    examples = doc_examples()
+    assert len(examples) >= 12 and any("unit=\"word\"" in code for _, code, _ in examples)
+    zoo_srv, _ = zoo
+    single: dict = {}
+    several: dict = {}
+    ran = []
+    for section, code, shown in examples:
+        names_a_model = any(name in code for name in ('model="', "model='"))
+        url = zoo_srv.url if names_a_model else server.url
+        code = code.replace(DOC_URL, url)
+        for doc_name, test_name in DOC_MODELS.items():
+            code = code.replace(doc_name, test_name)
+        ns = several if names_a_model else single
+        if names_a_model and "hw" not in ns:
+            exec("import numpy as np\nfrom headwise.client import Client, HeadwiseError\n"  # noqa: S102
+                 f"hw = Client({url!r})", ns)
+        tree = compile(code, f"docs/client.md ({section})", "exec")
+        body, last = code.rstrip(), None
+        if shown is not None:  # the last statement is an expression whose repr is shown
+            lines = body.splitlines()
+            body, last = "\n".join(lines[:-1]), lines[-1].split("#")[0].strip()
+        with contextlib.redirect_stdout(io.StringIO()), np.printoptions(precision=4):
+            exec(compile(body, f"docs/client.md ({section})", "exec") if last is not None else tree, ns)  # noqa: S102
+            if last is not None:
+                got = repr(eval(last, ns))  # noqa: S307
+                assert got == shown.strip(), f"{section}: {last} is {got}, the docs show {shown.strip()}"
+        ran.append(section)
+    assert {"Occlusion", "Async", "Generate", "Errors", "Hidden states and removed heads"} <= set(ran)

@@ -118,14 +118,36 @@ def test_similarity_with_explain():
     assert res.source.tokens[1] == "a" and res.data[1].contributions is None
 
 
-def test_occlusion_forwards_extra_fields():
-    answer = {"model": "m", "tokens": ["[CLS]", "a", "[SEP]"], "offsets": [[0, 0], [0, 1], [0, 0]],
-              "effects": [0.01, 0.2, 0.03], "forward_passes": 4, "usage": {"prompt_tokens": 3, "total_tokens": 12},
-              "units": [{"tokens": [1]}]}
+OCCLUSION_TOKENS = {"model": "m", "tokens": ["[CLS]", "a", "[SEP]"], "offsets": [[0, 0], [0, 1], [0, 0]],
+                    "effects": [0.01, 0.2, 0.03], "forward_passes": 4, "usage": {"prompt_tokens": 3, "total_tokens": 12}}
+OCCLUSION_WORDS = {  # /v1/occlusion's own example (routers/analytics.py, OcclusionResponse)
+    "model": "m", "unit": "word", "tokens": ["[CLS]", "un", "##bel", "##ie", "##va", "##bly", "cold", "[SEP]"],
+    "offsets": [[0, 0], [0, 2], [2, 5], [5, 7], [7, 9], [9, 12], [13, 17], [0, 0]],
+    "units": [{"text": "unbelievably", "start": 0, "end": 12, "tokens": [1, 2, 3, 4, 5], "effect": 0.31},
+              {"text": "cold", "start": 13, "end": 17, "tokens": [6], "effect": 0.45}],
+    "forward_passes": 3, "usage": {"prompt_tokens": 8, "total_tokens": 24}}
+
+
+def test_occlusion_by_token():
+    c, fake = make({"/v1/occlusion": OCCLUSION_TOKENS})
+    res = c.occlusion("a", model="m", prompt_name="query")
+    assert fake.body == {"model": "m", "input": "a", "truncate": True, "prompt_name": "query"}
+    assert res.effects.tolist() == [0.01, 0.2, 0.03] and res.forward_passes == 4
+    assert res.unit is None and res.units is None
+
+
+@pytest.mark.parametrize(("kw", "sent"), [({"unit": "word"}, {"unit": "word"}),
+                                          ({"spans": [(0, 12), (13, 17)]}, {"spans": [[0, 12], [13, 17]]})])
+def test_occlusion_by_word_or_span_reads_units(kw, sent):
+    """Issue 40, item 2: a word or span answer carries `units`, not `effects`; the client raised
+    KeyError 'effects' on it."""
+    answer = OCCLUSION_WORDS if "unit" in kw else {**OCCLUSION_WORDS, "unit": "span"}
     c, fake = make({"/v1/occlusion": answer})
-    res = c.occlusion("a", model="m", unit="word", spans=[[0, 1]])
-    assert fake.body == {"model": "m", "input": "a", "truncate": True, "unit": "word", "spans": [[0, 1]]}
-    assert res.effects.shape == (3,) and res.forward_passes == 4 and res.raw["units"] == [{"tokens": [1]}]
+    res = c.occlusion("unbelievably cold", **kw)
+    assert fake.body == {"input": "unbelievably cold", "truncate": True, **sent}
+    assert res.unit == answer["unit"] and [u.text for u in res.units] == ["unbelievably", "cold"]
+    assert res.units[0].tokens == [1, 2, 3, 4, 5] and (res.units[1].start, res.units[1].end) == (13, 17)
+    assert res.effects.dtype == np.float64 and res.effects.tolist() == [0.31, 0.45] and res.forward_passes == 3
 
 
 def test_rerank_with_topk_attention():
