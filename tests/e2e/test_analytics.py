@@ -6,6 +6,7 @@ from what the same server returns un-aggregated (or, for occlusion, from transfo
 from __future__ import annotations
 
 import base64
+import math
 
 import numpy as np
 import pytest
@@ -207,3 +208,24 @@ def test_occlusion_equals_transformers_and_goes_through_the_batcher(srv):
 def test_occlusion_over_the_client_batch_is_refused(srv):
     r = srv.post("/v1/occlusion", {"input": LONG})
     assert r.status_code == 413 and "forward passes" in r.json()["error"]["message"]
+
+
+SELF_TEXTS = ["The cat sat on the mat.", "Attention is all you need", "a", "hello world", TEXT,
+              "Paris is the capital of France.", "the quick brown fox", "naïve café 東京", "1 2 3 4 5", "?"]
+
+
+def test_a_text_against_itself_scores_at_most_one(server):
+    """Issue 40, item 7: a text's cosine with itself came out 1.0000000000000002 (math.acos
+    refuses it). Held to [-1, 1] on /v1/similarity (with and without explain), TEI's /similarity,
+    and occlusion's effects are never below 0."""
+    for explain in (False, True):
+        for t in SELF_TEXTS:
+            r = server.post("/v1/similarity", {"source": t, "targets": [t, t.upper()], "explain": explain})
+            assert r.status_code == 200, r.text
+            for d in r.json()["data"]:
+                assert -1.0 <= d["score"] <= 1.0 and math.acos(d["score"]) >= 0, d["score"]
+    r = server.post("/similarity", {"inputs": {"source_sentence": TEXT, "sentences": SELF_TEXTS + [TEXT]}})
+    assert r.status_code == 200, r.text
+    assert all(-1.0 <= s <= 1.0 for s in r.json()) and r.json()[-1] == pytest.approx(1.0, abs=1e-6)
+    r = server.post("/v1/occlusion", {"input": TEXT})
+    assert r.status_code == 200 and min(r.json()["effects"]) >= 0.0, r.text
