@@ -224,7 +224,7 @@ def test_a_text_against_itself_scores_at_most_one(server):
             assert r.status_code == 200, r.text
             for d in r.json()["data"]:
                 assert -1.0 <= d["score"] <= 1.0 and math.acos(d["score"]) >= 0, d["score"]
-    r = server.post("/similarity", {"inputs": {"source_sentence": TEXT, "sentences": SELF_TEXTS + [TEXT]}})
+    r = server.post("/similarity", {"inputs": {"source_sentence": TEXT, "sentences": [*SELF_TEXTS, TEXT]}})
     assert r.status_code == 200, r.text
     assert all(-1.0 <= s <= 1.0 for s in r.json()) and r.json()[-1] == pytest.approx(1.0, abs=1e-6)
     r = server.post("/v1/occlusion", {"input": TEXT})

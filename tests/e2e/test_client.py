@@ -301,7 +301,7 @@ def test_every_python_example_of_the_client_docs_runs_against_a_real_server(serv
             code = code.replace(doc_name, test_name)
         ns = several if names_a_model else single
         if names_a_model and "hw" not in ns:
-            exec("import numpy as np\nfrom headwise.client import Client, HeadwiseError\n"  # noqa: S102
+            exec("import numpy as np\nfrom headwise.client import Client, HeadwiseError\n"
                  f"hw = Client({url!r})", ns)
         tree = compile(code, f"docs/client.md ({section})", "exec")
         body, last = code.rstrip(), None
@@ -309,9 +309,9 @@ def test_every_python_example_of_the_client_docs_runs_against_a_real_server(serv
             lines = body.splitlines()
             body, last = "\n".join(lines[:-1]), lines[-1].split("#")[0].strip()
         with contextlib.redirect_stdout(io.StringIO()), np.printoptions(precision=4):
-            exec(compile(body, f"docs/client.md ({section})", "exec") if last is not None else tree, ns)  # noqa: S102
+            exec(compile(body, f"docs/client.md ({section})", "exec") if last is not None else tree, ns)
             if last is not None:
-                got = repr(eval(last, ns))  # noqa: S307
+                got = repr(eval(last, ns))
                 assert got == shown.strip(), f"{section}: {last} is {got}, the docs show {shown.strip()}"
         ran.append(section)
     assert {"Occlusion", "Async", "Generate", "Errors", "Hidden states and removed heads"} <= set(ran)
