@@ -35,6 +35,7 @@ class CudaProbe:
     reasons: tuple[str, ...] = ()
     devices: int = 0
     loaded: tuple[str, ...] = field(default=(), compare=False)  # libraries loaded from pip wheels
+    driver: bool = False  # an NVIDIA driver is installed (libcuda.so.1 loads), usable or not
 
     def why(self) -> str:
         return "; ".join(self.reasons)
@@ -91,6 +92,16 @@ def _driver(libcuda: str = "libcuda.so.1"):
     return cu, None
 
 
+def driver_installed(libcuda: str = "libcuda.so.1") -> bool:
+    """Whether the host has an NVIDIA driver at all: its library loads (it may still fail to
+    initialise or see no device)."""
+    try:
+        ctypes.CDLL(libcuda)
+    except OSError:
+        return False
+    return True
+
+
 def driver_devices(libcuda: str = "libcuda.so.1") -> tuple[int, str | None]:
     """(number of CUDA devices, None) or (0, why not), through the driver API alone."""
     cu, why = _driver(libcuda)
@@ -112,7 +123,8 @@ def probe(device_id: int = 0) -> CudaProbe:
 
     if CUDA_EP not in ort.get_available_providers():
         return CudaProbe(False, (f"this onnxruntime {ort.__version__} is built without CUDA "
-                                 f"(providers: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu",))
+                                 f"(providers: {', '.join(ort.get_available_providers())}); install onnxruntime-gpu",),
+                         driver=driver_installed())
     try:
         from onnxruntime.capi import build_and_package_info as info
         cuda_version = getattr(info, "cuda_version", "") or ""
@@ -139,14 +151,19 @@ def probe(device_id: int = 0) -> CudaProbe:
         reasons.append(why)
     elif device_id >= devices:
         reasons.append(f"HEADWISE_DEVICE_ID={device_id} but the driver sees {devices} device(s)")
-    return CudaProbe(not reasons, tuple(reasons), devices, tuple(loaded))
+    return CudaProbe(not reasons, tuple(reasons), devices, tuple(loaded), driver=driver_installed())
 
 
 @functools.cache
 def warn_cpu_once(found: CudaProbe) -> None:
-    """HEADWISE_PROVIDER=auto found no usable CUDA: one WARNING per process, with the reason
-    (a GPU machine that silently serves on CPU is the failure this exists for)."""
-    log.warning("HEADWISE_PROVIDER=auto: serving on CPU, CUDA cannot be used here: %s", found.why())
+    """HEADWISE_PROVIDER=auto found no usable CUDA: one line per process. A host with an NVIDIA
+    driver that cannot be used gets a WARNING with the reasons (a GPU machine that silently
+    serves on CPU is the failure this exists for); a host with no driver at all, where the CPU
+    is the expected choice, one INFO line."""
+    if found.driver:
+        log.warning("HEADWISE_PROVIDER=auto: serving on CPU, CUDA cannot be used here: %s", found.why())
+    else:
+        log.info("HEADWISE_PROVIDER=auto: serving on CPU (no NVIDIA driver on this host)")
 
 
 # A worker is one process with its own CUDA context, sessions and memory arena (about 1.9 GiB

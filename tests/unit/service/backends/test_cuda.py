@@ -57,14 +57,36 @@ def test_cuda_asked_for_fails_naming_the_reason(tiny, tmp_path):
         OrtBackend(tiny, Settings(models_dir=tmp_path, provider="cuda"))
 
 
-def test_auto_warns_once_why_it_serves_on_cpu(tiny, tmp_path, caplog):
+def test_auto_without_a_driver_says_so_in_one_info_line(tiny, tmp_path, caplog):
+    """Issue 40, item 8: on a host with no NVIDIA driver (this one), `auto` choosing the CPU is
+    the expected path: one INFO line, no WARNING."""
     cuda.warn_cpu_once.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="headwise.service"):
+    assert not cuda.probe(0).driver
+    with caplog.at_level(logging.INFO, logger="headwise.service"):
         for _ in range(2):
             b = OrtBackend(tiny, Settings(models_dir=tmp_path, provider="auto"))
     assert b.provider == "cpu"
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "serving on CPU" in warnings[0] and "libcuda.so.1" in warnings[0]
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "HEADWISE_PROVIDER" in r.getMessage()]
+    assert said == [(logging.INFO, "HEADWISE_PROVIDER=auto: serving on CPU (no NVIDIA driver on this host)")]
+
+
+def test_auto_with_a_driver_it_cannot_use_warns_once_why(caplog):
+    cuda.warn_cpu_once.cache_clear()
+    found = cuda.CudaProbe(False, ("the NVIDIA driver did not initialise (cuInit: CUDA_ERROR_NO_DEVICE)",), driver=True)
+    with caplog.at_level(logging.INFO, logger="headwise.service"):
+        cuda.warn_cpu_once(found)
+        cuda.warn_cpu_once(found)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert said == [(logging.WARNING, "HEADWISE_PROVIDER=auto: serving on CPU, CUDA cannot be used here: "
+                                      "the NVIDIA driver did not initialise (cuInit: CUDA_ERROR_NO_DEVICE)")]
+    cuda.warn_cpu_once.cache_clear()
+
+
+def test_driver_installed():
+    assert not cuda.driver_installed("libcuda-not-here.so.1")
+    import ctypes.util
+
+    assert cuda.driver_installed(ctypes.util.find_library("m"))  # a library that loads stands in
 
 
 def test_int8_is_refused_on_cuda(tmp_path):
