@@ -47,6 +47,16 @@ def test_a_request_over_the_token_cap_is_413_in_each_protocols_shape(srv):
     assert set(r.json()) == {"error", "error_type"} and "16200 tokens" in r.json()["error"]
 
 
+def test_head_importance_is_charged_its_rows_times_tokens(srv):
+    """Issue 40, item 6: head importance costs (L·H + 1) · T (× the analysis graph's weight, 1:
+    bench/results/analytics-weights.md), as occlusion does; over the cap, 413 naming it."""
+    r = srv.post("/v1/head_importance", {"input": text_of(srv, 230)})  # 73 × 230 = 16,790 > 16,000
+    assert r.status_code == 413, r.text
+    msg = r.json()["error"]["message"]
+    assert "16790 tokens" in msg and "73 rows of 230" in msg and "HEADWISE_ANALYTICS_MAX_REQUEST_TOKENS" in msg
+    assert srv.post("/v1/head_importance", {"input": text_of(srv, 200)}).status_code == 200  # 14,600
+
+
 def test_over_the_budget_is_429_with_retry_after_and_the_admitted_answer_is_unchanged(srv):
     text = text_of(srv, 120)
     alone = srv.post("/v1/occlusion", {"input": text})

@@ -104,6 +104,19 @@ class Both(Reservation):
         self.n = 0
 
 
+# The analytics budget counts work: a request's forward-pass rows × their tokens × the weight
+# of the graph they run on, the time one row-token takes there over one on the served fast
+# graph in the analytics lane (/v1/similarity's rows). Measured at the longest inputs on CPU
+# (bench/results/analytics-weights.md): the analysis graph's rows (occlusion, head importance)
+# take the fast graph's time per row-token, within noise, so both weigh 1.
+GRAPH_WEIGHTS = {"fast": 1, "analysis": 1}
+
+
+def work(rows: int, tokens: int, graph: str) -> int:
+    """What a request's rows cost the analytics budget: rows × tokens × GRAPH_WEIGHTS[graph]."""
+    return rows * tokens * GRAPH_WEIGHTS[graph]
+
+
 class TokenBudget(ResponseBudget):
     """The process-wide budget of analytics work admitted and not yet run
     (HEADWISE_ANALYTICS_TOKENS_INFLIGHT), in tokens: a request's forward-pass rows × their

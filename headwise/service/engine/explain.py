@@ -24,7 +24,7 @@ import numpy as np
 
 from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread
 from headwise.service.engine.analytics import cosine, pair_contributions, top_pairs
-from headwise.service.engine.budget import ShareOf, TokenBudget
+from headwise.service.engine.budget import ShareOf, TokenBudget, work
 from headwise.service.engine.encoder import EncoderRuntime
 from headwise.service.engine.params import (
     JSON_INDEX_BYTES,
@@ -133,7 +133,7 @@ async def similarity(rt: EncoderRuntime, encs: list[Encoded], explain: bool, top
     size = similarity_bytes(rt.name, source.length, [e.length for e in targets], explain, top_k)
     check_response_bytes(size, max_response_bytes, "send fewer or shorter targets, or ask without explain")
     params = EmbedParams(sentence=True, tokens=explain, normalize=True)
-    cost = sum(e.length for e in encs)
+    cost = sum(work(1, e.length, "fast") for e in encs)
     with lane.budget.admit(cost, f"similarity of {len(encs)} texts ({cost} tokens)").held():
         data = await rt.run_encoded(encs, params, None, is_disconnected)
         # held until the split is done: the rows' token embeddings are alive until then
@@ -174,7 +174,7 @@ async def occlusion(rt: EncoderRuntime, enc: Encoded, max_rows: int, lane: Analy
         if max_response_bytes is not None:
             check_response_bytes(occlusion_bytes(t, units), max_response_bytes, f"send fewer or shorter {units.kind}s")
     params = EmbedParams(sentence=True, normalize=True)
-    cost = rows * t
+    cost = work(rows, t, "analysis")  # rows with holes run on the analysis graph (EncoderRuntime._graph)
     with lane.budget.admit(cost, f"occlusion of {what} ({rows} rows of {t})").held():
         data = await rt.run_encoded([enc] * rows, params, holes, is_disconnected)
         effects = await lane.run(_effects, data)

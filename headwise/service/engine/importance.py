@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from headwise.service.engine.budget import work
 from headwise.service.engine.encoder import EncoderRuntime
 from headwise.service.engine.explain import AnalyticsLane, cosine
 from headwise.service.engine.internals import Ablation
@@ -52,13 +53,14 @@ async def head_importance(rt: EncoderRuntime, enc: Encoded, params: RequestParam
                           lane: AnalyticsLane, is_disconnected: Callable[[], Awaitable[bool]] | None = None
                           ) -> Importance:
     """enc: the input (a text, or a pair for a cross-encoder), tokenised and checked; its
-    L·H + 1 rows go through the analytics batcher as one job, admitted at rows · T tokens."""
+    L·H + 1 rows go through the analytics batcher as one job, admitted at rows · T tokens of
+    the analysis graph (budget.work)."""
     n_layers, n_heads = rt.package.n_layers, rt.package.n_heads
     rows, t = n_layers * n_heads + 1, enc.length
     if rows > max_rows:
         raise TooLarge(f"head importance runs {rows} forward passes (layers × heads + 1), over the {max_rows} "
                        "inputs one request may ask for (HEADWISE_MAX_CLIENT_BATCH)")
-    with lane.budget.admit(rows * t, f"head importance of {t} tokens ({rows} rows of {t})").held():
+    with lane.budget.admit(work(rows, t, "analysis"), f"head importance of {t} tokens ({rows} rows of {t})").held():
         data = await rt.run_encoded([enc] * rows, params, is_disconnected=is_disconnected,
                                     ablations=[None, *single_heads(n_layers, n_heads)])
         effects, measure, baseline = await lane.run(_effects, data)

@@ -107,3 +107,17 @@ def test_a_share_holds_at_most_its_limit_and_leaves_the_rest_to_others():
     a.release()
     other.release()
     assert whole.used == 0 and share.share.used == 0
+
+
+def test_work_is_rows_times_tokens_times_the_graphs_weight():
+    """Issue 40, item 6: the budget counts work, rows × tokens × the weight of the graph they run
+    on (bench/results/analytics-weights.md: the analysis graph's rows took the fast graph's time
+    per row-token at the longest inputs, within noise: both weigh 1)."""
+    from headwise.service.engine.budget import GRAPH_WEIGHTS, work
+
+    assert GRAPH_WEIGHTS == {"fast": 1, "analysis": 1}
+    assert work(73, 256, "analysis") == 18_688  # MiniLM's head importance of 256 tokens
+    assert work(256, 255, "analysis") == 65_280  # its largest occlusion
+    assert sum(work(1, 256, "fast") for _ in range(256)) == 65_536  # its largest similarity
+    with pytest.raises(KeyError):
+        work(1, 1, "attention")
