@@ -295,7 +295,8 @@ async def infer(model: str, request: Request, version: str | None = None, engine
     spec, att_dtype = None, "float32"
     if "attentions" in want:
         p = rt.package
-        att_dtype = ATTENTION_DTYPES.get(str(params.get("attention_dtype", "FP32")).upper())
+        dtype = params.get("attention_dtype", "FP32")  # a string only: str() of a deeply nested list raised
+        att_dtype = ATTENTION_DTYPES.get(dtype.upper()) if isinstance(dtype, str) else None
         if att_dtype is None:
             raise InvalidRequest("parameter attention_dtype must be FP32 or FP16")
         aggregate = params.get("attention_aggregate", "none")

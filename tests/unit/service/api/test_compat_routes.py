@@ -155,3 +155,17 @@ def test_too_many_inputs_name_the_field_on_openais_route(package):
         r = c.post("/v1/embeddings", json={"input": ["a"] * 4})
         assert r.status_code == 413 and r.json()["error"]["param"] == "input", r.text
         assert r.json()["error"]["message"] == "4 inputs; at most 3 per request"
+
+
+def test_a_deeply_nested_kserve_parameter_is_a_400_not_a_500(package):
+    """Issue 40's sweep: attention_dtype went through str(), whose repr of a list nested 1,020
+    deep (orjson reads up to 1,024) raised RecursionError: a 500. Each parameter takes its own
+    type only."""
+    deep = b"[" * 1020 + b"]" * 1020
+    with client_for(package) as c:
+        wait_ready(c)
+        for key, says in (("attention_dtype", "must be FP32 or FP16"), ("attention_aggregate", "must be none, mean"),
+                          ("attention_layers", "an integer, a list")):
+            head = orjson.dumps({"inputs": [text("the cat")], "outputs": [{"name": "attentions"}],
+                                 "parameters": {key: "DEEP"}}).replace(b'"DEEP"', deep)
+            assert says in kserve_error(c.post("/v2/models/tiny/infer", content=head), 400), key
