@@ -201,11 +201,20 @@ class GenerateStream:
         if text == "[DONE]":
             self.done = True
             return None
-        ev = json.loads(text)
+        try:
+            ev = json.loads(text)
+        except (ValueError, RecursionError):  # not JSON, or nested past Python's recursion limit
+            raise HeadwiseError(200, "invalid_stream", f"an event that is not a JSON object: {text[:200]}") from None
+        if not isinstance(ev, Mapping):
+            raise HeadwiseError(200, "invalid_stream", f"an event that is not a JSON object: {text[:200]}")
         if "error" in ev:
             err = ev["error"]
             code = err.get("code") if isinstance(err, Mapping) else None
-            raise error_from_body(int(code) if isinstance(code, int) else 500, ev)
+            status = code if type(code) is int and 400 <= code <= 599 else 500
+            try:
+                raise error_from_body(status, ev)
+            except RecursionError:
+                raise HeadwiseError(status, "http_error", text[:2000]) from None
         if "finish_reason" in ev:
             return generate(ev)
         step = ev.get("attention")

@@ -233,6 +233,19 @@ def test_generate_stream_errors():
     assert (e.value.status, e.value.field) == (422, "max_new_tokens")
 
 
+def test_a_malformed_or_deeply_nested_stream_event_is_a_headwise_error():
+    """Issue 40, item 5, in a stream: an event nested past the recursion limit raised
+    RecursionError, one that was not JSON a JSONDecodeError; both are HeadwiseError."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    deep_error = b'{"error": {"message": ' + deep + b', "type": "x", "code": 500}}'
+    for event in (deep, b"{not json", b"[1, 2]", deep_error):
+        c, _ = make({"/v1/generate": sse({"index": 0, "token": "a", "id": 1, "text": "a"}, event, b"[DONE]")})
+        it = c.generate_stream("x")
+        assert next(it).token == "a"
+        with pytest.raises(HeadwiseError):
+            next(it)
+
+
 def test_tokenize_models_and_model_info():
     card = {"id": "a/b", "name": "a/b", "task": "embedding", "architecture": "encoder", "n_layers": 6, "n_heads": 12,
             "d_model": 384, "max_len": 256, "attention": True, "ready": True, "pooling": "mean"}
