@@ -190,11 +190,25 @@ def _named(tensor, names, seen: dict, unknown: str, twice: str) -> str:
     """A requested tensor's name: one of `names`, not in `seen` yet (else the message, given
     the name)."""
     name = tensor.get("name") if isinstance(tensor, dict) else None
-    if name not in names:
-        raise InvalidRequest(unknown.format(name=name))
+    if name not in names:  # shown as a short string: repr() of a deeply nested list raised RecursionError
+        raise InvalidRequest(unknown.format(name=_Shown(name)))
     if name in seen:
-        raise InvalidRequest(twice.format(name=name))
+        raise InvalidRequest(twice.format(name=_Shown(name)))
     return name
+
+
+class _Shown:
+    """A client's tensor name in a message: a string's repr, cut to 40 characters; another
+    value by its type alone."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        v = self.value
+        if isinstance(v, str):
+            return repr(v if len(v) <= 40 else v[:40] + "…")
+        return "None" if v is None else f"(a {type(v).__name__})"
 
 
 def requested_outputs(header: dict, names: list[str] | tuple[str, ...], default: str) -> dict[str, dict]:

@@ -169,3 +169,18 @@ def test_a_deeply_nested_kserve_parameter_is_a_400_not_a_500(package):
             head = orjson.dumps({"inputs": [text("the cat")], "outputs": [{"name": "attentions"}],
                                  "parameters": {key: "DEEP"}}).replace(b'"DEEP"', deep)
             assert says in kserve_error(c.post("/v2/models/tiny/infer", content=head), 400), key
+
+
+def test_a_kserve_tensor_name_that_is_not_a_string_is_a_400_not_a_500(package):
+    """Issue 40's sweep: an unknown tensor name went into the message through repr(), which a
+    list nested 1,020 deep made a RecursionError, a 500. A name that is not a string is named by
+    its type; a long one is cut to 40 characters."""
+    deep = b"[" * 1020 + b"]" * 1020
+    with client_for(package) as c:
+        wait_ready(c)
+        for body, says in (({"inputs": [{**text("a"), "name": "DEEP"}]}, "unexpected input (a list)"),
+                           ({"inputs": [text("a")], "outputs": [{"name": "DEEP"}]}, "unknown output (a list)"),
+                           ({"inputs": [text("a")], "outputs": [{"name": "x" * 5000}]}, "unknown output 'xxxx")):
+            r = c.post("/v2/models/tiny/infer", content=orjson.dumps(body).replace(b'"DEEP"', deep))
+            msg = kserve_error(r, 400)
+            assert msg.startswith(says) and len(msg) < 300, msg[:100]
