@@ -3,10 +3,12 @@
 - `default_package` (session): folder of the real all-MiniLM-L6-v2 package: the session's
   `minilm_package` (tests/conftest.py), exported once into a temp folder with the current
   exporter, or the one HEADWISE_TEST_PACKAGE names.
-- `start_server` (session): factory `start_server(models=None, env=None, args=(), wait="ready",
+- `start_server` (module): factory `start_server(models=None, env=None, args=(), wait="ready",
   timeout=180) -> HeadwiseServer` running `headwise serve` on a free 127.0.0.1 port with a clean
   HEADWISE_* environment (provider cpu unless `env` says otherwise). Every server it started is
-  stopped (SIGTERM, then SIGKILL) at the end of the session, or earlier with `.stop()`.
+  stopped (SIGTERM, then SIGKILL) at the end of the test module, or earlier with `.stop()`:
+  servers kept for the whole session (each holds its sessions' memory) outgrew the machine's
+  memory. `_start_server` (session) is the same factory for the session's own servers.
 - `server` (session): one fp32 CPU server on the default package, for tests that need nothing special;
   `matryoshka_server` (session): the same with HEADWISE_MATRYOSHKA_DIMENSIONS, for `dimensions`.
 - `docker_engine` (session): a Docker engine that answers, started here when none runs;
@@ -115,7 +117,7 @@ def default_package(minilm_package) -> Path:
 
 
 @pytest.fixture(scope="session")
-def start_server(default_package, tmp_path_factory):
+def _start_server(default_package, tmp_path_factory):
     started: list[HeadwiseServer] = []
     logs = tmp_path_factory.mktemp("server-logs")
 
@@ -139,21 +141,35 @@ def start_server(default_package, tmp_path_factory):
         srv.stop()
 
 
+@pytest.fixture(scope="module")
+def start_server(_start_server):
+    mine: list[HeadwiseServer] = []
+
+    def start(*args, **kwargs) -> HeadwiseServer:
+        srv = _start_server(*args, **kwargs)
+        mine.append(srv)
+        return srv
+
+    yield start
+    for srv in mine:
+        srv.stop()
+
+
 @pytest.fixture(scope="session")
-def server(start_server) -> HeadwiseServer:
-    return start_server(env={"HEADWISE_PRECISION": "fp32"})
+def server(_start_server) -> HeadwiseServer:
+    return _start_server(env={"HEADWISE_PRECISION": "fp32"})
 
 
 MATRYOSHKA = (1, 8, 64, 256, 383)
 
 
 @pytest.fixture(scope="session")
-def matryoshka_server(start_server) -> HeadwiseServer:
+def matryoshka_server(_start_server) -> HeadwiseServer:
     """`server` told (HEADWISE_MATRYOSHKA_DIMENSIONS) that the model may be cut to MATRYOSHKA's
     sizes: all-MiniLM-L6-v2 was not trained for it, so this tests the cut's arithmetic, never
     its quality; `server` itself refuses every cut."""
-    return start_server(env={"HEADWISE_PRECISION": "fp32",
-                             "HEADWISE_MATRYOSHKA_DIMENSIONS": ",".join(map(str, MATRYOSHKA))})
+    return _start_server(env={"HEADWISE_PRECISION": "fp32",
+                              "HEADWISE_MATRYOSHKA_DIMENSIONS": ",".join(map(str, MATRYOSHKA))})
 
 
 CHROMIUM = os.environ.get("HEADWISE_CHROMIUM", "/usr/bin/chromium")
