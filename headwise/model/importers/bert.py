@@ -110,14 +110,22 @@ def load_classifier(path: Path, raw: dict, state: dict) -> tuple[EncoderModel, d
     """A BertForSequenceClassification checkpoint (a cross-encoder or a classifier) as an
     EncoderModel with a ClassificationHead; info adds task "classification" and the labels."""
     cfg = config_from_hf(raw)
-    keys = {f"encoder.{k}": v for k, v in key_map(cfg).items()} | HEAD_KEYS
-    extra = sorted(k for k in state if k not in set(keys.values()) and k not in UNUSED)
+    return classifier(path, raw, state, cfg, key_map(cfg), HEAD_KEYS, UNUSED, CLASSIFIER, "bert")
+
+
+def classifier(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
+               head_keys: dict[str, str], unused: frozenset | set, name: str, family: str) -> tuple[EncoderModel, dict]:
+    """A `name` (…ForSequenceClassification) checkpoint of an encoder family whose base model
+    maps by `keys` and whose pooler and classifier map by `head_keys`: an EncoderModel with a
+    ClassificationHead; weights outside both (and `unused`) are refused by name."""
+    keys = {f"encoder.{k}": v for k, v in keys.items()} | head_keys
+    extra = sorted(k for k in state if k not in set(keys.values()) and k not in unused)
     if extra:
-        raise CheckpointError(f"{path}: {CLASSIFIER} checkpoint with weights headwise does not know: "
+        raise CheckpointError(f"{path}: {name} checkpoint with weights headwise does not know: "
                               f"{', '.join(extra[:4])}")
     labels = labels_of(raw)
     model = loaded(EncoderModel(Encoder(cfg), ClassificationHead(cfg.d_model, labels)), state, keys)
-    return model, {"family": "bert", "architecture": "encoder", "task": "classification", "labels": labels}
+    return model, {"family": family, "architecture": "encoder", "task": "classification", "labels": labels}
 
 
 def load(path: Path):

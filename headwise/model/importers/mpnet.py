@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwise.model.config import TransformerConfig
-from headwise.model.encoder_model import EncoderModel
-from headwise.model.heads import ClassificationHead
 from headwise.model.importers import bert, roberta
 from headwise.model.importers.common import (
     CheckpointError,
@@ -65,13 +63,6 @@ def load(path: Path):
     cfg = config_from_hf(raw)
     keys = key_map(cfg)
     if CLASSIFIER in (raw.get("architectures") or []):
-        keys = {f"encoder.{k}": v for k, v in keys.items()} | roberta.HEAD_KEYS
-        extra = sorted(k for k in state if k not in set(keys.values()) and k not in UNUSED)
-        if extra:
-            raise CheckpointError(f"{path}: {CLASSIFIER} checkpoint with weights headwise does not know: "
-                                  f"{', '.join(extra[:4])}")
-        labels = bert.labels_of(raw)
-        model = loaded(EncoderModel(Encoder(cfg), ClassificationHead(cfg.d_model, labels)), state, keys)
-        return model, {"family": "mpnet", "architecture": ARCHITECTURE, "task": "classification", "labels": labels}
+        return bert.classifier(path, raw, state, cfg, keys, roberta.HEAD_KEYS, UNUSED, CLASSIFIER, "mpnet")
     bert.check_no_task_head(path, raw, state, set(keys.values()), "MPNetModel", CLASSIFIER, UNUSED, "MPNet")
     return loaded(Encoder(cfg), state, keys), {"family": "mpnet", "architecture": ARCHITECTURE, "task": "embedding"}

@@ -18,8 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwise.model.config import TransformerConfig
-from headwise.model.encoder_model import EncoderModel
-from headwise.model.heads import ClassificationHead
 from headwise.model.importers import bert
 from headwise.model.importers.common import (
     CheckpointError,
@@ -61,14 +59,7 @@ def load(path: Path):
     keys = bert.key_map(cfg)
     classifier = CLASSIFIERS[family]
     if classifier in (raw.get("architectures") or []):
-        keys = {f"encoder.{k}": v for k, v in keys.items()} | HEAD_KEYS
-        extra = sorted(k for k in state if k not in set(keys.values()) and k not in UNUSED)
-        if extra:
-            raise CheckpointError(f"{path}: {classifier} checkpoint with weights headwise does not know: "
-                                  f"{', '.join(extra[:4])}")
-        labels = bert.labels_of(raw)
-        model = loaded(EncoderModel(Encoder(cfg), ClassificationHead(cfg.d_model, labels)), state, keys)
-        return model, {"family": family, "architecture": ARCHITECTURE, "task": "classification", "labels": labels}
+        return bert.classifier(path, raw, state, cfg, keys, HEAD_KEYS, UNUSED, classifier, family)
     bert.check_no_task_head(path, raw, state, set(keys.values()), BASES[family], classifier, UNUSED,
                             "RoBERTa / XLM-RoBERTa")
     return loaded(Encoder(cfg), state, keys), {"family": family, "architecture": ARCHITECTURE, "task": "embedding"}
