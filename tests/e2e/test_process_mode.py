@@ -168,7 +168,12 @@ def _slow(start_server, tiny_package, frontends: int, delay_ms: int, **env):
 
 def _alone(srv, texts) -> dict[str, list[float]]:
     """Each text's embedding asked for alone, one request at a time."""
-    return {t: srv.post("/v1/embed", json={"inputs": [t]}).json()["data"][0]["embedding"] for t in texts}
+    out = {}
+    for t in texts:
+        r = srv.post("/v1/embed", json={"inputs": [t]})
+        assert r.status_code == 200, r.text
+        out[t] = r.json()["data"][0]["embedding"]
+    return out
 
 
 def test_slow_device_three_front_ends_each_request_gets_its_own(start_server, tiny_package):

@@ -129,13 +129,20 @@ async def lifespan(app: FastAPI):
     check_default_model(app.state.settings.default_model, engine.models)
     check_aliases(app.state.settings.served_model_names, engine.models)
     _on_sigterm(app)
-    task = asyncio.get_running_loop().create_task(_prepare(app))
+    if app.state.ready_before_serving:
+        # Process mode: sibling front-ends share one listening socket, and the kernel hands a
+        # connection to whichever accepts it; one still preparing would answer 503 to a client
+        # another front-end has already told "ready". Accept only once prepared.
+        await _prepare(app)
+        task = None
+    else:
+        task = asyncio.get_running_loop().create_task(_prepare(app))
     try:
         yield
     finally:
         engine.draining = True
         engine.ready = False
-        if not task.done():
+        if task is not None and not task.done():
             task.cancel()
         # Requests in flight are done (or the grace period is): what is left of it, at most 5 s.
         deadline = getattr(app.state, "drain_deadline", None)
@@ -191,11 +198,13 @@ def _document_bodies(app: FastAPI) -> None:
 
 
 def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None,
-               on_fatal: Callable[[], None] | None = None) -> FastAPI:
+               on_fatal: Callable[[], None] | None = None, ready_before_serving: bool = False) -> FastAPI:
     """Build the app. Settings default to the HEADWISE_* environment, validated now.
     `on_fatal` is called when the models cannot be prepared (sessions, warm-up): `headwise
     serve` passes one that stops the server, which then exits non-zero; without it the app
-    stays up, live but never ready, and `/health/ready` says why."""
+    stays up, live but never ready, and `/health/ready` says why. By default the app answers
+    (live, not ready) while it prepares; with `ready_before_serving` its start-up waits until
+    it is prepared, so it accepts no connection before (process mode's front-ends)."""
     settings = settings if settings is not None else load_settings()
     m = Metrics()
     app = FastAPI(
@@ -212,6 +221,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     )
     app.state.settings = settings
     app.state.on_fatal = on_fatal
+    app.state.ready_before_serving = ready_before_serving
     app.state.activity = Activity()
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)

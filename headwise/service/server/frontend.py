@@ -33,7 +33,7 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
     def stop() -> None:
         server.should_exit = True
 
-    app = create_app(settings, backend_factory=link.backend, on_fatal=stop)
+    app = create_app(settings, backend_factory=link.backend, on_fatal=stop, ready_before_serving=True)
     engine = app.state.engine
 
     def engine_lost(why: str) -> None:

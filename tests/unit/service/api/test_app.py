@@ -1,6 +1,7 @@
 """The whole app in-process, with the fake backend: routes, errors, limits, auth, metrics."""
 
 import base64
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -151,6 +152,22 @@ def test_not_ready_until_warm(package):
         assert_error(embed(c, inputs="x"), 503, "not_ready")
         GatedBackend.gate.set()
         wait_ready(c)
+        assert embed(c, inputs="x").status_code == 200
+
+
+def test_ready_before_serving_starts_only_once_prepared(package):
+    """Process mode's front-ends share a listening socket: one may accept a connection only
+    once it is prepared, or a client told "ready" by a sibling would get 503."""
+    from fastapi.testclient import TestClient
+
+    from headwise.service.api.app import create_app
+    from headwise.service.settings import Settings
+
+    GatedBackend.gate.clear()
+    threading.Timer(0.2, GatedBackend.gate.set).start()
+    app = create_app(Settings(models_dir=package.parent), backend_factory=GatedBackend, ready_before_serving=True)
+    with TestClient(app) as c:  # its start-up returns only once the sessions are open
+        assert app.state.engine.ready
         assert embed(c, inputs="x").status_code == 200
 
 
