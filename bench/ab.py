@@ -17,6 +17,7 @@ import argparse
 import statistics
 from pathlib import Path
 
+from bench.alternate import alternate
 from bench.ceiling import Ceiling
 from bench.http import load, server_stats, start_headwise
 from bench.workload import Workload, find_package
@@ -38,29 +39,32 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
     a = ap.parse_args()
-    servers = [parse_server(s) for s in a.servers]
+    servers = {name: (tree, env) for name, tree, env in (parse_server(s) for s in a.servers)}
     w = Workload(find_package(a.models))
     ceiling = Ceiling(w)
     body = w.body(a.tokens)
-    got: dict[str, list] = {name: [] for name, _, _ in servers}
-    for rep in range(a.reps):
-        for name, tree, env in servers:
-            ceil = ceiling.measure(a.precision, a.tokens, 16, seconds=1.5).throughput
-            server = start_headwise(w, a.precision, "cpu", Path("/tmp"), env, tree=tree, name=f"headwise-ab-{name}")
-            try:
-                server.wait_ready()
-                load(server.url + "/v1/embed", body, a.clients, 1)
-                before = server.metrics_text()
-                res = load(server.url + "/v1/embed", body, a.clients, a.seconds)
-                stats = server_stats(before, server.metrics_text(), res["duration_us"] / 1e6)
-            finally:
-                server.stop()
-            rate = res["requests"] / (res["duration_us"] / 1e6)
-            gap = stats["infer_ms"] * (1 / stats["ort_busy"] - 1)  # wall time per batch outside onnxruntime
-            got[name].append((rate / ceil, rate, res["p50"] / 1000, gap))
-            print(f"rep {rep} {name:12s} ceiling b16 {ceil:7.0f}/s  headwise {rate:6.0f}/s  "
-                  f"{100 * rate / ceil:5.1f}%  p50 {res['p50'] / 1000:.2f} ms  batch {stats['mean_batch']:.1f}  "
-                  f"run {stats['infer_ms']:.2f} ms + gap {gap:.2f} ms", flush=True)
+
+    def one(name: str, rep: int) -> tuple[float, float, float, float]:
+        """The ceiling, then this server: (share of the ceiling, inputs/s, p50 ms, gap ms)."""
+        tree, env = servers[name]
+        ceil = ceiling.measure(a.precision, a.tokens, 16, seconds=1.5).throughput
+        server = start_headwise(w, a.precision, "cpu", Path("/tmp"), env, tree=tree, name=f"headwise-ab-{name}")
+        try:
+            server.wait_ready()
+            load(server.url + "/v1/embed", body, a.clients, 1)
+            before = server.metrics_text()
+            res = load(server.url + "/v1/embed", body, a.clients, a.seconds)
+            stats = server_stats(before, server.metrics_text(), res["duration_us"] / 1e6)
+        finally:
+            server.stop()
+        rate = res["requests"] / (res["duration_us"] / 1e6)
+        gap = stats["infer_ms"] * (1 / stats["ort_busy"] - 1)  # wall time per batch outside onnxruntime
+        print(f"rep {rep} {name:12s} ceiling b16 {ceil:7.0f}/s  headwise {rate:6.0f}/s  "
+              f"{100 * rate / ceil:5.1f}%  p50 {res['p50'] / 1000:.2f} ms  batch {stats['mean_batch']:.1f}  "
+              f"run {stats['infer_ms']:.2f} ms + gap {gap:.2f} ms", flush=True)
+        return rate / ceil, rate, res["p50"] / 1000, gap
+
+    got = alternate(list(servers), a.reps, one, order="same")
     from headwise.export import cpu as cpu_info
 
     print(f"medians: {a.precision}, {a.tokens} tokens, {a.clients} clients, {a.reps} repetitions, "

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.alternate import alternate
 from bench.cells import ceiling_for
 from bench.report import rows_from_json
 from bench.stats import median
@@ -106,10 +107,9 @@ def main() -> None:
     else:
         trees = dict(s.split("=", 1) for s in a.sides)
         a.out.mkdir(parents=True, exist_ok=True)
-        before, after = [], []
-        for i in range(1, a.pairs + 1):
-            before.append(run_bench(f"before-{i}", Path(trees["before"]).resolve(), a.models, a.out, extra))
-            after.append(run_bench(f"after-{i}", Path(trees["after"]).resolve(), a.models, a.out, extra))
+        runs = alternate(["before", "after"], a.pairs, lambda side, rep: run_bench(
+            f"{side}-{rep + 1}", Path(trees[side]).resolve(), a.models, a.out, extra), order="same")
+        before, after = runs["before"], runs["after"]
     text, losses = compare(before, after)
     from headwise.export.cpu import label
 

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
+from bench.alternate import turn
 from bench.args import ints, key_values, strs
 from bench.cells import Row, Sample
 from bench.facts import load_average, machine_facts
@@ -258,8 +259,7 @@ class Run:
         """Every system's cells at this length, paired ones back to back: ceiling batch n next to
         headwise at n clients, so that drift between them is small; the system order rotates."""
         systems = self.systems()
-        k = rotation % len(systems)
-        order = {name: i for i, (name, _) in enumerate(systems[k:] + systems[:k])}
+        order = {name: i for i, (name, _) in enumerate(turn(systems, rotation, "rotate"))}
         cells = [c for _, make in systems for c in make(tokens)]
         cells.sort(key=lambda c: (c.row.batch or c.row.concurrency or 0,
                                   VARIANT_ORDER.get(c.row.variant, 9), order[c.row.suite]))

@@ -26,15 +26,16 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from bench.alternate import alternate, medians
 from bench.facts import machine_facts
 from bench.report import facts_table
 
@@ -193,12 +194,9 @@ def measure(family: str, work: Path, threads: int, reps: int, log) -> dict:
         want = st.encode(texts, batch_size=inputs, convert_to_numpy=True)
         got = served(texts)
         cos = float(np.min(np.sum(want * got, 1) / np.linalg.norm(want, axis=1) / np.linalg.norm(got, axis=1)))
-        ours, theirs = [], []
-        for i in range(reps):  # alternating, the side that goes first alternating too
-            sides = [(ours, served), (theirs, lambda x, n=inputs: st.encode(x, batch_size=n))]
-            for times, call in sides if i % 2 == 0 else sides[::-1]:
-                times.append(_timed(call, texts))
-        o, s = statistics.median(ours), statistics.median(theirs)
+        theirs = partial(st.encode, batch_size=inputs)
+        m = medians(alternate([served, theirs], reps, lambda call, rep, t=texts: _timed(call, t)))
+        o, s = m[served], m[theirs]
         row["shapes"][(inputs, tokens)] = {"headwise_ms": o, "st_ms": s, "ratio": s / o, "cosine": cos}
         log(f"{family} {inputs}×{tokens}: headwise {o:.2f} ms, sentence-transformers {s:.2f} ms, "
             f"{s / o:.2f}×, cosine {cos:.7f}")

@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.alternate import turns
 from bench.args import ints, key_values, strs
 from bench.ceiling import Ceiling
 from bench.facts import machine_facts
@@ -180,12 +181,11 @@ def run(args, on_rep=None) -> tuple[list[dict], dict]:
     configs = args.config_list
     tokens = sorted({c[0] for c in args.cell_list})
     rows, memory, start = [], {name: [] for name, _ in configs}, time.monotonic()
-    for rep in range(args.reps):
+    for rep, order in turns(configs, args.reps):  # who goes first alternates
         if should_stop(time.monotonic() - start, rep, args.max_minutes):
             print(f"stopping after {rep} repetitions: another would end past --max-minutes {args.max_minutes}")
             break
         ceiling = ceilings(w, args.provider, args.precision, tokens, args.ceiling_seconds)
-        order = configs if rep % 2 == 0 else configs[::-1]  # alternate who goes first
         for name, env in order:
             server = start_headwise(w, args.precision, args.provider, Path(tempfile.mkdtemp()), env, name=name)
             try:

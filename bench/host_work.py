@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.ab import parse_server
+from bench.alternate import turns
 from bench.facts import ROOT, load_average, machine_facts, tree_commit
 from bench.http import load, measure, probe, start_headwise
 from bench.noise import ForeignLoad
@@ -272,9 +273,8 @@ def main() -> None:
     ort = OrtCost(w, a.threads)
     log_dir = Path(tempfile.mkdtemp(prefix="host-work-logs-"))
     records: list[dict] = []
-    for rep in range(a.reps):
-        k = rep % len(servers)
-        for name, tree, env in servers[k:] + servers[:k]:
+    for rep, now in turns(servers, a.reps, "rotate"):
+        for name, tree, env in now:
             samples = serve_and_load(name, tree, env, w, bodies, a, log_dir)
             for shape in SHAPES:
                 records.append(record(rep, name, shape, samples[shape.label], ort, a.ort_seconds))

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import zmq
 
+from bench.alternate import turns
 from bench.args import ints, strs
 from bench.facts import load_average, machine_facts
 from bench.http import HOST, Server, free_port, http, load, sample_from
@@ -256,8 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     log_dir = Path(tempfile.mkdtemp(prefix="process-mode-"))
     runs: dict[Cell, list[dict]] = {c: [] for c in cells}
     t0 = time.monotonic()
-    for rep in range(a.reps):
-        for lay in (layouts if rep % 2 == 0 else layouts[::-1]):  # servers alternate, one at a time
+    for rep, now in turns(layouts, a.reps):  # servers alternate, one at a time
+        for lay in now:
             server = Layout(lay, models, a.hold, a.real, log_dir)
             try:
                 for c in [c for c in cells if c.layout == lay]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import standin
+from bench.alternate import turns
 from bench.args import ints, key_values
 from bench.facts import load_average, machine_facts
 from bench.http import (
@@ -58,12 +59,6 @@ class Cell:
 
 def plan(lengths: list[int], clients: list[int], inputs: list[int]) -> list[Cell]:
     return [Cell(t, c, n) for t in lengths for n in inputs for c in clients]
-
-
-def order(cells: list[Cell], rep: int) -> list[Cell]:
-    """Repetition `rep`'s order: forwards, then backwards, so drift over a sitting hits every
-    cell alike."""
-    return cells if rep % 2 == 0 else cells[::-1]
 
 
 def start(models: Path, table: str, log_dir: Path, server_env: dict | None = None) -> Server:
@@ -190,8 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     server = start(w.dir, a.table, Path(tempfile.mkdtemp(prefix="standin-")), server_env)
     try:
         probe(server.url + ROUTE, bodies[cells[0]], False)
-        for rep in range(a.reps):
-            for c in order(cells, rep):
+        for rep, now in turns(cells, a.reps):  # forwards, then backwards: drift hits every cell alike
+            for c in now:
                 r = measure(server, bodies[c], c, a.seconds, a.warm)
                 runs[c].append(r)
                 print(f"rep {rep + 1} {c.tokens} tok {c.inputs} inputs/req {c.clients} clients: "

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from bench.alternate import turns
 from bench.args import strs
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -405,8 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in found:  # warm: one pass over every batch
             for t in lengths:
                 cpu_per_input(c.run, pools[t], 0, once=True)
-        for rep in range(a.reps):
-            order = found[rep % len(found):] + found[:rep % len(found)]
+        for _, order in turns(found, a.reps, "rotate"):
             for t in lengths:
                 for c in order:
                     samples[(c.name, t)].append(cpu_per_input(c.run, pools[t], a.seconds))

@@ -156,9 +156,8 @@ def test_figures_of_one_cell():
     assert f["cpu_us_per_input"] == pytest.approx(32 / 3200 * 1e6) and f["p50_ms"] == 1.5
 
 
-def test_cells_alternate_and_the_target_is_read():
+def test_the_target_is_read():
     cells = standin_run.plan([20], [1, 64], [1, 32])
-    assert standin_run.order(cells, 1) == cells[::-1] and standin_run.order(cells, 2) == cells
     results = {c: {"device_busy": 0.7} for c in cells}
     assert "met" in standin_run.verdict(results) and "70%" in standin_run.verdict(results)
     assert "not measured" in standin_run.verdict({})
