@@ -19,7 +19,8 @@ from pathlib import Path
 
 from bench.alternate import alternate
 from bench.ceiling import Ceiling
-from bench.http import load, server_stats, start_headwise
+from bench.http import load, server_stats
+from bench.server import start_headwise
 from bench.workload import Workload, find_package
 
 
@@ -48,7 +49,7 @@ def main() -> None:
         """The ceiling, then this server: (share of the ceiling, inputs/s, p50 ms, gap ms)."""
         tree, env = servers[name]
         ceil = ceiling.measure(a.precision, a.tokens, 16, seconds=1.5).throughput
-        server = start_headwise(w, a.precision, "cpu", Path("/tmp"), env, tree=tree, name=f"headwise-ab-{name}")
+        server = start_headwise(w.dir, a.precision, "cpu", Path("/tmp"), env, tree=tree, name=f"headwise-ab-{name}")
         try:
             server.wait_ready()
             load(server.url + "/v1/embed", body, a.clients, 1)

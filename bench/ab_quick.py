@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -24,22 +23,17 @@ from pathlib import Path
 from bench.alternate import alternate
 from bench.cells import ceiling_for
 from bench.report import rows_from_json
+from bench.server import clean_env, python_of
 from bench.stats import median
 
 LOSS = 0.03  # the most a cell may lose (issue 28)
-
-
-def python_of(tree: Path) -> str:
-    own = tree / ".venv" / "bin" / "python"
-    return str(own) if own.exists() else sys.executable
 
 
 def run_bench(name: str, tree: Path, models: str, out: Path, extra: list[str]) -> Path:
     stem = f"ab-{name}"
     argv = [python_of(tree), "-m", "headwise.cli", "bench", "--models", models, "--out", str(out),
             "--name", stem, *extra]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
-    env["PYTHONPATH"] = str(tree)
+    env = clean_env({"PYTHONPATH": str(tree)})
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(argv)} (in {tree})", flush=True)
     subprocess.run(argv, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     return out / f"{stem}.raw.json"

@@ -154,8 +154,8 @@ class Run:
         return "fp16" if self.args.provider == "cuda" else "fp32"
 
     def start_servers(self) -> None:
-        from bench.http import Server, start_headwise
         from bench.peers import start_naive
+        from bench.server import Server, start_headwise
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
         suites = self.args.suites
@@ -165,7 +165,7 @@ class Run:
             else:
                 extra = key_values(self.args.server_env)
                 for p in sorted({self.serving_precision(v) for v in self.http_variants()}):
-                    self.servers[p] = start_headwise(self.w, p, self.args.provider, self.log_dir, extra)
+                    self.servers[p] = start_headwise(self.w.dir, p, self.args.provider, self.log_dir, extra)
         if "naive" in suites:
             device = "cuda" if self.args.provider == "cuda" else "cpu"
             self.servers["naive"] = start_naive(self.log_dir, self.args.st_model, device, self.args.threads)
@@ -175,7 +175,7 @@ class Run:
                 print(f"  {name} server ready on {s.url}", flush=True)
 
     def stop_servers(self) -> None:
-        from bench.http import Server
+        from bench.server import Server
 
         for s in self.servers.values():
             if isinstance(s, Server):
@@ -314,7 +314,7 @@ class _External:
     def __init__(self, url: str):
         import json
 
-        from bench.http import http
+        from bench.server import http
 
         self.url = url.rstrip("/")
         status, body = http("GET", self.url + "/v1/models", timeout=10)
@@ -324,7 +324,7 @@ class _External:
         self.precision = data[0].get("precision") or "fp32"
 
     def metrics_text(self) -> str:
-        from bench.http import http
+        from bench.server import http
 
         status, body = http("GET", self.url + "/metrics", timeout=10)
         return body.decode(errors="replace") if status == 200 else ""

@@ -38,8 +38,9 @@ from bench.alternate import turns
 from bench.args import ints, key_values, strs
 from bench.ceiling import Ceiling
 from bench.facts import machine_facts
-from bench.http import load, sample_from, server_stats, start_headwise
+from bench.http import load, sample_from, server_stats
 from bench.noise import TICK, proc_ticks
+from bench.server import start_headwise
 from bench.stats import median
 from bench.workload import Workload
 
@@ -187,7 +188,7 @@ def run(args, on_rep=None) -> tuple[list[dict], dict]:
             break
         ceiling = ceilings(w, args.provider, args.precision, tokens, args.ceiling_seconds)
         for name, env in order:
-            server = start_headwise(w, args.precision, args.provider, Path(tempfile.mkdtemp()), env, name=name)
+            server = start_headwise(w.dir, args.precision, args.provider, Path(tempfile.mkdtemp()), env, name=name)
             try:
                 server.wait_ready()
                 for t, n, clients in args.cell_list:

@@ -32,9 +32,10 @@ from pathlib import Path
 from bench.ab import parse_server
 from bench.alternate import turns
 from bench.facts import ROOT, load_average, machine_facts, tree_commit
-from bench.http import load, measure, probe, start_headwise
+from bench.http import load, measure, probe
 from bench.noise import ForeignLoad
 from bench.report import facts_table, write_json
+from bench.server import start_headwise
 from bench.stats import median
 from bench.workload import Workload
 
@@ -138,7 +139,7 @@ class OrtCost:
 # -- one repetition --------------------------------------------------------------------------
 def serve_and_load(name: str, tree: Path, env: dict, w: Workload, bodies: dict, a, log_dir: Path) -> dict:
     """`headwise serve` from `tree`, each shape loaded in turn; → {shape label: Sample}."""
-    server = start_headwise(w, "fp32", "cpu", log_dir, env, tree=tree, name=f"host-work-{name}")
+    server = start_headwise(w.dir, "fp32", "cpu", log_dir, env, tree=tree, name=f"host-work-{name}")
     got = {}
     try:
         server.wait_ready()

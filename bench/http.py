@@ -1,6 +1,7 @@
 """headwise (and any server taking the same JSON) over HTTP, loaded by `wrk` with
 bench/wrk/embed.lua: one request shape per run, N keep-alive connections (clients), closed
-loop, loopback only. Falls back to bench/loadgen.py where no `wrk` is installed.
+loop, loopback only. Falls back to bench/loadgen.py where no `wrk` is installed. The servers
+come from bench/server.py.
 """
 
 from __future__ import annotations
@@ -10,114 +11,17 @@ import math
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from bench.cells import Row, Sample
 from bench.noise import TICK, group_ticks, ticks_since
+from bench.server import Server, http
 from bench.workload import Workload
 
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "wrk" / "embed.lua"
-HOST = "127.0.0.1"
-PRECISION = {"fp32": "fp32", "int8": "int8", "fp16": "fp16"}
-
-
-def http(method: str, url: str, body: bytes | None = None, timeout: float = 60) -> tuple[int, bytes]:
-    """(status, body) with the standard library only (the GPU machine has no httpx);
-    (0, b"") when nothing answers."""
-    req = urllib.request.Request(url, data=body, method=method,
-                                 headers={"content-type": "application/json"} if body else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except (urllib.error.URLError, OSError):
-        return 0, b""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A server process on loopback, started and stopped by the harness (its own process group)."""
-
-    def __init__(self, name: str, argv: list[str], env: dict, port: int, ready_path: str,
-                 log_dir: Path, cwd: Path | None = None):
-        self.name = name
-        self.port = port
-        self.url = f"http://{HOST}:{port}"
-        self.ready_path = ready_path
-        self.env = env
-        self.log = log_dir / f"{name}.log"
-        self._log = self.log.open("wb")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=cwd)
-
-    def wait_ready(self, timeout: float = 300) -> None:
-        """Until the server answers ready; with HEADWISE_WORKERS > 1, until 8 × workers probes
-        in a row do (each probe is a new connection, which any worker may accept)."""
-        deadline = time.monotonic() + timeout
-        workers = self.env.get("HEADWISE_WORKERS", "auto")
-        need = 8 * (int(workers) if workers.isdigit() else 8)  # auto: up to 8 on CUDA
-        need = 1 if workers == "1" else need
-        streak = 0
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
-            streak = streak + 1 if http("GET", self.url + self.ready_path, timeout=5)[0] == 200 else 0
-            if streak >= need:
-                return
-            time.sleep(0.1 if streak == 0 else 0.01)
-        raise RuntimeError(f"{self.name}: {self.ready_path} not 200 within {timeout:.0f} s\n{self.tail()}")
-
-    def tail(self, n: int = 3000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self._log.close()
-
-    def metrics_text(self) -> str:
-        status, body = http("GET", self.url + "/metrics", timeout=10)
-        return body.decode(errors="replace") if status == 200 else ""
-
-
-def start_headwise(workload: Workload, precision: str, provider: str, log_dir: Path,
-                   extra_env: dict | None = None, tree: Path | None = None,
-                   name: str | None = None) -> Server:
-    """`headwise serve` on a free port with a clean HEADWISE_* environment; from another
-    checkout `tree` (its own .venv when it has one) for A/B runs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
-    env.update(HEADWISE_PROVIDER=provider, HEADWISE_PRECISION=PRECISION[precision])
-    env.update(extra_env or {})
-    python = sys.executable
-    if tree is not None and (tree / ".venv" / "bin" / "python").exists():
-        python = str(tree / ".venv" / "bin" / "python")
-    port = free_port()
-    argv = [python, "-m", "headwise.cli", "serve", "--models", str(workload.dir),
-            "--host", HOST, "--port", str(port), "--log-level", "warning"]
-    return Server(name or f"headwise-{precision}", argv, env, port, "/health/ready", log_dir, cwd=tree)
 
 
 def histogram_totals(metrics_text: str, name: str) -> tuple[float, float]:

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -191,19 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     limit = 4 * 1024 * 1024
-    proc, url = start_server(a.models, {"HEADWISE_PRECISION": "fp32", "HEADWISE_MAX_QUEUE": str(MAX_QUEUE),
-                                        "HEADWISE_MAX_BODY_BYTES": str(limit)})
-    port = int(url.rsplit(":", 1)[1])
+    server = start_server(a.models, "fp32", {"HEADWISE_MAX_QUEUE": str(MAX_QUEUE),
+                                             "HEADWISE_MAX_BODY_BYTES": str(limit)})
+    port = server.port
     try:
         result = {"machine": {"cores": os.cpu_count(), "loadavg_before": os.getloadavg()[0]},
                   "payload_413": payloads(port, limit, a.rounds),
                   "overload_429": overload(port, a.clients, a.seconds)}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        server.stop(60)
     o, pl = result["overload_429"], result["payload_413"]
     result["targets"] = {
         "413 p99 < 100 ms (1 byte over)": pl["limit_plus_1"]["p99_ms"] < 100,

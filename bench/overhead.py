@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.http import Server, cpu_us_per_input, free_port, load, tree_ticks
+from bench.http import cpu_us_per_input, load, tree_ticks
+from bench.server import Server, free_port
 
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank today."
 BODIES = {"/v1/embed": {"inputs": TEXT}, "/embed": {"inputs": TEXT}, "/v1/embeddings": {"input": TEXT}}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.cells import Row, Sample, time_calls
 from bench.facts import usable_cores
-from bench.http import HOST, Server, free_port
+from bench.server import HOST, Server, free_port
 from bench.workload import Workload
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
 import sys
 import tempfile
@@ -32,9 +31,10 @@ import zmq
 from bench.alternate import turns
 from bench.args import ints, strs
 from bench.facts import load_average, machine_facts
-from bench.http import HOST, Server, free_port, http, load, sample_from
+from bench.http import load, sample_from
 from bench.noise import TICK, ForeignLoad, proc_ticks
 from bench.report import facts_table
+from bench.server import HOST, Server, clean_env, free_port, http
 from bench.standin import COUNTERS_PATH, H100
 from bench.standin_engine import COUNTERS
 from bench.stats import median
@@ -102,9 +102,8 @@ class Layout:
     def __init__(self, layout: str, models: Path, hold: str, real: bool, log_dir: Path):
         self.layout, self.real, self.hold = layout, real, hold
         port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
-        env.update(HEADWISE_MODELS_DIR=str(models), HEADWISE_HOST=HOST, HEADWISE_PORT=str(port),
-                   HEADWISE_PROVIDER="cpu", HEADWISE_PRECISION="fp32")
+        env = clean_env(dict(HEADWISE_MODELS_DIR=str(models), HEADWISE_HOST=HOST, HEADWISE_PORT=str(port),
+                             HEADWISE_PROVIDER="cpu", HEADWISE_PRECISION="fp32"))
         self.address = None
         if real:
             engine = "process" if layout.startswith("process") else "inproc"

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from bench.args import key_values
 from bench.facts import machine_facts
-from bench.http import load, probe, sample_from, start_headwise
+from bench.http import load, probe, sample_from
 from bench.noise import TICK, ForeignLoad, proc_ticks
+from bench.server import start_headwise
 from bench.workload import Workload
 
 FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     body = w.body(args.tokens, attention=args.attention)
     tmp = Path(tempfile.mkdtemp(prefix="headwise-profile-"))
     label = f"{args.precision}{'-attention' if args.attention else ''}-c{args.clients}-{args.tokens}tok"
-    server = start_headwise(w, args.precision, args.provider, tmp,
+    server = start_headwise(w.dir, args.precision, args.provider, tmp,
                             key_values(args.server_env))
     try:
         server.wait_ready()

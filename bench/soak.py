@@ -16,16 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from bench.server import Server, start_headwise
 from bench.stats import percentile
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "quick", "brown", "foxes", "jump", "over", "lazy", "dogs", "and", "heads", "attend", "to", "tokens", "in", "every", "layer", "of", "the", "model"]
@@ -117,28 +114,12 @@ def summarise(start: float, seconds: float, lat: list, errors: list, rss: list) 
     return result
 
 
-def start_server(models: Path, env_extra: dict) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
-    env.update({"HEADWISE_PROVIDER": "cpu", **env_extra})
-    proc = subprocess.Popen([sys.executable, "-m", "headwise.cli", "serve", "--models", str(models), "--host",
-                             "127.0.0.1", "--port", str(port), "--log-level", "warning"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"headwise serve exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health/ready", timeout=5) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server not ready within 180 s")
+def start_server(models: Path, precision: str, env_extra: dict | None = None) -> Server:
+    """`headwise serve` on CPU, ready (one answer from /health/ready), its output dropped; for
+    bench.limits too."""
+    server = start_headwise(models, precision, "cpu", None, env_extra, name="headwise serve", ready_streak=1)
+    server.wait_ready(180)
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,21 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     seconds = a.seconds if a.seconds is not None else a.minutes * 60
-    proc = None
+    server = None
     if a.url:
         url, pid = a.url.rstrip("/"), a.pid
     else:
-        proc, url = start_server(a.models, {"HEADWISE_PRECISION": a.precision})
-        pid = proc.pid
+        server = start_server(a.models, a.precision)
+        url, pid = server.url, server.proc.pid
     try:
         result = asyncio.run(drive(url, pid, seconds, a.clients, a.attention, a.seed, a.warmup))
     finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        if server is not None:
+            server.stop(60)
     from headwise.export import cpu as cpu_info
 
     result["cpu"] = cpu_info.label()  # a figure holds only for the CPU that measured it

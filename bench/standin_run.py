@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
 import sys
 import tempfile
@@ -26,18 +25,10 @@ from bench import standin
 from bench.alternate import turns
 from bench.args import ints, key_values
 from bench.facts import load_average, machine_facts
-from bench.http import (
-    Server,
-    cpu_us_per_input,
-    free_port,
-    http,
-    load,
-    probe,
-    sample_from,
-    tree_ticks,
-)
+from bench.http import cpu_us_per_input, load, probe, sample_from, tree_ticks
 from bench.noise import ForeignLoad
 from bench.report import facts_table
+from bench.server import Server, clean_env, free_port, http
 from bench.stats import median
 from bench.workload import Workload
 
@@ -66,9 +57,7 @@ def start(models: Path, table: str, log_dir: Path, server_env: dict | None = Non
     HEADWISE_* settings (the defaults otherwise)."""
     port = free_port()
     argv = [sys.executable, "-m", "bench.standin", "--serve", str(port), "--models", str(models), "--table", table]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
-    env.update(server_env or {})
-    server = Server("standin", argv, env, port, "/health/ready", log_dir)
+    server = Server("standin", argv, clean_env(server_env), port, "/health/ready", log_dir)
     server.wait_ready(180)
     return server
 

@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 from bench.args import ints
-from bench.http import load, sample_from, start_headwise
+from bench.http import load, sample_from
+from bench.server import start_headwise
 from bench.workload import Workload
 from headwise.export import cpu as cpu_info
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args(argv)
     w = Workload(args.package)
-    server = start_headwise(w, args.precision, args.provider, Path(tempfile.mkdtemp()),
+    server = start_headwise(w.dir, args.precision, args.provider, Path(tempfile.mkdtemp()),
                             {"HEADWISE_WORKERS": str(args.workers)})
     rows = []
     try:

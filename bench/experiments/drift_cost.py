@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 from bench.facts import load_average, machine_facts
-from bench.http import measure, start_headwise
+from bench.http import measure
+from bench.server import start_headwise
 from bench.workload import Workload, find_package
 
 SAMPLES = re.compile(r'^headwise_head_samples_total\{[^}]*outcome="(\w+)"[^}]*\} (\S+)$', re.M)
@@ -91,7 +92,7 @@ def run(models: str, rates: list[float], precision: str, tokens: int, clients: i
     text = w.text(tokens)
     body = json.dumps({"inputs": text}).encode()
     arms = [0.0, *rates]
-    servers = {r: start_headwise(w, precision, "cpu", Path("/tmp"), {"HEADWISE_ATTENTION_SAMPLE": str(r)},
+    servers = {r: start_headwise(w.dir, precision, "cpu", Path("/tmp"), {"HEADWISE_ATTENTION_SAMPLE": str(r)},
                                  name=f"headwise-drift-{r}") for r in arms}
     got: dict[float, list[dict]] = {r: [] for r in arms}
     try:
