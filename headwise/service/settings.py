@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(60.0, gt=0, description="to send a request's body once its head is in; "
                                   "slower → 408, closed")
     docs: bool = Field(True, description="serve /docs, /redoc and /openapi.json")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text: uvicorn's lines, with the request's id; json: one JSON object per line (time, "
+        "level, logger, message, request_id, trace_id; the access log's fields)")
     otel: bool = Field(False, description="FastAPI's native OpenTelemetry (when an SDK is configured); off, "
                        "requests skip its per-request check")
     fault_injection: bool = Field(

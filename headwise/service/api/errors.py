@@ -1,12 +1,13 @@
 """Where errors become HTTP responses (docs/api.md, errors): one table per protocol, from the
 engine's domain errors (service.errors) to status, headers and body shape.
 
-Native: {"error": {"message", "type", "code"}}; OpenAI (/v1/embeddings) adds "param";
+Native: {"error": {"message", "type", "code", "request_id"}}; OpenAI (/v1/embeddings) adds "param";
 KServe v2 (/v2 routes) {"error": "..."}; TEI (text-embeddings-inference's routes)
 {"error": "...", "error_type": "Validation"}; Cohere (/v2/embed, /v2/rerank) {"message": "..."};
 vLLM (/score, /classify) OpenAI's. A route's protocol is its router's (`route_class`),
 so the shape never depends on sniffing the URL. Messages never carry a stack trace or the
-client's input.
+client's input. Where the body has an "error" object (native, OpenAI, vLLM), it carries the
+request's id too; every protocol's answers carry it in the X-Request-Id header.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from headwise.service.errors import (
     TooLarge,
     Validation,
 )
+from headwise.service.logs import request_id
 
 log = logging.getLogger("headwise.service")
 
@@ -75,19 +77,27 @@ class Protocol:
     body: Callable[[int, str, str, str | None], dict]
     # engine field names as this protocol calls them
     fields: dict[str, str] = field(default_factory=dict)
+    # whether the body's "error" object has room for the request's id (service.logs)
+    carries_id: bool = False
+
+    def _body(self, code: int, type_: str, message: str, param: str | None) -> dict:
+        body = self.body(code, type_, message, param)
+        if self.carries_id and (rid := request_id.get()) is not None:
+            body["error"]["request_id"] = rid
+        return body
 
     def status_of(self, exc: ServiceError) -> Status:
         return next(self.statuses[c] for c in type(exc).__mro__ if c in self.statuses)
 
     def response(self, code: int, type_: str, message: str, headers=None, field_: str | None = None) -> Response:
         param = self.fields.get(field_, field_) if field_ is not None else None
-        return Response(orjson.dumps(self.body(code, type_, message, param)), status_code=code,
+        return Response(orjson.dumps(self._body(code, type_, message, param)), status_code=code,
                         media_type="application/json", headers=dict(headers) if headers else None)
 
     def payload(self, exc: ServiceError) -> dict:
         """The error body, for an error met after the response started (a stream's event)."""
         s = self.status_of(exc)
-        return self.body(s.code, s.shown or s.type, exc.render(self.fields), self.fields.get(exc.field, exc.field))
+        return self._body(s.code, s.shown or s.type, exc.render(self.fields), self.fields.get(exc.field, exc.field))
 
     def error(self, exc: ServiceError) -> Response:
         s = self.status_of(exc)
@@ -112,10 +122,11 @@ STATUSES = {
 }
 
 NATIVE = Protocol("native", STATUSES, lambda code, type_, message, param: {
-    "error": {"message": message, "type": type_, "code": code}})
+    "error": {"message": message, "type": type_, "code": code}}, carries_id=True)
 
 OPENAI = Protocol("openai", STATUSES, lambda code, type_, message, param: {
-    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"})
+    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"},
+    carries_id=True)
 
 KSERVE = Protocol("kserve v2", STATUSES, lambda code, type_, message, param: {"error": message},
                   fields={"inputs": "text"})
@@ -126,7 +137,8 @@ COHERE = Protocol("cohere", STATUSES, lambda code, type_, message, param: {"mess
 
 # vLLM's pooling routes (/score, /classify): OpenAI's error shape, as vLLM answers them.
 VLLM = Protocol("vllm", STATUSES, lambda code, type_, message, param: {
-    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"})
+    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"},
+    carries_id=True)
 
 # text-embeddings-inference: the body names one of TEI's ErrorType values, as TEI writes them,
 # with TEI's statuses (Empty 400, Validation 422, Backend 424, Overloaded 429, Unhealthy 503).

@@ -1,6 +1,7 @@
-"""Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): body size
-limit, in-flight gauge and count (for draining), per-route request counts and latency,
-security headers on the viewer's page and files. `shortcuts` ((method, path) → an ASGI
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): the request's id
+(`X-Request-Id`, echoed on every answer: service.logs), body size limit, in-flight gauge and
+count (for draining), per-route request counts and latency, security headers on the viewer's
+page and files; an error no handler answered becomes the protocol's 500 here, with the id. `shortcuts` ((method, path) → an ASGI
 callable) are answered here rather than by the app's router: empty in the plain app; filled by
 the fast path `headwise serve` installs (server.fastpath)."""
 
@@ -8,7 +9,11 @@ from __future__ import annotations
 
 import time
 
+from starlette.requests import Request
+
+from headwise.service.api import errors
 from headwise.service.api.errors import NATIVE
+from headwise.service.logs import accepted_id, request_id
 from headwise.service.metrics import Metrics
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -46,35 +51,40 @@ class ServiceMiddleware:
             return await self.app(scope, receive, send)
         m = self.metrics
         status = 500
+        started = False
         t0 = time.perf_counter()
         m.inflight.inc()
         self.activity.receives.add(receive)
         path = scope.get("path", "")
         page = path == "/" or path.startswith("/static/")
+        length, framed, rid = _head(scope)
+        rid = accepted_id(rid)
+        token = request_id.set(rid)
+        echo = (b"x-request-id", rid.encode())
 
         async def send_wrapper(message):
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
-                if page:
-                    message = {**message, "headers": [*message.get("headers", ()), *PAGE_HEADERS]}
+                status, started = message["status"], True
+                extra = [echo, *PAGE_HEADERS] if page else [echo]
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
         try:
-            too_large, receive = await self._limit_body(scope, receive)
+            too_large, receive = await self._limit_body(length, framed, receive)
             if too_large:
-                status = 413
                 m.request_failures.labels(model="", reason="too_large").inc()
                 # in the route's protocol shape (KServe, OpenAI, native); and the connection
                 # closes, since the unread rest of the body must not be read as a next request
                 resp = self._protocol(scope).response(413, "too_large", f"request body over {self.max_body} bytes",
                                                       {"Connection": "close"})
-                await resp(scope, receive, send)
+                await resp(scope, receive, send_wrapper)
             elif (shortcut := self.shortcuts.get((scope["method"], path))) is not None:
                 await shortcut(scope, receive, send_wrapper)
             else:
-                await self.app(scope, receive, send_wrapper)
+                await self._app(scope, receive, send_wrapper, lambda: started)
         finally:
+            request_id.reset(token)
             m.inflight.dec()
             self.activity.receives.discard(receive)
             route = getattr(scope.get("route"), "path", None) or "unmatched"
@@ -82,6 +92,17 @@ class ServiceMiddleware:
             count, duration = self._series(route, model, status)
             count.inc()
             duration.observe(time.perf_counter() - t0)
+
+    async def _app(self, scope, receive, send, started) -> None:
+        """The app; an exception no handler took becomes the protocol's 500 here, so that it
+        carries the request's id too (a response already begun can only be cut: it re-raises)."""
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:
+            if started():
+                raise
+            response = await errors.handle(Request(scope, receive), exc)
+            await response(scope, receive, send)
 
     def _protocol(self, scope):
         """The protocol of the route `scope` would reach (before routing: a refusal)."""
@@ -104,14 +125,8 @@ class ServiceMiddleware:
                 self._children[key] = got
         return got
 
-    async def _limit_body(self, scope, receive):
+    async def _limit_body(self, length: bytes | None, framed: bool, receive):
         """(over the limit?, receive to pass on). Chunked bodies are read here, up to the limit."""
-        length, framed = None, False
-        for name, value in scope.get("headers") or ():
-            if name == b"content-length":
-                length = value
-            elif name == b"transfer-encoding":
-                framed = True  # any coding, any case ("Chunked"): the body is counted as it comes
         if length is not None and not framed:
             try:
                 return int(length) > self.max_body, receive
@@ -139,3 +154,16 @@ class ServiceMiddleware:
             return await receive()
 
         return False, replay
+
+
+def _head(scope) -> tuple[bytes | None, bool, bytes | None]:
+    """(Content-Length, whether a Transfer-Encoding frames the body, X-Request-Id), in one pass."""
+    length, framed, rid = None, False, None
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            length = value
+        elif name == b"transfer-encoding":
+            framed = True  # any coding, any case ("Chunked"): the body is counted as it comes
+        elif name == b"x-request-id":
+            rid = value
+    return length, framed, rid

@@ -15,8 +15,9 @@ import time
 
 from headwise.service.backends.core import EngineCore
 from headwise.service.engine import Engine
+from headwise.service.logs import configure
 from headwise.service.metrics import Metrics
-from headwise.service.settings import load_settings
+from headwise.service.settings import SettingsError, load_settings
 
 log = logging.getLogger("headwise.service")
 
@@ -83,7 +84,11 @@ def serve() -> int:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     [engine %(process)d] %(message)s")
+    try:
+        fmt = load_settings().log_format
+    except SettingsError:
+        fmt = "text"  # serve() says why, and exits
+    configure("info", fmt, "%(levelname)s:     [engine %(process)d] %(message)s")
     sys.exit(serve())
 
 

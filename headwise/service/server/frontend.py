@@ -11,6 +11,7 @@ import socket
 import sys
 
 from headwise.service.backends.remote import EngineLink
+from headwise.service.logs import say
 from headwise.service.package import PackageError
 from headwise.service.server.serve import _exit_if_stuck, quiet_exit_signals, uvicorn_options
 from headwise.service.settings import load_settings
@@ -21,7 +22,7 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
     try:
         link = EngineLink(settings.engine_address, slot=slot)
     except PackageError as e:
-        print(f"headwise front-end: error: {e}", file=sys.stderr)
+        say(f"error: {e}", who="headwise front-end")
         return 3
     import uvicorn
 

@@ -41,6 +41,8 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+from headwise.service.logs import new_id
+
 
 @dataclass(frozen=True)
 class Bounds:
@@ -120,11 +122,13 @@ class CoalescingTransport:
 
 
 def refusal(status: int, message: str) -> bytes:
-    """A complete HTTP/1.1 response in the native error shape, closing the connection."""
+    """A complete HTTP/1.1 response in the native error shape, closing the connection; its
+    request id is a new one (the head, if any, was not read)."""
+    rid = new_id()
     body = json.dumps({"error": {"message": message, "type": REASONS[status].decode().lower().replace(" ", "_"),
-                                 "code": status}}).encode()
+                                 "code": status, "request_id": rid}}).encode()
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n" % (status, REASONS[status], len(body))) + body
+            b"x-request-id: %s\r\nconnection: close\r\n\r\n" % (status, REASONS[status], len(body), rid.encode())) + body
 
 
 class Cycle(RequestResponseCycle):

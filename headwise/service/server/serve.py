@@ -7,7 +7,7 @@ worker processes (--workers N) build the same settings.
 from __future__ import annotations
 
 import argparse
-import copy
+import logging
 import os
 import shutil
 import signal
@@ -19,6 +19,7 @@ import time
 from headwise.service.backends import cuda
 from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import usable_cores
+from headwise.service.logs import log_config, say
 from headwise.service.package import PackageError, check_aliases, check_default_model, find_packages
 from headwise.service.server import versions
 from headwise.service.settings import SettingsError, load_settings
@@ -56,16 +57,8 @@ def resolve_workers(settings):
     n = cuda.auto_workers(usable_cores(), cuda.device_memory(settings.device_id)) if on_cuda else 1
     os.environ["HEADWISE_WORKERS"] = str(n)
     if on_cuda:
-        print(f"headwise serve: HEADWISE_WORKERS=auto: {n} worker processes share the GPU", file=sys.stderr)
+        say(f"HEADWISE_WORKERS=auto: {n} worker processes share the GPU", logging.INFO)
     return settings.model_copy(update={"workers": n})
-
-
-def _log_config(level: str) -> dict:
-    from uvicorn.config import LOGGING_CONFIG
-
-    cfg = copy.deepcopy(LOGGING_CONFIG)
-    cfg["loggers"]["headwise"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
-    return cfg
 
 
 def _exit_if_stuck(code: int, wait_s: float = 1.0) -> None:
@@ -78,7 +71,7 @@ def _exit_if_stuck(code: int, wait_s: float = 1.0) -> None:
     stuck = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()
              and not t.daemon]
     if stuck:
-        print(f"headwise serve: exiting with thread(s) still busy: {', '.join(stuck)}", file=sys.stderr)
+        say(f"exiting with thread(s) still busy: {', '.join(stuck)}", logging.WARNING)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -91,14 +84,14 @@ def uvicorn_options(settings, log_level: str, access_log: bool) -> tuple[dict, b
                    # the app's SIGTERM drain waits for requests in flight (service.api.app); this is
                    # only what uvicorn waits after it, or on SIGINT
                    lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
-                   log_level=log_level, access_log=access_log, log_config=_log_config(log_level))
+                   log_level=log_level, access_log=access_log, log_config=log_config(log_level, settings.log_format))
     fast = not (wrong := versions.mismatches())
     if fast:
         from headwise.service.server import http_protocol
 
         options["http"] = http_protocol.protocol(settings)
     else:
-        print(versions.fallback_warning(wrong), file=sys.stderr)
+        say(versions.fallback_warning(wrong), logging.WARNING)
         options["http"] = "httptools"
     return options, fast
 
@@ -140,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
         if mode == "inproc":
             settings = resolve_workers(settings)
     except (SettingsError, PackageError) as e:
-        print(f"headwise serve: error: {e}", file=sys.stderr)
+        say(f"error: {e}")
         return 2
     if mode == "process":
         from headwise.service.server import supervisor

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import shutil
 import signal
@@ -34,7 +35,10 @@ import zmq
 from headwise.service.backends import wire
 from headwise.service.backends.queues import RUN_CLOCK_FILE, RunClock, beside
 from headwise.service.cpu import usable_cores
+from headwise.service.logs import configure
 from headwise.service.settings import Settings, frontend_processes
+
+log = logging.getLogger("headwise.supervisor")
 
 POLL_S = 0.05
 CRASH_WINDOW_S = 10.0  # a front-end that dies this soon after its start...
@@ -54,7 +58,7 @@ def _spawn(args: list[str], env: dict, pass_fds: tuple[int, ...] = ()) -> subpro
 
 
 def _say(msg: str) -> None:
-    print(f"headwise serve: {msg}", file=sys.stderr, flush=True)
+    log.log(logging.ERROR if msg.startswith("error:") else logging.INFO, msg)
 
 
 def _wait_for_engine(engine: subprocess.Popen, address: str, stopping) -> bool:
@@ -115,6 +119,7 @@ ENGINE = ["headwise.service.server.engine_process"]
 def run(settings: Settings, log_level: str, access_log: bool, engine_module: list[str] = ENGINE) -> int:
     """`engine_module`: the engine process's `python -m` arguments (bench/ gives a device
     stand-in's); it must answer `Hello` at HEADWISE_ENGINE_ADDRESS as EngineCore does."""
+    configure("info", settings.log_format, "headwise serve: %(message)s")  # what it says is always shown
     n = frontend_processes(settings, usable_cores())
     work = tempfile.mkdtemp(prefix="headwise-")
     address = f"ipc://{work}/engine.sock"

@@ -30,7 +30,7 @@ def mismatches() -> dict[str, str | None]:
 
 def fallback_warning(wrong: dict[str, str | None]) -> str:
     got = ", ".join(f"{name} {v or 'missing'} (written for {WRITTEN_FOR[name]})" for name, v in wrong.items())
-    return (f"headwise serve: the fast path and the bounded HTTP protocol were written for other framework "
+    return (f"the fast path and the bounded HTTP protocol were written for other framework "
             f"versions: {got}. Serving the plain FastAPI app on uvicorn's own httptools protocol: the same "
             "answers, more CPU per request, and no request-head limits or read timeouts "
             "(HEADWISE_MAX_HEAD_BYTES, HEADWISE_MAX_HEADERS, HEADWISE_HEAD_TIMEOUT_S, HEADWISE_BODY_TIMEOUT_S, "

@@ -128,9 +128,11 @@ def _send(client, method, path, body, headers):
 
 
 def _answer(r):
-    """Status, headers (TEI's timing headers' values vary: only their presence) and body."""
-    headers = {k: "t" if k.endswith("-time") else v for k, v in r.headers.items() if k != "date"}
-    return r.status_code, headers, r.content
+    """Status, headers (TEI's timing headers' values vary: only their presence; the request id
+    made for each request: only its place) and body."""
+    rid = r.headers["x-request-id"]
+    headers = {k: "t" if k.endswith("-time") else "id" if v == rid else v for k, v in r.headers.items() if k != "date"}
+    return r.status_code, headers, r.content.replace(rid.encode(), b"id")
 
 
 def _conversation(package, fast: bool, **settings) -> list:

@@ -84,8 +84,10 @@ def test_a_refusal_is_a_complete_json_response_that_closes():
     head, body = raw.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
     assert b"connection: close" in head and b"content-length: %d" % len(body) in head
+    rid = next(line.split(b": ")[1].decode() for line in head.split(b"\r\n") if line.startswith(b"x-request-id"))
+    assert len(rid) == 32 and rid != json.loads(refusal(431, "again").split(b"\r\n\r\n")[1])["error"]["request_id"]
     assert json.loads(body) == {"error": {"message": "request head over 65536 bytes",
-                                          "type": "request_header_fields_too_large", "code": 431}}
+                                          "type": "request_header_fields_too_large", "code": 431, "request_id": rid}}
 
 
 def _cycle(cls, method: str = "POST", keep_alive: bool = True, access_log: bool = False):
