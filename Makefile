@@ -22,12 +22,12 @@ $(PY):
 
 $(VENV)/.installed-run: $(PY) pyproject.toml $(CONSTRAINTS)
 	@echo "installing headwise and its export tools into $(VENV) (a few minutes the first time)"
-	@$(PIP) install $(PIP_QUIET) -c $(CONSTRAINTS) -e ".[export]"
+	@$(PIP) install $(PIP_QUIET) -c $(CONSTRAINTS) -e ".[export,otel]"
 	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed-run
 	@echo "installing the test and benchmark tools into $(VENV)"
-	@$(PIP) install $(PIP_QUIET) -c $(CONSTRAINTS) -e ".[export,test,bench]"
+	@$(PIP) install $(PIP_QUIET) -c $(CONSTRAINTS) -e ".[export,test,bench,otel]"
 	@touch $@
 
 install: $(VENV)/.installed-run

@@ -9,7 +9,6 @@ access log's fields); `text` (the default) is uvicorn's format, with the request
 
 from __future__ import annotations
 
-import copy
 import importlib
 import logging
 import os
@@ -82,24 +81,6 @@ class JsonFormatter(logging.Formatter):
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
-
-
-def log_config(level: str, fmt: str = "text") -> dict:
-    """uvicorn's `log_config` for a server process: its loggers and headwise's, in `fmt`."""
-    from uvicorn.config import LOGGING_CONFIG
-
-    cfg = copy.deepcopy(LOGGING_CONFIG)
-    cfg["loggers"]["headwise"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
-    cfg["filters"] = {"request": {"()": RequestContext}}
-    for handler in cfg["handlers"].values():
-        handler["filters"] = ["request"]
-    if fmt == "json":
-        cfg["formatters"] = {name: {"()": JsonFormatter} for name in cfg["formatters"]}
-    else:
-        for name, spec in cfg["formatters"].items():
-            rest = {k: v for k, v in spec.items() if k != "()"}
-            cfg["formatters"][name] = {"()": text_formatter, "inner": spec["()"], **rest}
-    return cfg
 
 
 def text_formatter(inner: str, **options) -> TextFormatter:

@@ -93,8 +93,9 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         "text", description="text: uvicorn's lines, with the request's id; json: one JSON object per line (time, "
         "level, logger, message, request_id, trace_id; the access log's fields)")
-    otel: bool = Field(False, description="FastAPI's native OpenTelemetry (when an SDK is configured); off, "
-                       "requests skip its per-request check")
+    otel: bool = Field(False, description="OpenTelemetry traces: a server span per request and its queue, "
+                       "tokenise, batch, device run and serialise spans, sent by OTLP/HTTP as the OTEL_* variables "
+                       "say (needs headwise[otel]; docs/observability.md#traces)")
     fault_injection: bool = Field(
         False, description="TEST ONLY: inputs starting with __headwise_fault__ make the backend fail or hang")
     fault_engine_delay_ms: float = Field(

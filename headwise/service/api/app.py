@@ -23,6 +23,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
+from headwise.service import tracing
 from headwise.service.api import errors
 from headwise.service.api.body import body_model
 from headwise.service.api.compat.openapi import inline_schema
@@ -149,6 +150,7 @@ async def lifespan(app: FastAPI):
         left = deadline - time.monotonic() - 0.5 if deadline else app.state.settings.grace_seconds
         await engine.close(timeout=max(0.2, min(5.0, left)))
         app.state.metrics.close()
+        tracing.shutdown()  # what is left of the spans goes out
 
 
 def api_routes(routes):
@@ -206,6 +208,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     (live, not ready) while it prepares; with `ready_before_serving` its start-up waits until
     it is prepared, so it accepts no connection before (process mode's front-ends)."""
     settings = settings if settings is not None else load_settings()
+    tracing.setup(settings.otel, "front-end" if settings.engine_address else "server")
     m = Metrics()
     app = FastAPI(
         title="headwise",
@@ -215,9 +218,10 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         docs_url="/docs" if settings.docs else None,
         redoc_url="/redoc" if settings.docs else None,
         openapi_url="/openapi.json" if settings.docs else None,
-        # Off unless asked: its per-request "is an SDK configured?" check is a visible share of
-        # the event loop's work under load (bench/results/experiments-cpu.md).
-        telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
+        # Off: its per-request "is an SDK configured?" check is a visible share of the event
+        # loop's work under load (bench/results/experiments-cpu.md), and HEADWISE_OTEL's spans
+        # are headwise's own (service.tracing), on the fast path too.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.on_fatal = on_fatal

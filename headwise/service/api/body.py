@@ -15,6 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
+from headwise.service import tracing
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -29,10 +31,11 @@ def json_body(model: type[M]):
         if not (ctype == "application/json" or ctype.endswith("+json")):
             # as FastAPI's strict content type: no JSON without saying so (CSRF)
             raise RequestValidationError([{"loc": ("body",), "msg": "not JSON", "type": "model_type"}])
-        try:
-            return model.model_validate_json(await read_body(request))
-        except ValidationError as e:
-            raise RequestValidationError(e.errors(include_input=False, include_url=False)) from None
+        with tracing.span("validate"):
+            try:
+                return model.model_validate_json(await read_body(request))
+            except ValidationError as e:
+                raise RequestValidationError(e.errors(include_input=False, include_url=False)) from None
 
     parse.body_model = model  # what the route's OpenAPI request body documents (service.api.app)
     return parse

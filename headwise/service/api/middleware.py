@@ -11,6 +11,7 @@ import time
 
 from starlette.requests import Request
 
+from headwise.service import tracing
 from headwise.service.api import errors
 from headwise.service.api.errors import NATIVE
 from headwise.service.logs import accepted_id, request_id
@@ -60,6 +61,7 @@ class ServiceMiddleware:
         length, framed, rid = _head(scope)
         rid = accepted_id(rid)
         token = request_id.set(rid)
+        traced = tracing.start_server_span(scope["method"], path, scope.get("headers") or (), rid) if tracing.ON else None
         echo = (b"x-request-id", rid.encode())
 
         async def send_wrapper(message):
@@ -89,6 +91,8 @@ class ServiceMiddleware:
             self.activity.receives.discard(receive)
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             model = (scope.get("state") or {}).get("model", "")
+            if traced is not None:
+                tracing.end_server_span(*traced, route, status, model)
             count, duration = self._series(route, model, status)
             count.inc()
             duration.observe(time.perf_counter() - t0)

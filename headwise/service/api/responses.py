@@ -10,6 +10,7 @@ import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
+from headwise.service import tracing
 from headwise.service.api.errors import Protocol
 from headwise.service.api.serialize import CHUNK_BYTES, dumps_chunks
 from headwise.service.engine.budget import Reservation, ResponseBudget, ShareOf
@@ -49,7 +50,7 @@ async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offl
     in-flight response budget until sent (Overloaded when it does not fit). `offload(fn)`:
     where to build it whatever its size (analytics: their own thread, of the lowest priority).
     `headers`: the response's own, as raw (name, value) pairs (TEI's timing headers)."""
-    with budget.reserve(size) as reservation:
+    with budget.reserve(size) as reservation, tracing.span("serialise", **{"headwise.response.bound_bytes": size}):
         if offload is not None:
             body = await offload(lambda: dumps_chunks(build()))
         elif size > CHUNK_BYTES:

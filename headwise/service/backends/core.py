@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
+from headwise.service import tracing
 from headwise.service.backends import wire
 from headwise.service.backends.onnxruntime import Backend
 from headwise.service.backends.queues import (
@@ -282,7 +283,12 @@ class EngineCore:
         finally:
             if self.clock is not None:
                 self.clock.ended()
-        self.on_run(run.model, run.role, len(group), sum(p.live for p in group), time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        self.on_run(run.model, run.role, len(group), sum(p.live for p in group), t1 - t0)
+        if tracing.ON:
+            tracing.device_runs([tracing.context_of(tp) for p in group for tp in p.run.trace], t0, t1, **{
+                "headwise.graph": run.role, "headwise.device.rows": sum(p.live for p in group),
+                "headwise.device.stacked_runs": len(group)})
         answers, at = [], 0
         for p in group:
             mine = {name: a[at:at + p.live] for name, a in out.items()} if len(group) > 1 else out

@@ -116,13 +116,14 @@ class EngineLink:
                 self._sockets += [send, recv]
         return mine
 
-    def run(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def run(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str],
+            trace: list[str] | None = None) -> dict[str, np.ndarray]:
         if self.lost:
             raise EngineGone(GONE)
         send, recv, address = self._sockets_here()
         seq = next(self._seq)
-        send.send_multipart(wire.encode(wire.Run(seq, address, model, role, outputs, wire.specs(feeds)), feeds),
-                            copy=False)
+        run = wire.Run(seq, address, model, role, outputs, wire.specs(feeds), trace or [])
+        send.send_multipart(wire.encode(run, feeds), copy=False)
         while True:
             try:
                 frames = recv.recv_multipart(copy=False)
@@ -137,7 +138,7 @@ class EngineLink:
 
     # -- runs awaited on an event loop ----------------------------------------------------------
     async def run_async(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str],
-                        gone: Gone | None = None) -> dict[str, np.ndarray]:
+                        gone: Gone | None = None, trace: list[str] | None = None) -> dict[str, np.ndarray]:
         """`run`, awaited on the running loop: no thread waits, and the loop reads the answer
         when its socket is readable. While it waits, `gone()` is asked every ABORT_POLL_S which
         rows' clients have gone, and the engine is told (`Abort`); when all have, the run
@@ -148,7 +149,7 @@ class EngineLink:
         here = self._loops.get(loop)
         if here is None:
             here = self._loops[loop] = _LoopSockets(self, loop)
-        return await here.run(model, role, feeds, outputs, gone)
+        return await here.run(model, role, feeds, outputs, gone, trace)
 
     # -- the watchdog -------------------------------------------------------------------------
     def _watchdog(self) -> None:
@@ -222,7 +223,7 @@ class _LoopSockets:
         self.waiting.clear()
 
     async def run(self, model: str, role: str, feeds: dict[str, np.ndarray], outputs: list[str],
-                  gone: Gone | None) -> dict:
+                  gone: Gone | None, trace: list[str] | None = None) -> dict:
         seq = next(self.link._seq)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -230,7 +231,8 @@ class _LoopSockets:
         watch = _Watch(self, seq, len(next(iter(feeds.values()), ())), fut, gone) if gone else None
         try:
             await self.send.send_multipart(
-                wire.encode(wire.Run(seq, self.address, model, role, outputs, wire.specs(feeds)), feeds), copy=False)
+                wire.encode(wire.Run(seq, self.address, model, role, outputs, wire.specs(feeds), trace or []), feeds),
+                copy=False)
             if watch:
                 watch.arm(loop)
             msg, arrays = await fut
@@ -298,6 +300,7 @@ class RemoteBackend:
     generative backend's `has`). The engine warmed them before any front-end started."""
 
     warmed = True
+    traces_device = True  # the engine process writes the device-run spans (backends.core)
 
     def __init__(self, link: EngineLink, model: str, facts: wire.ModelFacts):
         self.link, self.model = link, model
@@ -312,9 +315,11 @@ class RemoteBackend:
         row = self.link.welcome.queues.get(f"{self.model}/{role}")
         return None if self.link.queues is None or row is None else self.link.queues.queue(row)
 
-    def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        return self.link.run(self.model, role, feeds, outputs)
+    def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str],
+            trace: list[str] | None = None) -> dict[str, np.ndarray]:
+        """`trace`: the batch spans' traceparents, under which the engine writes the device run."""
+        return self.link.run(self.model, role, feeds, outputs, trace)
 
     async def run_async(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str],
-                        gone: Gone | None = None) -> dict[str, np.ndarray]:
-        return await self.link.run_async(self.model, role, feeds, outputs, gone)
+                        gone: Gone | None = None, trace: list[str] | None = None) -> dict[str, np.ndarray]:
+        return await self.link.run_async(self.model, role, feeds, outputs, gone, trace)

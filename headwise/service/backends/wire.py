@@ -39,6 +39,7 @@ class Run(msgspec.Struct, tag="run"):
     role: str
     outputs: list[str]
     arrays: list[Array]
+    trace: list[str] = []  # traceparents of the batch spans the device run goes under (tracing on)
 
 
 class Abort(msgspec.Struct, tag="abort"):

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from headwise.service.cpu import INFERENCE_NICENESS, lowered_thread
+from headwise.service.engine import traced
 from headwise.service.engine.work import Done, Entry, Job, Limits, Outcome, Work, length_buckets
 from headwise.service.errors import Disconnected, NotReady, Overloaded
 
@@ -373,6 +374,7 @@ class Batcher:
                 t.started = True
                 queue = waited - t.tokenize
                 t.queue = queue if queue > 0.0 else 0.0
+                traced.queued(job)
 
     async def disconnected(self, jobs) -> set[Job]:
         """The jobs whose client has gone: failed (nobody reads it) and counted as dropped."""

@@ -11,8 +11,10 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
+from headwise.service import tracing
 from headwise.service.backends.onnxruntime import Backend
 from headwise.service.cpu import ANALYTICS_NICENESS
+from headwise.service.engine import traced
 from headwise.service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
 from headwise.service.engine.faults import inject_fault, unlinked
 from headwise.service.engine.heads import Head, head_for
@@ -88,7 +90,8 @@ class EncoderRuntime:
             if role == "analysis":
                 raise self._no_analysis("hidden states and removed heads need")
             raise Validation(f"model {self.name!r} has no attention variant")
-        job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected)
+        job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected,
+                  trace=tracing.current())
         try:
             data = await batcher.submit(job)
         except Exception:
@@ -115,7 +118,7 @@ class EncoderRuntime:
         an input would not be masked there. The caller has checked max_len and the response
         bound, and admitted the rows' tokens."""
         batcher = self.analytics
-        job = Job(len(encs), params=params, is_disconnected=is_disconnected)
+        job = Job(len(encs), params=params, is_disconnected=is_disconnected, trace=tracing.current())
         holes = holes or [()] * len(encs)
         ablations = ablations or [None] * len(encs)
         if (any(holes) or any(ablations)) and "analysis" not in self.batchers:
@@ -168,14 +171,15 @@ class EncoderRuntime:
             feeds["head_mask"] = head_mask
         return feeds
 
-    def run(self, role: str, entries: list[Entry], padded: int, outputs: list[str], record: bool) -> tuple[dict, float]:
+    def run(self, role: str, entries: list[Entry], padded: int, outputs: list[str], record: bool,
+            spans: list = ()) -> tuple[dict, float]:
         """One backend run of a batch, timed and counted per variant when `record` → (its
-        outputs, when the run began)."""
+        outputs, when the run began); `spans`: the batch's spans, when traced."""
         feeds = self.feeds(entries, padded, role)
         if self.settings.fault_injection and record:
             inject_fault(entries)
         t0 = time.perf_counter()
-        out = self.backend.run(role, feeds, outputs)
+        out = traced.run(self.backend, role, feeds, outputs, spans) if spans else self.backend.run(role, feeds, outputs)
         if record:
             self._counted(role, entries, padded, t0)
         return out, t0
@@ -213,8 +217,9 @@ class EncoderRuntime:
         with holes on the analysis graph: run_encoded)."""
         t0 = time.perf_counter()
         role, f16, outputs = self._graph(role, entries)
-        out, t1 = self.run(role, entries, padded, outputs, record)
-        return self._answers(entries, out, f16, record, t0, t1)
+        with traced.batch_spans(entries if record else [], padded, role, t0) as spans:
+            out, t1 = self.run(role, entries, padded, outputs, record, spans)
+            return self._answers(entries, out, f16, record, t0, t1)
 
     async def run_batch_async(self, role: str, entries: list[Entry], padded: int, batcher: Batcher) -> list:
         """run_batch with the backend's run awaited on the loop (process mode's RemoteBackend),
@@ -230,9 +235,10 @@ class EncoderRuntime:
             return {i for i, e in enumerate(entries) if e.job.done}
 
         t1 = time.perf_counter()
-        out = await self.backend.run_async(role, feeds, outputs, gone)
-        self._counted(role, entries, padded, t1)
-        return self._answers(entries, out, f16, True, t0, t1)
+        with traced.batch_spans(entries, padded, role, t0) as spans:
+            out = await traced.run_async(self.backend, role, feeds, outputs, gone, spans)
+            self._counted(role, entries, padded, t1)
+            return self._answers(entries, out, f16, True, t0, t1)
 
     def _graph(self, role: str, entries: list[Entry]) -> tuple[str, list[bool], list[str]]:
         """The role a batch runs on, whether each entry reads float16 weights, the outputs."""
@@ -282,6 +288,8 @@ class EncoderRuntime:
             took = time.perf_counter() - t0
             self.series.tokenize.observe(took)
             at = 0
+            if tracing.ON:
+                traced.tokenised([jobs[i] for i in group], t0, took)
             for i in group:
                 job = jobs[i]
                 job.timing.tokenize += took

@@ -47,6 +47,7 @@ class Job:
     enqueued_at: float = 0.0
     answer_bytes: int = 0  # the bound of its answer as written, counted once when it is tokenised
     timing: Timing = field(default_factory=Timing)
+    trace: object = None  # the request's span context when tracing (service.tracing)
 
     @property
     def done(self) -> bool:

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+from headwise.service import tracing
 from headwise.service.backends.core import EngineCore
 from headwise.service.engine import Engine
 from headwise.service.logs import configure
@@ -70,6 +71,7 @@ def serve() -> int:
     core = EngineCore(backends, settings.engine_address, max_batch_size=settings.max_batch_size,
                       max_batch_tokens=batch_tokens, on_run=on_run, on_drop=on_drop)
     try:
+        tracing.setup(settings.otel, "engine")  # the device runs' spans are written here
         core.start(os.getpid())
     except Exception as e:
         log.error("engine: cannot listen at %s: %s", settings.engine_address, e)
@@ -80,6 +82,7 @@ def serve() -> int:
     log.info("engine: stopping; finishing the runs accepted")
     core.stop(timeout=max(1.0, settings.grace_seconds))
     metrics.close()
+    tracing.shutdown()
     return 0
 
 

@@ -7,6 +7,7 @@ worker processes (--workers N) build the same settings.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import shutil
@@ -16,10 +17,11 @@ import tempfile
 import threading
 import time
 
+from headwise.service import tracing
 from headwise.service.backends import cuda
 from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import usable_cores
-from headwise.service.logs import log_config, say
+from headwise.service.logs import JsonFormatter, RequestContext, say, text_formatter
 from headwise.service.package import PackageError, check_aliases, check_default_model, find_packages
 from headwise.service.server import versions
 from headwise.service.settings import SettingsError, load_settings
@@ -59,6 +61,25 @@ def resolve_workers(settings):
     if on_cuda:
         say(f"HEADWISE_WORKERS=auto: {n} worker processes share the GPU", logging.INFO)
     return settings.model_copy(update={"workers": n})
+
+
+def log_config(level: str, fmt: str = "text") -> dict:
+    """uvicorn's `log_config` for a server process: its loggers and headwise's, in `fmt`
+    (service.logs: the request's id on every line; JSON lines)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    cfg = copy.deepcopy(LOGGING_CONFIG)
+    cfg["loggers"]["headwise"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    cfg["filters"] = {"request": {"()": RequestContext}}
+    for handler in cfg["handlers"].values():
+        handler["filters"] = ["request"]
+    if fmt == "json":
+        cfg["formatters"] = {name: {"()": JsonFormatter} for name in cfg["formatters"]}
+    else:
+        for name, spec in cfg["formatters"].items():
+            rest = {k: v for k, v in spec.items() if k != "()"}
+            cfg["formatters"][name] = {"()": text_formatter, "inner": spec["()"], **rest}
+    return cfg
 
 
 def _exit_if_stuck(code: int, wait_s: float = 1.0) -> None:
@@ -129,10 +150,11 @@ def main(args: argparse.Namespace) -> int:
             found = cuda.probe(settings.device_id)
             if not found.ok:
                 raise PackageError(f"HEADWISE_PROVIDER=cuda, but CUDA cannot be used here: {found.why()}")
+        tracing.check(settings.otel)
         mode = resolve_engine(settings)
         if mode == "inproc":
             settings = resolve_workers(settings)
-    except (SettingsError, PackageError) as e:
+    except (SettingsError, PackageError, tracing.TracingError) as e:
         say(f"error: {e}")
         return 2
     if mode == "process":

@@ -6,7 +6,8 @@ import logging.config
 
 import pytest
 
-from headwise.service.logs import JsonFormatter, RequestContext, accepted_id, log_config, request_id
+from headwise.service.logs import JsonFormatter, RequestContext, accepted_id, request_id
+from headwise.service.server.serve import log_config
 
 
 @pytest.mark.parametrize("raw", [b"abc-123", b"x" * 128, b"trace:4bf92f35/00f067aa"])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer
 
+from headwise.service import tracing
 from headwise.service.engine.budget import Reservation, ResponseBudget
 from headwise.service.engine.faults import FAULT
 from headwise.service.engine.generation.batch import Stepper
@@ -158,6 +159,7 @@ class GenerativeRuntime:
         prompt = await asyncio.get_running_loop().run_in_executor(pool, self.prompt, text, params)
         self.metrics.tokenize_duration.labels(model=self.name).observe(time.perf_counter() - t0)
         seq = self.sequence(text, params, prompt)
+        seq.trace = tracing.current()
         with budget.reserve(self.answer_bytes(seq)) as reservation:
             self.scheduler.submit(seq)
         return Generation(seq, reservation)

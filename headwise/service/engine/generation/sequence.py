@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from headwise.service import tracing
 from headwise.service.engine.generation.hidden import step_states
 from headwise.service.engine.generation.sampling import SamplingParams, make_rng, pick, suppress
 from headwise.service.engine.internals import HiddenSpec
@@ -69,6 +70,7 @@ class Sequence:
     t_submit: float = field(default_factory=time.perf_counter)
     t_last: float | None = None
     step_delay: float = 0.0  # HEADWISE_FAULT_INJECTION tests only: seconds slept per step
+    trace: object = None  # the request's span context when tracing (service.tracing)
 
     def __post_init__(self):
         self.rng = make_rng(self.params.seed)
@@ -137,6 +139,9 @@ class Sequence:
         out = [event] if self.params.stream else []
         if self.finish_reason is not None:
             out.append(self.final())
+            if self.trace is not None:  # one span per generation, not one per token
+                tracing.record("generate", self.trace, self.t_submit, time.perf_counter(), **{
+                    "headwise.generation.steps": len(self.ids), "headwise.generation.finish_reason": self.finish_reason})
         return out
 
     def _update_text(self, token: int) -> None:
