@@ -5,6 +5,7 @@ uvicorn's request cycle on loopback TCP connections (bench.stages_http's way, co
 that any tree, before or after, runs the same driver).
 
     python bench/plain_path.py --models /tmp/models old=/tmp/ab-old new=/tmp/ab-new --rounds 60
+    python bench/plain_path.py --models /tmp/models off=/tmp/t on=/tmp/t --env on:HEADWISE_OTEL=true
     python bench/plain_path.py --models /tmp/models --child                  # the tree on PYTHONPATH
     valgrind --tool=callgrind --instr-atstart=no python bench/plain_path.py --models M --child --instr
 
@@ -255,6 +256,11 @@ class Child:
     def __init__(self, name: str, tree: Path, a):
         env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWISE_")}
         env["PYTHONPATH"] = str(tree)
+        for spec in a.env:  # NAME:KEY=VALUE, this side's own settings
+            side, _, kv = spec.partition(":")
+            if side == name:
+                key, _, value = kv.partition("=")
+                env[key] = value
         argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--serve", "--models", a.models,
                 "--clients", str(a.clients), "--requests", str(a.requests)]
         if a.pin is not None:
@@ -327,6 +333,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1600, help="requests per block")
     ap.add_argument("--rounds", type=int, default=40, help="blocks per tree, alternating")
     ap.add_argument("--pin", type=int, help="run every child on this CPU (taskset)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME:KEY=VALUE",
+                    help="an environment variable for one side's child (repeatable): the same tree twice, "
+                         "with and without a setting")
     ap.add_argument("--child", action="store_true", help="measure the tree on PYTHONPATH, in this process")
     ap.add_argument("--blocks", type=int, default=9, help="(--child) blocks in the sitting")
     ap.add_argument("--profile", help="(--child) write a cProfile of one block here")

@@ -104,6 +104,9 @@ def end_server_span(span, token, ids, route: str | None, status: int, model: str
     from headwise.service.logs import trace_id
 
     trace_id.reset(ids)
+    if not span.is_recording():  # not sampled
+        context.detach(token)
+        return
     if route:
         span.update_name(f"{span.name.split(' ', 1)[0]} {route}")
         span.set_attribute("http.route", route)
@@ -118,22 +121,29 @@ def end_server_span(span, token, ids, route: str | None, status: int, model: str
 
 # -- children ---------------------------------------------------------------------------------
 def current():
-    """The current context (the request's span), for work done later elsewhere; None when off."""
+    """The current context when its span records (the request's, sampled), for work done later
+    elsewhere; None when off or not sampled: nothing is traced for that request."""
     if not ON:
         return None
-    from opentelemetry import context
+    from opentelemetry import context, trace
 
-    return context.get_current()
+    ctx = context.get_current()
+    return ctx if trace.get_current_span(ctx).is_recording() else None
 
 
 @contextmanager
 def span(name: str, **attributes) -> Iterator[None]:
-    """A live child of the current span (no-op when off)."""
-    if not ON:
+    """A child of the current span while the block runs (no-op when off or not sampled). It is
+    not made current: nothing under it needs to find it."""
+    parent = current()
+    if parent is None:
         yield
         return
-    with _tracer.start_as_current_span(name, attributes=attributes):
+    s = _tracer.start_span(name, context=parent, attributes=attributes)
+    try:
         yield
+    finally:
+        s.end()
 
 
 def record(name: str, parent, start: float, end: float, **attributes) -> None:
@@ -142,11 +152,18 @@ def record(name: str, parent, start: float, end: float, **attributes) -> None:
 
 
 def start(name: str, parent, at: float, links: Iterable = (), **attributes):
-    """A child of `parent` begun at perf_counter time `at`, linked to `links` (contexts)."""
+    """A child of `parent` begun at perf_counter time `at`, linked to `links` (span contexts)."""
     from opentelemetry import trace
 
-    linked = [trace.Link(trace.get_current_span(c).get_span_context()) for c in links]
-    return _tracer.start_span(name, context=parent, start_time=wall_ns(at), links=linked, attributes=attributes)
+    return _tracer.start_span(name, context=parent, start_time=wall_ns(at), links=[trace.Link(c) for c in links],
+                              attributes=attributes)
+
+
+def span_context(ctx):
+    """The span context of a context's current span (for a link)."""
+    from opentelemetry import trace
+
+    return trace.get_current_span(ctx).get_span_context()
 
 
 def end(spans: Iterable, at: float) -> None:

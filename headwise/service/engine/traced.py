@@ -16,15 +16,17 @@ from headwise.service.engine.work import Entry, Job
 @contextmanager
 def batch_spans(entries: list[Entry], padded: int, role: str, at: float) -> Iterator[list]:
     """A `batch` span per traced request among `entries`, begun at `at`, ended on leaving;
-    yields them ([] when tracing is off or no request is traced)."""
+    yields them ([] when tracing is off or no request is traced). The first request's links to
+    every other request's span, and each other one links to the first's: a batch of n requests
+    makes 2(n − 1) links, not n(n − 1)."""
     jobs = [j for j in dict.fromkeys(e.job for e in entries) if j.trace is not None] if tracing.ON else []
     if not jobs:
         yield []
         return
-    spans = [tracing.start("batch", j.trace, at, links=[o.trace for o in jobs if o is not j],
-                           **{"headwise.batch.size": len(entries), "headwise.batch.padded_length": padded,
-                              "headwise.batch.requests": len(jobs), "headwise.graph": role})
-             for j in jobs]
+    attributes = {"headwise.batch.size": len(entries), "headwise.batch.padded_length": padded,
+                  "headwise.batch.requests": len(jobs), "headwise.graph": role}
+    first = tracing.start("batch", jobs[0].trace, at, [tracing.span_context(j.trace) for j in jobs[1:]], **attributes)
+    spans = [first, *(tracing.start("batch", j.trace, at, [first.get_span_context()], **attributes) for j in jobs[1:])]
     try:
         yield spans
     finally:

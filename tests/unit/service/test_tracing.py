@@ -86,3 +86,21 @@ def test_analytics_rows_are_traced_under_their_request(spans, package):
     server = next(s for s in done if s.name == "POST /v1/occlusion")
     batches = [s for s in done if s.name == "batch" and s.parent.span_id == server.context.span_id]
     assert batches and all(s.context.trace_id == server.context.trace_id for s in batches)
+
+
+def test_a_request_not_sampled_costs_no_child_span(package, monkeypatch):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tests.unit.fakes import client_for, wait_ready
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    exporter = InMemorySpanExporter()
+    tracing.setup(True, "server", exporter)
+    try:
+        with client_for(package) as c:
+            wait_ready(c)
+            r = c.post("/v1/embed", json={"inputs": ["the cat sat"]}, headers={"X-Request-Id": "unsampled"})
+            assert r.status_code == 200 and r.headers["x-request-id"] == "unsampled"
+    finally:
+        tracing.shutdown()
+    assert exporter.get_finished_spans() == ()
