@@ -17,8 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any
 
 log = logging.getLogger("headwise.service")
@@ -81,31 +80,49 @@ def wall_ns(perf: float) -> int:
 
 
 # -- the server span ----------------------------------------------------------------------------
-def start_server_span(method: str, path: str, headers: Iterable[tuple[bytes, bytes]], request_id: str):
-    """The request's span, a child of its `traceparent` if any, made current (its trace id too,
-    for the log lines: service.logs) → what end_server_span takes."""
-    from opentelemetry import context, trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+class _Api:
+    """The OpenTelemetry API's parts used per request, imported once tracing is on."""
 
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace import Status, StatusCode
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self.context, self.trace, self.server = context, trace, trace.SpanKind.SERVER
+        self.error = Status(StatusCode.ERROR)
+        self.propagator = TraceContextTextMapPropagator()
+
+
+_api: _Api | None = None
+
+
+def _otel() -> _Api:
+    global _api
+    if _api is None:
+        _api = _Api()
+    return _api
+
+
+def start_server_span(method: str, path: str, headers: Iterable[tuple[bytes, bytes]], request_id: str):
+    """The request's span, a child of its `traceparent` if any, made current when sampled (its
+    trace id set for the log lines either way: service.logs) → what end_server_span takes."""
     from headwise.service.logs import trace_id
 
+    api = _otel()
     carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in (b"traceparent", b"tracestate")}
-    parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
-    span = _tracer.start_span(f"{method} {path}", context=parent, kind=trace.SpanKind.SERVER, attributes={
+    parent = api.propagator.extract(carrier) if carrier else None
+    span = _tracer.start_span(f"{method} {path}", context=parent, kind=api.server, attributes={
         "http.request.method": method, "url.path": path, "headwise.request_id": request_id})
     ids = trace_id.set(format(span.get_span_context().trace_id, "032x"))
-    return span, context.attach(trace.set_span_in_context(span)), ids
+    token = api.context.attach(api.trace.set_span_in_context(span)) if span.is_recording() else None
+    return span, token, ids
 
 
 def end_server_span(span, token, ids, route: str | None, status: int, model: str) -> None:
-    from opentelemetry import context
-    from opentelemetry.trace import Status, StatusCode
-
     from headwise.service.logs import trace_id
 
     trace_id.reset(ids)
-    if not span.is_recording():  # not sampled
-        context.detach(token)
+    if token is None:  # not sampled: nothing was made current
         return
     if route:
         span.update_name(f"{span.name.split(' ', 1)[0]} {route}")
@@ -114,9 +131,9 @@ def end_server_span(span, token, ids, route: str | None, status: int, model: str
     if model:
         span.set_attribute("headwise.model", model)
     if status >= 500:
-        span.set_status(Status(StatusCode.ERROR))
+        span.set_status(_api.error)
     span.end()
-    context.detach(token)
+    _api.context.detach(token)
 
 
 # -- children ---------------------------------------------------------------------------------
@@ -125,25 +142,45 @@ def current():
     elsewhere; None when off or not sampled: nothing is traced for that request."""
     if not ON:
         return None
-    from opentelemetry import context, trace
+    api = _otel()
+    ctx = api.context.get_current()
+    return ctx if api.trace.get_current_span(ctx).is_recording() else None
 
-    ctx = context.get_current()
-    return ctx if trace.get_current_span(ctx).is_recording() else None
+
+class _Noop:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return False
 
 
-@contextmanager
-def span(name: str, **attributes) -> Iterator[None]:
-    """A child of the current span while the block runs (no-op when off or not sampled). It is
-    not made current: nothing under it needs to find it."""
+class _Child:
+    __slots__ = ("span",)
+
+    def __init__(self, span) -> None:
+        self.span = span
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        self.span.end()
+        return False
+
+
+NOOP = _Noop()
+
+
+def span(name: str, **attributes):
+    """A context manager: a child of the current span while its block runs (nothing when off or
+    not sampled). It is not made current: nothing under it needs to find it."""
     parent = current()
     if parent is None:
-        yield
-        return
-    s = _tracer.start_span(name, context=parent, attributes=attributes)
-    try:
-        yield
-    finally:
-        s.end()
+        return NOOP
+    return _Child(_tracer.start_span(name, context=parent, attributes=attributes))
 
 
 def record(name: str, parent, start: float, end: float, **attributes) -> None:
@@ -153,17 +190,19 @@ def record(name: str, parent, start: float, end: float, **attributes) -> None:
 
 def start(name: str, parent, at: float, links: Iterable = (), **attributes):
     """A child of `parent` begun at perf_counter time `at`, linked to `links` (span contexts)."""
-    from opentelemetry import trace
-
-    return _tracer.start_span(name, context=parent, start_time=wall_ns(at), links=[trace.Link(c) for c in links],
+    link = _otel().trace.Link
+    return _tracer.start_span(name, context=parent, start_time=wall_ns(at), links=[link(c) for c in links],
                               attributes=attributes)
+
+
+def in_context(span):
+    """A context whose current span is `span` (a parent for spans begun elsewhere)."""
+    return _otel().trace.set_span_in_context(span)
 
 
 def span_context(ctx):
     """The span context of a context's current span (for a link)."""
-    from opentelemetry import trace
-
-    return trace.get_current_span(ctx).get_span_context()
+    return _otel().trace.get_current_span(ctx).get_span_context()
 
 
 def end(spans: Iterable, at: float) -> None:
@@ -179,9 +218,7 @@ def traceparent(s) -> str:
 
 def context_of(parent: str):
     """The context a traceparent names (another process's span)."""
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    return TraceContextTextMapPropagator().extract({"traceparent": parent})
+    return _otel().propagator.extract({"traceparent": parent})
 
 
 def device_runs(parents: Iterable, start_: float, end_: float, **attributes) -> None:

@@ -51,9 +51,7 @@ async def run_async(backend, role: str, feeds: dict, outputs: list[str], gone, s
 
 
 def device_spans(parents: list, start: float, end: float, role: str, rows: int) -> None:
-    from opentelemetry import trace
-
-    tracing.device_runs([trace.set_span_in_context(s) for s in parents], start, end,
+    tracing.device_runs([tracing.in_context(s) for s in parents], start, end,
                         **{"headwise.graph": role, "headwise.device.rows": rows})
 
 

@@ -40,6 +40,8 @@ def test_asked_for_without_the_sdk_start_up_stops_naming_it(tiny_package, monkey
     monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name.startswith("opentelemetry") else real(name, *a))
     monkeypatch.setenv("HEADWISE_OTEL", "true")
     monkeypatch.setenv("HEADWISE_PROVIDER", "cpu")
+    for var in ("HEADWISE_WORKERS", "HEADWISE_MODELS_DIR"):  # serve.main writes them: restored after
+        monkeypatch.setenv(var, "")
     args = argparse.Namespace(models=str(tiny_package.parent), host=None, port=None, workers=1,
                               log_level="warning", access_log=False)
     assert serve.main(args) == 2
