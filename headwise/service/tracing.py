@@ -103,19 +103,20 @@ def _otel() -> _Api:
     return _api
 
 
-def start_server_span(method: str, path: str, headers: Iterable[tuple[bytes, bytes]], request_id: str):
-    """The request's span, a child of its `traceparent` if any, made current when sampled (its
-    trace id set for the log lines either way: service.logs) → what end_server_span takes."""
+def start_server_span(method: str, path: str, carrier: dict[str, str] | None, request_id: str):
+    """The request's span, a child of the `traceparent` (and `tracestate`) in `carrier` if any,
+    made current when sampled (its trace id set for the log lines either way: service.logs)
+    → what end_server_span takes."""
     from headwise.service.logs import trace_id
 
     api = _otel()
-    carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in (b"traceparent", b"tracestate")}
     parent = api.propagator.extract(carrier) if carrier else None
-    span = _tracer.start_span(f"{method} {path}", context=parent, kind=api.server, attributes={
-        "http.request.method": method, "url.path": path, "headwise.request_id": request_id})
+    span = _tracer.start_span(f"{method} {path}", context=parent, kind=api.server)
     ids = trace_id.set(format(span.get_span_context().trace_id, "032x"))
-    token = api.context.attach(api.trace.set_span_in_context(span)) if span.is_recording() else None
-    return span, token, ids
+    if not span.is_recording():  # not sampled: nothing more to do
+        return span, None, ids
+    span.set_attributes({"http.request.method": method, "url.path": path, "headwise.request_id": request_id})
+    return span, api.context.attach(api.trace.set_span_in_context(span)), ids
 
 
 def end_server_span(span, token, ids, route: str | None, status: int, model: str) -> None:

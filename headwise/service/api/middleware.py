@@ -58,10 +58,10 @@ class ServiceMiddleware:
         self.activity.receives.add(receive)
         path = scope.get("path", "")
         page = path == "/" or path.startswith("/static/")
-        length, framed, rid = _head(scope)
+        length, framed, rid, carrier = _head(scope)
         rid = accepted_id(rid)
         token = request_id.set(rid)
-        traced = tracing.start_server_span(scope["method"], path, scope.get("headers") or (), rid) if tracing.ON else None
+        traced = tracing.start_server_span(scope["method"], path, carrier, rid) if tracing.ON else None
         echo = (b"x-request-id", rid.encode())
 
         async def send_wrapper(message):
@@ -160,9 +160,10 @@ class ServiceMiddleware:
         return False, replay
 
 
-def _head(scope) -> tuple[bytes | None, bool, bytes | None]:
-    """(Content-Length, whether a Transfer-Encoding frames the body, X-Request-Id), in one pass."""
-    length, framed, rid = None, False, None
+def _head(scope) -> tuple[bytes | None, bool, bytes | None, dict[str, str] | None]:
+    """(Content-Length, whether a Transfer-Encoding frames the body, X-Request-Id, the W3C trace
+    context headers), in one pass."""
+    length, framed, rid, carrier = None, False, None, None
     for name, value in scope.get("headers") or ():
         if name == b"content-length":
             length = value
@@ -170,4 +171,7 @@ def _head(scope) -> tuple[bytes | None, bool, bytes | None]:
             framed = True  # any coding, any case ("Chunked"): the body is counted as it comes
         elif name == b"x-request-id":
             rid = value
-    return length, framed, rid
+        elif name == b"traceparent" or name == b"tracestate":
+            carrier = carrier or {}
+            carrier[name.decode()] = value.decode("latin-1")
+    return length, framed, rid, carrier
