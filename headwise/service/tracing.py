@@ -2,7 +2,8 @@
 
 One server span per request (every route, the fast path's too), a child of the client's W3C
 `traceparent` when it sends one. Its children: validate, queue, tokenise, batch (one per request
-it served, linked to the other requests' spans, with the batch's size and padded length),
+it served, with the batch's size and padded length; the first request's links to the others'
+spans, theirs to it: service.engine.traced),
 device run (under batch; written by the process that owns the device: the engine process in
 process mode, which gets the batch spans' `traceparent`s in the run's message) and serialise;
 one span per generation. Spans go to the OTLP/HTTP exporter the standard OTEL_* variables

@@ -1,9 +1,10 @@
 """Pure ASGI middleware (no BaseHTTPMiddleware: it costs a task per request): the request's id
-(`X-Request-Id`, echoed on every answer: service.logs), body size limit, in-flight gauge and
-count (for draining), per-route request counts and latency, security headers on the viewer's
-page and files; an error no handler answered becomes the protocol's 500 here, with the id. `shortcuts` ((method, path) → an ASGI
-callable) are answered here rather than by the app's router: empty in the plain app; filled by
-the fast path `headwise serve` installs (server.fastpath)."""
+(`X-Request-Id`, echoed on every answer: service.logs) and its server span (service.tracing),
+body size limit, in-flight gauge and count (for draining), per-route request counts and
+latency, security headers on the viewer's page and files; an error no handler answered becomes
+the protocol's 500 here, with the id. `shortcuts` ((method, path) → an ASGI callable) are
+answered here rather than by the app's router: empty in the plain app; filled by the fast path
+`headwise serve` installs (server.fastpath)."""
 
 from __future__ import annotations
 
