@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         backend = OrtBackend(pkg, Settings(models_dir=tmp, provider=args.provider, precision=precision))
         name = backend.variants[role]
-        sess = backend._sessions[role]
+        sess = backend.session(role)
         t0 = time.perf_counter()
         got = embed(backend, role, tok, pkg, texts)
         took = time.perf_counter() - t0

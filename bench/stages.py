@@ -197,13 +197,13 @@ class Sitting:
     async def tokenise(self, job) -> list:
         """The batcher's tokenising and its checks → the job's entries."""
         rt, inputs, truncate = self.rt, job.inputs, job.params.truncate
-        encode, entries_of = need(rt.tokenizer, "encode_unchecked"), need(rt, "_entries")
+        encode, entries_of = need(rt.tokenizer, "encode_unchecked"), need(rt, "entries")
         await self.time("tokenise", "TextTokenizer.encode_unchecked", lambda: encode(inputs, truncate))
         for what, call in tokenizer_parts(rt.package, inputs).items():
             await self.time("tokenise", what, call, part=True)
         encs = encode(inputs, truncate)
         self.prof.tokens = encs[0].length
-        await self.time("validate", "batcher: EncoderRuntime._entries (max_len, answer bound, metrics, Entry "
+        await self.time("validate", "batcher: EncoderRuntime.entries (max_len, answer bound, metrics, Entry "
                         "objects)", lambda: entries_of(job, encs))
         return entries_of(job, encs)
 
@@ -240,7 +240,7 @@ class Sitting:
         need(router, "budgeted_json")
         with mock.patch.object(router, "budgeted_json", captured):
             route = await self.clock.time(lambda: self.endpoint(self.request))
-        self.prof.rows.insert(1, Row("validate", "route: engine.get, EmbedParams, Engine._check, response bound "
+        self.prof.rows.insert(1, Row("validate", "route: engine.get, EmbedParams, Engine.check_inputs, response bound "
                                      "(embed answered at once)", route))  # in the request's order: after parse
         budget, size, build = captured.args
         self.prof.body_bytes = (len(orjson.dumps(build(), option=orjson.OPT_SERIALIZE_NUMPY)), size)

@@ -75,18 +75,18 @@ def copy_out(backend, runs: list):
     """onnxruntime only: the recorded runs again with IOBinding, outputs left where the graph
     made them → the call copying them all out to numpy (what session.run's answer costs beyond
     the run itself), or None for another backend."""
-    sessions = getattr(backend, "_sessions", None)
-    if sessions is None:
+    session = getattr(backend, "session", None)
+    if session is None:
         return None
     device = getattr(backend, "binding", None) or "cpu"
     copies = []
     for role, feeds, outputs, _ in runs:
-        binding = sessions[role].io_binding()
+        binding = session(role).io_binding()
         for name in need(backend, "input_names")(role):
             binding.bind_cpu_input(name, feeds[name])
         for name in outputs:
             binding.bind_output(name, device, backend.settings.device_id if device == "cuda" else 0)
-        sessions[role].run_with_iobinding(binding)
+        session(role).run_with_iobinding(binding)
         copies.append(binding.copy_outputs_to_cpu)
     return lambda: [c() for c in copies]
 
@@ -151,7 +151,7 @@ class Asked(Exception):
 
 class Answering:
     """The engine as the route sees it, whose `embed` runs the engine's own checks
-    (Engine._check) and answers `result` at once; without one, it keeps what it was asked and
+    (Engine.check_inputs) and answers `result` at once; without one, it keeps what it was asked and
     stops the route there (Asked)."""
 
     def __init__(self, engine):
@@ -161,7 +161,7 @@ class Answering:
         return getattr(self._engine, name)
 
     async def embed(self, rt, inputs, params, is_disconnected=None):
-        need(self._engine, "_check")(inputs)
+        need(self._engine, "check_inputs")(inputs)
         if self.result is None:
             self.asked = (inputs, params)
             raise Asked

@@ -178,6 +178,10 @@ class OrtBackend:
     def input_names(self, role: str) -> list[str]:
         return self._inputs[role]
 
+    def session(self, role: str):
+        """`role`'s onnxruntime InferenceSession (bench: its providers, IOBinding beside run)."""
+        return self._sessions[role]
+
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         sess = self._sessions[role]
         feeds = {k: feeds[k] for k in self._inputs[role]}

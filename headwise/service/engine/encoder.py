@@ -301,11 +301,11 @@ class EncoderRuntime:
     def _entries_or_error(self, job: Job, encodings: Callable[[], list[Encoded]]) -> Outcome:
         """The job's entries, or the error that ends it alone (the batch goes on)."""
         try:
-            return self._entries(job, encodings())
+            return self.entries(job, encodings())
         except Exception as e:
             return unlinked(e)
 
-    def _entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
+    def entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
         """Checks a job's inputs and answer against the limits, and counts its answer's bound once."""
         self.tokenizer.check(encs, job.inputs_field)
         params = job.params

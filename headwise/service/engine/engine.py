@@ -152,7 +152,7 @@ class Engine:
             require(rt, needs)
         return rt
 
-    def _check(self, texts: list, field: str = "inputs") -> None:
+    def check_inputs(self, texts: list, field: str = "inputs") -> None:
         """Empty, too many inputs, a text (or either text of a pair) too long, not ready."""
         if not texts:
             raise InvalidRequest(f"'{FIELD}' is empty", field=field)
@@ -189,12 +189,12 @@ class Engine:
                        whole: bool = False) -> list[Encoded]:
         """Each text's tokens; `special_tokens=False` without [CLS]/[SEP]; `whole`: every token,
         neither cut nor checked against max_len (TEI's /tokenize)."""
-        self._check(texts)
+        self.check_inputs(texts)
         return await self._encode(rt, texts, truncate, special_tokens, whole)
 
     async def decode(self, rt: Runtime, seqs: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """Token ids back to text (TEI's /decode); ids outside the vocabulary raise Validation."""
-        self._check(seqs, field="ids")
+        self.check_inputs(seqs, field="ids")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._tok_pool, rt.tokenizer.decode, seqs, skip_special_tokens)
 
@@ -202,7 +202,7 @@ class Engine:
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> EmbedResult:
         """Every input's embedding (and attention) as `params` asks. `inputs` may be token-id
         lists instead of texts, used as they are (no special tokens added)."""
-        self._check(inputs)
+        self.check_inputs(inputs)
         require(rt, Capability.EMBED)
         rt.head.check(params)
         if token_ids(inputs):
@@ -217,7 +217,7 @@ class Engine:
         """Every input's logits and scores (and attention), in input order. An input is a text
         or an (a, b) pair (a list of two texts is taken as a pair)."""
         items = [x if isinstance(x, str) else tuple(x) for x in inputs]
-        self._check(items)
+        self.check_inputs(items)
         if any(len(x) != 2 for x in items if isinstance(x, tuple)):
             raise Validation(f"each of '{FIELD}' is a text or a pair of two texts", field="inputs")
         require(rt, Capability.CLASSIFY)
@@ -227,7 +227,7 @@ class Engine:
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
         """classify of the (query, text) pairs, in texts' order (routers sort). The query and
         every text are held to max_input_chars; the pair to max_len tokens."""
-        self._check(texts, field="texts")
+        self.check_inputs(texts, field="texts")
         if len(query) > self.settings.max_input_chars:
             raise TooLarge(f"{FIELD} has {len(query)} characters; at most {self.settings.max_input_chars}",
                            field="query")
@@ -249,7 +249,7 @@ class Engine:
         if not targets:
             raise InvalidRequest("'targets' is empty", field="targets")
         texts = [source, *targets]
-        self._check(texts)
+        self.check_inputs(texts)
         require(rt, Capability.EMBED)
         encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
         return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, self.analytics,
@@ -262,7 +262,7 @@ class Engine:
         default: T + 1 forward passes), of each word (unit "word": its pieces masked together)
         or of each character span [start, end) of `spans`, which replace `unit` (sending both
         is Validation): units + 1 forward passes (service.engine.spans)."""
-        self._check([text])
+        self.check_inputs([text])
         require(rt, Capability.EMBED)
         if unit not in (None, "token", "word"):
             raise Validation(f"{FIELD} is 'token' or 'word'", field="unit")
@@ -288,7 +288,7 @@ class Engine:
         """Each head's effect when removed alone (service.engine.importance): of a text on an
         embedding model's sentence embedding, or of a text or (query, document) pair on a
         cross-encoder's score. L·H + 1 forward passes through the analytics batcher."""
-        self._check([item], field="input")
+        self.check_inputs([item], field="input")
         if Capability.EMBED in rt.capabilities:
             if not isinstance(item, str):
                 raise Validation(f"{FIELD}: a pair needs a cross-encoder; {rt.name!r} is an embedding model",

@@ -50,5 +50,5 @@ def test_the_report_has_every_stage_of_every_profile(profiles, tmp_path):
 
 
 def test_a_function_gone_from_the_service_is_named():
-    with pytest.raises(StageGone, match=r"EncoderRuntime\._entries, which is gone"):
-        need(type("EncoderRuntime", (), {}), "_entries")
+    with pytest.raises(StageGone, match=r"EncoderRuntime\.entries, which is gone"):
+        need(type("EncoderRuntime", (), {}), "entries")
