@@ -34,7 +34,9 @@ def test_every_answer_carries_its_id(srv):
     assert made.status_code == 200 and len(made.headers["x-request-id"]) == 32
     bad = srv.post("/v1/embeddings", json={"input": []}, headers={"X-Request-Id": "e2e-bad"})
     assert bad.status_code in (400, 422) and bad.headers["x-request-id"] == "e2e-bad"
-    assert bad.json()["error"]["request_id"] == "e2e-bad"
+    assert set(bad.json()["error"]) == {"message", "type", "code", "param"}  # OpenAI's shape, exactly
+    native = srv.post("/v1/embed", json={"inputs": []}, headers={"X-Request-Id": "e2e-native"})
+    assert native.status_code == 400 and native.json()["error"]["request_id"] == "e2e-native"
     tei = srv.post("/embed", json={"inputs": []}, headers={"X-Request-Id": "e2e-tei"})
     assert tei.status_code == 400 and tei.headers["x-request-id"] == "e2e-tei"
     big = httpx.post(srv.url + "/v1/embed", content=b'{"inputs": "' + b"a " * 40_000 + b'"}',

@@ -45,7 +45,8 @@ def check(r: httpx.Response, status: int | tuple, type_: str | None = None) -> d
     assert r.headers["content-type"].startswith("application/json")
     assert len(r.content) <= 2048, len(r.content)
     body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "code"}
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "code", "request_id"}
+    assert body["error"]["request_id"] == r.headers["x-request-id"]
     assert body["error"]["code"] == r.status_code and body["error"]["message"]
     if type_:
         assert body["error"]["type"] == type_

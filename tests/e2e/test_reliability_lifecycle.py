@@ -99,7 +99,8 @@ def test_injected_backend_error_is_a_500_without_a_trace_and_the_next_request_su
     for _ in range(3):
         r = srv.post("/v1/embed", {"inputs": "__headwise_fault__:error"})
         assert r.status_code == 500 and r.headers["content-type"].startswith("application/json")
-        assert r.json() == {"error": {"message": "internal server error", "type": "internal", "code": 500}}
+        assert r.json() == {"error": {"message": "internal server error", "type": "internal", "code": 500,
+                                      "request_id": r.headers["x-request-id"]}}
         assert "Traceback" not in r.text and "injected" not in r.text
         ok = srv.post("/v1/embed", {"inputs": "the next one"})
         assert ok.status_code == 200 and len(ok.json()["data"]) == 1

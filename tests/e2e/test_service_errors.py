@@ -33,7 +33,8 @@ def check(r: httpx.Response, status: int, type_: str) -> dict:
     assert r.status_code == status, r.text
     assert r.headers["content-type"].startswith("application/json")
     body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "code"}
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "code", "request_id"}
+    assert body["error"]["request_id"] == r.headers["x-request-id"]
     assert body["error"]["type"] == type_ and body["error"]["code"] == status and body["error"]["message"]
     assert "Traceback" not in r.text and 'File "' not in r.text and MARK not in r.text
     return body["error"]

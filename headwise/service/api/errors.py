@@ -6,8 +6,8 @@ KServe v2 (/v2 routes) {"error": "..."}; TEI (text-embeddings-inference's routes
 {"error": "...", "error_type": "Validation"}; Cohere (/v2/embed, /v2/rerank) {"message": "..."};
 vLLM (/score, /classify) OpenAI's. A route's protocol is its router's (`route_class`),
 so the shape never depends on sniffing the URL. Messages never carry a stack trace or the
-client's input. Where the body has an "error" object (native, OpenAI, vLLM), it carries the
-request's id too; every protocol's answers carry it in the X-Request-Id header.
+client's input. The native body carries the request's id too (OpenAI's and vLLM's keep their
+exact four fields); every protocol's answers carry it in the X-Request-Id header.
 """
 
 from __future__ import annotations
@@ -125,8 +125,7 @@ NATIVE = Protocol("native", STATUSES, lambda code, type_, message, param: {
     "error": {"message": message, "type": type_, "code": code}}, carries_id=True)
 
 OPENAI = Protocol("openai", STATUSES, lambda code, type_, message, param: {
-    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"},
-    carries_id=True)
+    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"})
 
 KSERVE = Protocol("kserve v2", STATUSES, lambda code, type_, message, param: {"error": message},
                   fields={"inputs": "text"})
@@ -137,8 +136,7 @@ COHERE = Protocol("cohere", STATUSES, lambda code, type_, message, param: {"mess
 
 # vLLM's pooling routes (/score, /classify): OpenAI's error shape, as vLLM answers them.
 VLLM = Protocol("vllm", STATUSES, lambda code, type_, message, param: {
-    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"},
-    carries_id=True)
+    "error": {"message": message, "type": type_, "code": code, "param": param}}, fields={"inputs": "input"})
 
 # text-embeddings-inference: the body names one of TEI's ErrorType values, as TEI writes them,
 # with TEI's statuses (Empty 400, Validation 422, Backend 424, Overloaded 429, Unhealthy 503).
