@@ -21,7 +21,8 @@ class HeadwiseError(Exception):
     at fault when the answer names one (OpenAI's `param`, or the path a 422 message starts
     with), else None; `retry_after`: seconds from `Retry-After` (429, 503): a non-negative
     number at most MAX_RETRY_AFTER (3600; larger values are clamped), None when the header is
-    absent or not such a number ("inf", "nan", "-5", "1e309", an HTTP date)."""
+    absent or not such a number ("inf", "nan", "-5", "1e309", an HTTP date); `request_id`: the
+    answer's `X-Request-Id` (the id the server logged the request under), None without one."""
 
     def __init__(self, status: int, type: str, message: str, field: str | None = None,
                  retry_after: float | None = None) -> None:
@@ -31,6 +32,7 @@ class HeadwiseError(Exception):
         self.message = message
         self.field = field
         self.retry_after = retry_after
+        self.request_id: str | None = None
 
     def __repr__(self) -> str:
         return (f"HeadwiseError(status={self.status!r}, type={self.type!r}, message={self.message!r}, "
@@ -67,9 +69,11 @@ def error_from_response(status: int, content: bytes, headers: Mapping[str, str])
     except (ValueError, RecursionError):
         body = text
     try:
-        return error_from_body(status, body, retry_after)
+        err = error_from_body(status, body, retry_after)
     except RecursionError:  # e.g. {"error": {"message": [[[...]]]}}
-        return HeadwiseError(status, "http_error", text[:2000], None, retry_after)
+        err = HeadwiseError(status, "http_error", text[:2000], None, retry_after)
+    err.request_id = headers.get("x-request-id")
+    return err
 
 
 MAX_RETRY_AFTER = 3600.0  # seconds: a longer Retry-After is clamped to this

@@ -48,6 +48,15 @@ def test_every_answer_carries_its_id(srv):
     assert hostile.headers["x-request-id"] != "a\tb"
 
 
+
+def test_the_clients_error_names_the_request(srv):
+    from headwise.client import Client, HeadwiseError
+
+    with Client(srv.url) as c, pytest.raises(HeadwiseError) as e:
+        c.embed([])
+    assert e.value.status == 400 and e.value.request_id and len(e.value.request_id) == 32
+
+
 def test_json_logs_parse_and_carry_the_id(srv):
     for i in range(3):
         srv.post("/v1/embed", json={"inputs": f"line {i}"}, headers={"X-Request-Id": f"log-{i}"})

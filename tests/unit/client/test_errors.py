@@ -95,3 +95,14 @@ def test_every_method_raises_the_servers_error(status, kind):
             with pytest.raises(HeadwiseError) as e:
                 call()
             assert (e.value.status, e.value.type, e.value.message) == (status, kind, "no")
+
+
+def test_the_error_carries_the_answers_request_id():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(422, content=native(422, "validation", "no"),
+                              headers={"content-type": "application/json", "x-request-id": "srv-7"})
+
+    with Client("http://hw.test", transport=httpx.MockTransport(handler)) as c, pytest.raises(HeadwiseError) as e:
+        c.embed("a")
+    assert e.value.request_id == "srv-7"
+    assert error_from_response(500, b"", {}).request_id is None
