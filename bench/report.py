@@ -64,6 +64,15 @@ def markdown_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def emit(text: str, out: Path | None) -> None:
+    """A report to `out` (saying so on stderr), or to stdout when no file is named."""
+    if out:
+        out.write_text(text)
+        print(f"written: {out}", file=sys.stderr)
+    else:
+        print(text)
+
+
 def facts_table(facts: dict) -> str:
     lines = ["| fact | value |", "|---|---|"]
     for k, v in facts.items():

@@ -28,7 +28,7 @@ import numpy as np
 
 from bench.alternate import turn
 from bench.facts import machine_facts
-from bench.report import facts_table
+from bench.report import emit, facts_table
 
 SHAPES = ((1, 20), (1, 128), (16, 128))
 OUTPUTS = ["sentence_embedding", "attentions"]
@@ -94,11 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = measure(a.package, a.threads, a.reps, lambda m: print(m, file=sys.stderr, flush=True))
     command = "python -m bench.experiments.analysis_attention " + shlex.join(argv if argv is not None else sys.argv[1:])
     text = report(rows, command, a.package, a.threads, a.reps)
-    if a.out:
-        a.out.write_text(text)
-        print(f"written: {a.out}", file=sys.stderr)
-    else:
-        print(text)
+    emit(text, a.out)
 
 
 if __name__ == "__main__":

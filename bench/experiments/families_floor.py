@@ -33,7 +33,7 @@ import numpy as np
 from bench.alternate import turn
 from bench.facts import machine_facts
 from bench.families import FAMILIES, Served, build, texts_of
-from bench.report import facts_table
+from bench.report import emit, facts_table
 
 N, T = 16, 128
 TARGET = 1.5
@@ -177,11 +177,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(measure(family, Path(tmp), a.threads, a.reps, lambda m: print(m, file=sys.stderr, flush=True)))
     command = "python -m bench.experiments.families_floor " + shlex.join(argv if argv is not None else sys.argv[1:])
     text = report(rows, command, a.threads, a.reps)
-    if a.out:
-        a.out.write_text(text)
-        print(f"written: {a.out}", file=sys.stderr)
-    else:
-        print(text)
+    emit(text, a.out)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ request_id: ContextVar[str | None] = ContextVar("headwise_request_id", default=N
 trace_id: ContextVar[str | None] = ContextVar("headwise_trace_id", default=None)
 
 MAX_ID = 128
-FORMATS = ("text", "json")
 
 
 _PREFIX = os.urandom(8).hex()  # this process's; a new one after a fork (below)

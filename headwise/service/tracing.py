@@ -15,13 +15,13 @@ engine took with time.perf_counter() are placed on the wall clock by one offset.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Iterable
+from contextlib import nullcontext
 from typing import Any
 
-log = logging.getLogger("headwise.service")
+from headwise.service.logs import trace_id
 
 ON = False
 _tracer: Any = None
@@ -108,8 +108,6 @@ def start_server_span(method: str, path: str, carrier: dict[str, str] | None, re
     """The request's span, a child of the `traceparent` (and `tracestate`) in `carrier` if any,
     made current when sampled (its trace id set for the log lines either way: service.logs)
     → what end_server_span takes."""
-    from headwise.service.logs import trace_id
-
     api = _otel()
     parent = api.propagator.extract(carrier) if carrier else None
     span = _tracer.start_span(f"{method} {path}", context=parent, kind=api.server)
@@ -121,8 +119,6 @@ def start_server_span(method: str, path: str, carrier: dict[str, str] | None, re
 
 
 def end_server_span(span, token, ids, route: str | None, status: int, model: str) -> None:
-    from headwise.service.logs import trace_id
-
     trace_id.reset(ids)
     if token is None:  # not sampled: nothing was made current
         return
@@ -149,16 +145,6 @@ def current():
     return ctx if api.trace.get_current_span(ctx).is_recording() else None
 
 
-class _Noop:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> bool:
-        return False
-
-
 class _Child:
     __slots__ = ("span",)
 
@@ -173,7 +159,7 @@ class _Child:
         return False
 
 
-NOOP = _Noop()
+NOOP = nullcontext()  # reusable: one for every untraced block
 
 
 def span(name: str, **attributes):

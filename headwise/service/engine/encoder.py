@@ -179,7 +179,7 @@ class EncoderRuntime:
         if self.settings.fault_injection and record:
             inject_fault(entries)
         t0 = time.perf_counter()
-        out = traced.run(self.backend, role, feeds, outputs, spans) if spans else self.backend.run(role, feeds, outputs)
+        out = traced.run(self.backend, role, feeds, outputs, spans)
         if record:
             self._counted(role, entries, padded, t0)
         return out, t0

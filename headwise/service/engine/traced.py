@@ -34,7 +34,9 @@ def batch_spans(entries: list[Entry], padded: int, role: str, at: float) -> Iter
 
 
 def run(backend, role: str, feeds: dict, outputs: list[str], spans: list):
-    """backend.run, with a `device run` span under each batch span."""
+    """backend.run, with a `device run` span under each batch span (no span: the plain run)."""
+    if not spans:
+        return backend.run(role, feeds, outputs)
     if getattr(backend, "traces_device", False):
         return backend.run(role, feeds, outputs, trace=[tracing.traceparent(s) for s in spans])
     t0 = time.perf_counter()
@@ -44,7 +46,8 @@ def run(backend, role: str, feeds: dict, outputs: list[str], spans: list):
 
 
 async def run_async(backend, role: str, feeds: dict, outputs: list[str], gone, spans: list):
-    """backend.run_async (process mode), its device run traced by the engine process."""
+    """backend.run_async (process mode), its device run traced by the engine process (no span:
+    the plain run)."""
     if spans:
         return await backend.run_async(role, feeds, outputs, gone, trace=[tracing.traceparent(s) for s in spans])
     return await backend.run_async(role, feeds, outputs, gone)
