@@ -96,6 +96,13 @@ def _listen(settings: Settings) -> socket.socket:
     return sock
 
 
+def stopped_cleanly(code: int) -> bool:
+    """A child's exit code after the supervisor's SIGTERM: 0, or the SIGTERM's own default
+    action. Front-ends and the engine install their handlers before they accept any work, so
+    one that SIGTERM killed was still starting (importing) and held nothing."""
+    return code in (0, -signal.SIGTERM)
+
+
 def _stop(procs: list[subprocess.Popen], timeout: float) -> list[int]:
     """SIGTERM to each, then wait (SIGKILL past `timeout`) → their exit codes."""
     for p in procs:
@@ -188,7 +195,7 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
         listener.close()
         codes = _stop(list(frontends.values()), settings.grace_seconds + 5.0)
         codes += _stop([engine], max(5.0, settings.grace_seconds))
-        return 0 if not any(codes) else 1
+        return 0 if all(stopped_cleanly(c) for c in codes) else 1
     finally:
         for p in [*frontends.values(), engine]:
             if p.poll() is None:
