@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass, field
 
 from bench.stats import latency_summary, median, spread
 
-# package variant name for each benchmark variant ("attention" = the attention graph)
-VARIANT_FILES = {"fp32": "fast", "int8": "fast.int8", "fp16": "fast.fp16", "attention": "attention"}
+# package variant name for each benchmark variant ("attention": the graph the server answers
+# attention from, the analysis graph; bench.workload falls back to an older package's attention graph)
+VARIANT_FILES = {"fp32": "fast", "int8": "fast.int8", "fp16": "fast.fp16", "attention": "analysis"}
 
 
 # A repetition during which other processes used more than this many cores is "disturbed": a

@@ -11,6 +11,7 @@ import numpy as np
 
 from bench.cells import VARIANT_FILES
 from bench.texts import WORDS, text_of_length
+from headwise.service.backends.onnxruntime import inside_graph
 
 ATTENTION_ALL = {"dtype": "float16", "encoding": "base64"}  # every layer and head
 
@@ -45,15 +46,21 @@ class Workload:
         self._trunc.no_padding()
         self._trunc.enable_truncation(max_length=self.max_len)
 
+    def _name(self, variant: str) -> str:
+        """The package variant a benchmark variant runs, as the server picks it."""
+        if variant == "attention":
+            return inside_graph(self.manifest["variants"], "eager") or VARIANT_FILES[variant]
+        return VARIANT_FILES[variant]
+
     def variant_file(self, variant: str) -> Path:
-        name = VARIANT_FILES[variant]
+        name = self._name(variant)
         v = self.manifest["variants"].get(name)
         if v is None:
             raise KeyError(f"package {self.name} has no {name} variant")
         return self.dir / v["file"]
 
     def has(self, variant: str) -> bool:
-        return VARIANT_FILES.get(variant) in self.manifest["variants"]
+        return variant in VARIANT_FILES and self._name(variant) in self.manifest["variants"]
 
     def effective(self, tokens: int) -> int:
         return min(tokens, self.max_len)
@@ -75,7 +82,8 @@ class Workload:
         ids, types = self.ids(tokens)
         all_ = {"input_ids": np.tile(ids, (batch, 1)),
                 "attention_mask": np.ones((batch, len(ids)), np.int64),
-                "token_type_ids": np.tile(types, (batch, 1))}
+                "token_type_ids": np.tile(types, (batch, 1)),
+                "head_mask": np.ones((batch, self.n_layers, self.n_heads), np.float32)}  # every head kept
         return {n: all_[n] for n in names}
 
     def attention_bytes(self, tokens: int, batch: int, itemsize: int = 4) -> int:

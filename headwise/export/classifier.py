@@ -1,6 +1,6 @@
 """Classification packages (cross-encoders, classifiers): an encoder with BERT's
-classification head → fast.onnx (logits), fast.fp16.onnx (CUDA) and attention.onnx (logits and
-every head's weights), verified against the torch model on texts and on pairs.
+classification head → fast.onnx (logits), fast.fp16.onnx (CUDA) and analysis.onnx (logits,
+every head's weights and every layer's hidden states), verified against the torch model on texts and on pairs.
 
 The inputs are an encoder's (input_ids, attention_mask, token_type_ids): a pair is one
 sequence whose segment ids tell its halves apart. int8 is not offered: without a labelled

@@ -1,8 +1,9 @@
 """What the encoder kinds (sentence.py, classifier.py) share: an EncoderModel exported as a
 fast graph, fused by onnxruntime's optimiser (plus an fp16 copy for CUDA and, where the kind
-offers one, a per-token int8 copy for CPUs), an attention graph that also outputs every
-head's weights, and an analysis graph that takes a head mask and outputs every layer's hidden
-states too (graphs.AnalysisGraph); verified by verify.py."""
+offers one, a per-token int8 copy for CPUs), and one graph for looking inside: the analysis
+graph, which outputs every head's weights and every layer's hidden states and takes a head
+mask (graphs.AnalysisGraph); the server answers attention from it too. Verified by verify.py.
+Packages exported before 2026-11-28 also carry an attention graph, which servers now ignore."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def attention_pattern(cfg) -> str:
 
 
 class EncoderKind(Kind):
-    outputs: tuple[str, ...]  # the fast graph's outputs; the attention graph adds its two
+    outputs: tuple[str, ...]  # the fast graph's outputs; the analysis graph adds its own
     int8: bool  # whether the kind has a fast.int8 variant
 
     def load(self, checkpoint: Path) -> LoadedModel:
@@ -37,11 +38,10 @@ class EncoderKind(Kind):
         return loaded
 
     def export_label(self, loaded: LoadedModel) -> str:
-        return f"fast, attention and analysis graphs: {', '.join(self.outputs)}"
+        return f"fast and analysis graphs: {', '.join(self.outputs)}"
 
     def export(self, loaded: LoadedModel, work: Path) -> None:
         to_onnx(loaded.model, work / "raw.onnx", self.outputs, with_attention=False)
-        to_onnx(loaded.model, work / "attention.onnx", self.outputs, with_attention=True)
         to_onnx(loaded.model, work / "analysis.onnx", self.outputs, with_attention=False, analysis=True)
 
     def optimise(self, options: Options):
@@ -71,7 +71,6 @@ class EncoderKind(Kind):
             out["fast.int8"] = self.variant(loaded, "fast.int8.onnx", "int8", scheme=INT8_SCHEME)
         if options.fp16:
             out["fast.fp16"] = self.variant(loaded, "fast.fp16.onnx", "fp16")
-        out["attention"] = self.variant(loaded, "attention.onnx", "fp32", with_attention=True)
         out["analysis"] = self.variant(loaded, "analysis.onnx", "fp32", analysis=True)
         return out
 

@@ -1,6 +1,6 @@
 """Sentence-embedding packages: an encoder with a pooling head → fast.onnx
 (sentence_embedding, last_hidden_state), fast.int8.onnx (per-token int8, CPU), fast.fp16.onnx
-(CUDA) and attention.onnx; verified for parity and STS-B quality, then timed on this CPU."""
+(CUDA) and analysis.onnx; verified for parity and STS-B quality, then timed on this CPU."""
 
 from __future__ import annotations
 

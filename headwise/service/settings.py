@@ -79,6 +79,10 @@ class Settings(BaseSettings):
         0.0, ge=0, le=1, description="share of plain embedding requests that also run the attention graph after "
         "plain work, off their path, for the head-drift metrics (headwise_head_*: service.engine.drift); 0: off, "
         "and those metrics are absent")
+    analysis: Literal["lazy", "eager", "off"] = Field(
+        "lazy", description="the analysis graph, the one that serves attention, hidden states and removed heads: "
+        "lazy: its session is made when the first request needs it (that request waits for it); eager: made "
+        "and warmed at start-up, before ready; off: never, and such requests are refused")
     grace_seconds: float = Field(25.0, ge=0)
     max_input_chars: int = Field(100_000, ge=1, description="characters per input; longer → 413 before tokenisation")
     max_connections: int = Field(1000, ge=1, description="open client connections per process; one more is "
@@ -175,6 +179,13 @@ class Settings(BaseSettings):
             raise ValueError(f"HEADWISE_ANALYTICS_MAX_REQUEST_TOKENS ({self.analytics_max_request_tokens}) is over "
                              f"HEADWISE_ANALYTICS_TOKENS_INFLIGHT ({self.analytics_tokens_inflight}): a request "
                              "that large could never be admitted")
+        return self
+
+    @model_validator(mode="after")
+    def _drift_needs_the_analysis_graph(self):
+        if self.attention_sample and self.analysis == "off":
+            raise ValueError(f"HEADWISE_ATTENTION_SAMPLE ({self.attention_sample:g}) runs the analysis graph, "
+                             "which HEADWISE_ANALYSIS=off turns off: set one of them differently")
         return self
 
     @model_validator(mode="after")

@@ -141,10 +141,11 @@ def test_pairs_are_cut_like_transformers_longest_first(classifier_packages, mode
 
 
 def _graph_weights(models, enc) -> np.ndarray:
-    """The attention graph's full [L, H, T, T] weights for one unpadded pair."""
-    sess = ort.InferenceSession(str(models / "tiny-reranker" / "attention.onnx"), providers=["CPUExecutionProvider"])
+    """The analysis graph's full [L, H, T, T] weights for one unpadded pair, every head kept."""
+    sess = ort.InferenceSession(str(models / "tiny-reranker" / "analysis.onnx"), providers=["CPUExecutionProvider"])
+    head_mask = next(i for i in sess.get_inputs() if i.name == "head_mask")
     feeds = {"input_ids": enc.ids[None], "attention_mask": np.ones((1, enc.length), np.int64),
-             "token_type_ids": enc.type_ids[None]}
+             "token_type_ids": enc.type_ids[None], "head_mask": np.ones((1, *head_mask.shape[1:]), np.float32)}
     return sess.run(["attentions"], feeds)[0][0]
 
 

@@ -7,6 +7,8 @@ and `run(role, feeds, outputs)`; tests swap in a fake with the same surface.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from functools import partial
 from typing import Protocol
 
@@ -20,6 +22,8 @@ from headwise.service.settings import Settings, worker_processes
 log = logging.getLogger("headwise.service")
 
 CUDA, CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
+HEAD_MASK = "head_mask"
+LOOK_INSIDE = ("attention", "analysis")  # the roles on the analysis graph, which HEADWISE_ANALYSIS governs
 # CPU graphs carry Add + LayerNormalization where the fuser made SkipLayerNormalization, whose
 # CPU kernel is ~10× slower (headwise/export/optimize.py: unfuse_skip_layernorm); onnxruntime must not
 # fuse them back when it loads the graph.
@@ -28,13 +32,16 @@ CPU_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 class Backend(Protocol):
     provider: str  # "cuda" | "cpu"
-    # role ("embed" | "attention" | "analysis" | "analytics") → package variant name. "analytics", on CPU
-    # only: the embed variant again, in a session of its own (HEADWISE_ANALYTICS_THREADS)
+    # role ("embed" | "attention" | "analysis" | "analytics") → package variant name. "attention" and
+    # "analysis": the analysis graph (one session). "analytics", on CPU only: the embed variant again,
+    # in a session of its own (HEADWISE_ANALYTICS_THREADS)
     variants: dict[str, str]
     precision: str  # precision of the embed variant
     # (optional, False when absent) its sessions were warmed where they live: process mode's
     # RemoteBackend, whose engine process warmed them before any front-end started
     warmed: bool
+    # (optional, none when absent) `lazy()`: the roles whose session is made on their first run
+    # (HEADWISE_ANALYSIS=lazy); warm-up skips them
 
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
@@ -53,6 +60,15 @@ def check_precision(packages: list[ModelPackage], precision: str, provider: str 
     for package in packages:
         if not package.generative and precision != "auto":
             choose_variant(package, "cuda" if provider == "cuda" else "cpu", precision)
+
+
+def inside_graph(variants, analysis: str) -> str | None:
+    """The package variant that serves attention (and hidden states and removed heads when it
+    is the analysis graph): None when HEADWISE_ANALYSIS=off or the package has neither. A
+    package from before the analysis graph (2026-11-24) serves attention from its attention graph."""
+    if analysis == "off":
+        return None
+    return next((v for v in ("analysis", "attention") if v in variants), None)
 
 
 def choose_variant(package: ModelPackage, provider: str, precision: str) -> str:
@@ -100,21 +116,57 @@ class OrtBackend:
         self.threads = 1 if self.provider == "cuda" else settings.threads or max(1, usable_cores() // workers)
         self.binding = ("cuda" if self.provider == "cuda" else None) if binding == "auto" else binding
         self.variants, self.precision = self._roles(settings.precision)
-        self._sessions = {role: self._session(package.variants[name], role) for role, name in self.variants.items()}
-        self._inputs = {r: [i.name for i in s.get_inputs()] for r, s in self._sessions.items()}
-        log.info("model %s: provider %s, %s threads, variants %s", package.name, self.provider,
-                 self.threads, self.variants)
+        self._sessions: dict[str, object] = {}
+        self._inputs: dict[str, list[str]] = {}
+        self._loading = threading.Lock()
+        for role in self.variants:
+            if not (role in LOOK_INSIDE and settings.analysis == "lazy"):
+                self._load(role)
+        log.info("model %s: provider %s, %s threads, variants %s%s", package.name, self.provider,
+                 self.threads, self.variants, "; the analysis graph loads when first asked for (HEADWISE_ANALYSIS="
+                 "lazy)" if self.lazy() else "")
 
     def _roles(self, precision: str) -> tuple[dict[str, str], str]:
-        """(role → package variant, the embed variant's precision): what gets a session."""
+        """(role → package variant, the embed variant's precision): what may get a session.
+        Attention, hidden states and removed heads all run on the analysis graph; a package
+        from before it (2026-11-24) serves attention from its attention graph."""
         package = self.package
         roles = {"embed": choose_variant(package, self.provider, precision)}
-        for role in ("attention", "analysis"):  # analysis: hidden states, removed heads (since 2026-11-24)
-            if role in package.variants:
-                roles[role] = role
+        inside = inside_graph(package.variants, self.settings.analysis)
+        if inside is not None:
+            roles["attention"] = inside
+            if inside == "analysis":
+                roles["analysis"] = inside
         if self.provider == "cpu" and self.settings.analytics_threads and package.task != "classification":
             roles["analytics"] = roles["embed"]
         return roles, package.variants[roles["embed"]].precision
+
+    def lazy(self) -> list[str]:
+        """The roles whose session is not made yet (HEADWISE_ANALYSIS=lazy, until first asked for)."""
+        return [role for role in self.variants if role not in self._sessions]
+
+    def _load(self, role: str) -> None:
+        """`role`'s session; roles on the same graph (attention and analysis) share one."""
+        name = self.variants[role]
+        twin = next((r for r in self._sessions if self.variants[r] == name and "analytics" not in (r, role)), None)
+        sess = self._sessions[twin] if twin is not None else self._session(self.package.variants[name], role)
+        self._inputs[role] = [i.name for i in sess.get_inputs()]
+        self._sessions[role] = sess
+
+    def _loaded(self, role: str):
+        """`role`'s session, made now when it was left for its first request (one at a time)."""
+        sess = self._sessions.get(role)
+        if sess is not None:
+            return sess
+        with self._loading:
+            if role not in self._sessions:
+                t0 = time.perf_counter()
+                for r in self.lazy():  # every role on that graph, in one session
+                    if self.variants[r] == self.variants[role] and "analytics" not in (r, role):
+                        self._load(r)
+                log.info("model %s: %s graph loaded for its first request in %.1fs (HEADWISE_ANALYSIS=lazy)",
+                         self.package.name, self.variants[role], time.perf_counter() - t0)
+        return self._sessions[role]
 
     def _options(self, provider: str, threads: int | None = None):
         so = self._ort.SessionOptions()
@@ -176,15 +228,24 @@ class OrtBackend:
         return "cuda"
 
     def input_names(self, role: str) -> list[str]:
+        self._loaded(role)
         return self._inputs[role]
 
     def session(self, role: str):
         """`role`'s onnxruntime InferenceSession (bench: its providers, IOBinding beside run)."""
-        return self._sessions[role]
+        return self._loaded(role)
+
+    def _default(self, name: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """An input the caller left out: the analysis graph's head mask keeps every head (the
+        attention role runs on that graph; its callers know nothing of removing heads)."""
+        if name != HEAD_MASK:
+            raise KeyError(name)
+        p = self.package
+        return np.ones((len(feeds["input_ids"]), p.n_layers, p.n_heads), dtype=np.float32)
 
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        sess = self._sessions[role]
-        feeds = {k: feeds[k] for k in self._inputs[role]}
+        sess = self._loaded(role)
+        feeds = {k: feeds[k] if k in feeds else self._default(k, feeds) for k in self._inputs[role]}
         if self.binding is None:
             return dict(zip(outputs, sess.run(outputs, feeds), strict=True))
         return run_bound(sess, feeds, outputs, self.binding, self.settings.device_id)

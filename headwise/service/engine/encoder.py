@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from headwise.service import tracing
-from headwise.service.backends.onnxruntime import Backend
+from headwise.service.backends.onnxruntime import Backend, inside_graph
 from headwise.service.cpu import ANALYTICS_NICENESS
 from headwise.service.engine import traced
 from headwise.service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
@@ -53,8 +53,7 @@ class EncoderRuntime:
         self.stats = ModelStats()
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.buckets = length_buckets(package.max_len)
-        att = package.variants.get("attention")
-        self._f16_attention = att is not None and "attentions_f16" in att.outputs  # packages since 2026-11
+        self._f16_attention = False  # whether the graph that serves attention has float16 weights (start)
         self.backend: Backend | None = None
         self.batchers: dict[str, Batcher] = {}  # plain work: role → its batcher
         self.analytics: Batcher | None = None  # analytics rows (run_encoded), after plain work
@@ -69,7 +68,13 @@ class EncoderRuntime:
         p, b = self.package, self.backend
         return {**base_card(p, b, self.ready, lambda name: b is not None and name in b.variants.values()),
                 "pooling": p.pooling, "normalize": p.normalize, **self.head.card(),
-                "attention": b is not None and "attention" in b.variants}
+                "attention": self.serves("attention")}
+
+    def serves(self, role: str) -> bool:
+        """Whether the server answers `role` ("attention", or "analysis": hidden states and
+        removed heads) for this model: its package has the graph, and HEADWISE_ANALYSIS is not off."""
+        graph = inside_graph(self.package.variants, self.settings.analysis)
+        return graph is not None and (role == "attention" or graph == "analysis")
 
     def attention_spec(self, layers, heads, **how) -> AttentionSpec:
         """Raises Validation for indices out of range."""
@@ -87,9 +92,7 @@ class EncoderRuntime:
         role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
-            if role == "analysis":
-                raise self._no_analysis("hidden states and removed heads need")
-            raise Validation(f"model {self.name!r} has no attention variant")
+            raise self._no_analysis("attention needs" if role == "attention" else "hidden states and removed heads need")
         job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected,
                   trace=tracing.current())
         try:
@@ -131,6 +134,9 @@ class EncoderRuntime:
         return await batcher.submit(job, entries)
 
     def _no_analysis(self, what: str) -> Validation:
+        if self.settings.analysis == "off":
+            return Validation(f"this server does not look inside models (HEADWISE_ANALYSIS=off): {what} the "
+                              "analysis graph")
         return Validation(f"model {self.name!r} has no analysis variant, which {what} ({REEXPORT})")
 
     def _all_batchers(self) -> list[Batcher]:
@@ -327,6 +333,8 @@ class EncoderRuntime:
     # -- start-up -------------------------------------------------------------------------
     def load(self, factory: BackendFactory) -> None:
         self.backend = factory(self.package, self.settings)
+        att = self.package.variants.get(self.backend.variants.get("attention", ""))
+        self._f16_attention = att is not None and "attentions_f16" in att.outputs  # packages since 2026-11
         self.metrics.model_info.labels(model=self.name, version=self.package.version,
                                        provider=self.backend.provider,
                                        precision=self.backend.precision).set(1)
@@ -336,7 +344,12 @@ class EncoderRuntime:
         CUDA at the largest batch the batcher can form for that length, so that the memory
         arena has grown to its working size before the first client arrives."""
         enc = self.tokenizer.encode(["warm up " * self.package.max_len])[0]
-        for role in self.backend.variants:
+        lazy = getattr(self.backend, "lazy", list)()
+        graphs = set()  # attention and analysis share one session: warmed once
+        for role, variant in self.backend.variants.items():
+            if role in lazy or (variant, role == "analytics") in graphs:
+                continue
+            graphs.add((variant, role == "analytics"))
             params = self.head.warm_params(self.attention_spec(None, None) if role == "attention" else None)
             for n in self.buckets:
                 rows = self.limits(role).max_rows(n) if self.backend.provider == "cuda" else 1

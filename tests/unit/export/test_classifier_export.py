@@ -38,7 +38,7 @@ def test_manifest_says_what_it_is(exported):
     _, _, pkg, n = exported
     m = json.loads((pkg / "manifest.json").read_text())
     assert m["task"] == "classification" and len(m["labels"]) == n
-    assert set(m["variants"]) == {"fast", "fast.fp16", "attention", "analysis"}
+    assert set(m["variants"]) == {"fast", "fast.fp16", "analysis"}
     assert m["parity"]["analysis"]["ablation"] < 1e-5 and m["parity"]["analysis"]["hidden_states"] < 1e-5
     assert m["variants"]["fast"]["outputs"] == ["logits"]
     assert all(p["passed"] for p in m["parity"].values())
@@ -53,13 +53,16 @@ def test_every_graph_equals_transformers_on_texts_and_pairs(exported):
         want = ref(input_ids=b.input_ids, attention_mask=b.attention_mask, token_type_ids=b.token_type_ids,
                    output_attentions=True)
     feeds = {"input_ids": b.input_ids.numpy(), "attention_mask": b.attention_mask.numpy(),
-             "token_type_ids": b.token_type_ids.numpy()}
-    for variant, tol in (("fast", 1e-5), ("attention", 1e-5), ("fast.fp16", 5e-3)):
+             "token_type_ids": b.token_type_ids.numpy(),
+             "head_mask": np.ones((len(PARITY_INPUTS), ref.config.num_hidden_layers, ref.config.num_attention_heads),
+                                  np.float32)}
+    for variant, tol in (("fast", 1e-5), ("analysis", 1e-5), ("fast.fp16", 5e-3)):
         sess = ort.InferenceSession(str(pkg / m["variants"][variant]["file"]), providers=["CPUExecutionProvider"])
-        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+        mine = {i.name: feeds[i.name] for i in sess.get_inputs()}
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, mine), strict=True))
         assert got["logits"].shape == (len(PARITY_INPUTS), n)
         np.testing.assert_allclose(got["logits"], want.logits.numpy(), atol=tol, rtol=0, err_msg=variant)
-        if variant == "attention":
+        if variant == "analysis":
             np.testing.assert_allclose(got["attentions"], torch.stack(want.attentions, 1).numpy(), atol=1e-5)
             np.testing.assert_array_equal(got["attentions_f16"], got["attentions"].astype(np.float16))
 

@@ -18,7 +18,8 @@ from headwise.model.sentence import load_sentence_model
 def test_package_layout_and_hashes(tiny_package):
     m = read(tiny_package)
     files = {p.name for p in tiny_package.iterdir()}
-    assert {"manifest.json", "tokenizer.json", "fast.onnx", "fast.int8.onnx", "fast.fp16.onnx", "attention.onnx"} <= files
+    assert {"manifest.json", "tokenizer.json", "fast.onnx", "fast.int8.onnx", "fast.fp16.onnx", "analysis.onnx"} <= files
+    assert "attention.onnx" not in files  # attention is served from the analysis graph
     assert not any(name.endswith(".partial") for name in files)
     assert not any(p.name.endswith(".partial") for p in tiny_package.parent.iterdir())
     for v in m["variants"].values():
@@ -34,12 +35,12 @@ def test_package_layout_and_hashes(tiny_package):
 
 def test_dynamic_batch_and_sequence(tiny_package, tiny_checkpoint):
     loaded = load_sentence_model(tiny_checkpoint)
-    s = ort.InferenceSession(str(tiny_package / "attention.onnx"), providers=["CPUExecutionProvider"])
+    s = ort.InferenceSession(str(tiny_package / "analysis.onnx"), providers=["CPUExecutionProvider"])
     for texts in (["hello"], ["the cat sat on the mat", "dog", "a b c d e f g h i j k"]):
         b = loaded.tokenizer(texts)
         feeds = {"input_ids": b.input_ids.numpy(), "attention_mask": b.attention_mask.numpy(),
-                 "token_type_ids": b.token_type_ids.numpy()}
-        emb, _, att, att16 = s.run(None, feeds)
+                 "token_type_ids": b.token_type_ids.numpy(), "head_mask": np.ones((len(texts), 2, 2), np.float32)}
+        emb, att, att16 = s.run(["sentence_embedding", "attentions", "attentions_f16"], feeds)
         np.testing.assert_array_equal(att16, att.astype(np.float16))
         t = b.input_ids.shape[1]
         assert att.shape == (len(texts), 2, 2, t, t)
@@ -70,8 +71,8 @@ def test_tampering_fails_verify_naming_the_file(tiny_package, tiny_checkpoint, t
 def test_missing_file_fails_verify(tiny_package, tiny_checkpoint, tmp_path):
     pkg = tmp_path / "missing"
     shutil.copytree(tiny_package, pkg)
-    (pkg / "attention.onnx").unlink()
-    with pytest.raises(PackageError, match=r"attention\.onnx: missing"):
+    (pkg / "analysis.onnx").unlink()
+    with pytest.raises(PackageError, match=r"analysis\.onnx: missing"):
         verify(pkg, tiny_checkpoint, progress=lambda m: None, quality=False)
 
 

@@ -1,6 +1,6 @@
-"""Every encoder family exports (fast, int8, fp16, attention and analysis graphs) and its
+"""Every encoder family exports (fast, int8, fp16 and analysis graphs) and its
 package verifies against torch; the fast graph equals sentence-transformers' encode, the
-attention graph transformers' eager attention; sequence classifiers' packages score as
+analysis graph's weights transformers' eager attention; sequence classifiers' packages score as
 transformers does."""
 
 import numpy as np
@@ -27,7 +27,7 @@ def test_embedding_package_verifies_and_equals_encode(tmp_path, family):
     pkg = build_package(ckpt, tmp_path / "models", family, progress=lambda m: None, quality=False)
     m = read(pkg)
     assert m["family"] == family
-    assert set(m["variants"]) == {"fast", "fast.int8", "fast.fp16", "attention", "analysis"}
+    assert set(m["variants"]) == {"fast", "fast.int8", "fast.fp16", "analysis"}
     assert all(f["passed"] for f in m["parity"].values()), m["parity"]
     assert m["parity"]["fast"]["batch_invariance"] <= 1e-6  # qwen3: last-token pooling over padded batches
     tok = load_encoder_model(ckpt).tokenizer
@@ -36,7 +36,7 @@ def test_embedding_package_verifies_and_equals_encode(tmp_path, family):
     cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
     assert cos.min() >= 0.999999
     b = tok(fam.TEXTS[:3])
-    att = run(pkg, "attention.onnx", lambda s: session_feeds(s, tok, fam.TEXTS[:3]))["attentions"]
+    att = run(pkg, "analysis.onnx", lambda s: session_feeds(s, tok, fam.TEXTS[:3]))["attentions"]
     with torch.no_grad():
         ref = fam.transformers_reference(ckpt)(input_ids=b.input_ids, attention_mask=b.attention_mask,
                                                output_attentions=True).attentions

@@ -33,7 +33,7 @@ from headwise.service.api.dependencies import disconnect_probe, get_engine, requ
 from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from headwise.service.api.responses import BudgetedResponse, json_response, probe
 from headwise.service.api.routers import kserve_classify
-from headwise.service.engine import Capability, Engine, Runtime, prompts
+from headwise.service.engine import Capability, EncoderRuntime, Engine, Runtime, prompts
 from headwise.service.engine.internals import POOLINGS, HiddenSpec
 from headwise.service.engine.params import (
     AGGREGATES,
@@ -63,13 +63,13 @@ def _runtime(request: Request, engine: Engine, model: str, version: str | None) 
     return rt
 
 
-def outputs_of(rt: Runtime) -> list[dict]:
+def outputs_of(rt: EncoderRuntime) -> list[dict]:
     p = rt.package
     out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.d_model]},
            {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
-    if "attention" in p.variants:
+    if rt.serves("attention"):
         out.append({"name": "attentions", "datatype": "FP32", "shape": [-1, p.n_layers, p.n_heads, -1, -1]})
-    if "analysis" in p.variants:  # [N, L', T, d] per token, [N, L', d] pooled (parameters below)
+    if rt.serves("analysis"):  # [N, L', T, d] per token, [N, L', d] pooled (parameters below)
         out.append({"name": "hidden_states", "datatype": "FP32", "shape": [-1, -1, -1, p.d_model]})
     out.append({"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]})
     return out

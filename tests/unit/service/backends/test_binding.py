@@ -49,7 +49,7 @@ def test_encoder_bound_equals_run_for_every_shape_and_output_order(encoder_pair,
     mask[0, seq // 2 + 1:] = 0  # padding in one row
     feeds = {"input_ids": ids(batch, seq), "attention_mask": mask, "token_type_ids": np.zeros((batch, seq), np.int64)}
     for role in plain.variants:
-        sess = plain._sessions[role]
+        sess = plain.session(role)
         names = [o.name for o in sess.get_outputs()]
         head_mask = [np.ones((batch, *i.shape[1:]), np.float32) for i in sess.get_inputs() if i.name == "head_mask"]
         if head_mask:  # the analysis graph: one head removed in one row

@@ -54,9 +54,9 @@ def ready(client):
 
 def test_manifest_lists_it_and_verify_found_no_mismatch(tiny_package):
     m = json.loads((tiny_package / "manifest.json").read_text())
-    assert "attentions_f16" in m["variants"]["attention"]["outputs"]
-    assert m["parity"]["attention"]["attentions_f16_mismatches"] == 0
-    assert m["parity"]["attention"]["passed"]
+    assert "attentions_f16" in m["variants"]["analysis"]["outputs"]
+    assert m["parity"]["analysis"]["attentions_f16_mismatches"] == 0
+    assert m["parity"]["analysis"]["passed"]
 
 
 def test_float16_answers_come_from_the_graph_and_equal_numpys_cast(tiny_package):
@@ -78,7 +78,7 @@ def test_a_package_without_it_casts_in_numpy(tiny_package, tmp_path):
     old = tmp_path / "models" / tiny_package.name
     shutil.copytree(tiny_package, old)
     m = json.loads((old / "manifest.json").read_text())
-    m["variants"]["attention"]["outputs"].remove("attentions_f16")
+    m["variants"]["analysis"]["outputs"].remove("attentions_f16")  # as a package from before it
     (old / "manifest.json").write_text(json.dumps(m))
     with serve(old.parent) as c, serve(tiny_package.parent) as new:
         ready(c)
