@@ -15,18 +15,19 @@ from headwise.service.engine.work import Entry, Job
 
 @contextmanager
 def batch_spans(entries: list[Entry], padded: int, role: str, at: float) -> Iterator[list]:
-    """A `batch` span per traced request among `entries`, begun at `at`, ended on leaving;
+    """A `batch` span per traced request among `entries`, begun at `at`, written on leaving;
     yields them ([] when tracing is off or no request is traced). The first request's links to
     every other request's span, and each other one links to the first's: a batch of n requests
-    makes 2(n − 1) links, not n(n − 1)."""
+    makes 2(n − 1) links, not n(n − 1). The spans share one attributes dict (written once,
+    only read after)."""
     jobs = [j for j in dict.fromkeys(e.job for e in entries) if j.trace is not None] if tracing.ON else []
     if not jobs:
         yield []
         return
     attributes = {"headwise.batch.size": len(entries), "headwise.batch.padded_length": padded,
                   "headwise.batch.requests": len(jobs), "headwise.graph": role}
-    first = tracing.start("batch", jobs[0].trace, at, [tracing.span_context(j.trace) for j in jobs[1:]], **attributes)
-    spans = [first, *(tracing.start("batch", j.trace, at, [first.get_span_context()], **attributes) for j in jobs[1:])]
+    first = tracing.start("batch", jobs[0].trace, at, [j.trace for j in jobs[1:]], attributes)
+    spans = [first, *(tracing.start("batch", j.trace, at, [first.context], attributes) for j in jobs[1:])]
     try:
         yield spans
     finally:
@@ -54,8 +55,7 @@ async def run_async(backend, role: str, feeds: dict, outputs: list[str], gone, s
 
 
 def device_spans(parents: list, start: float, end: float, role: str, rows: int) -> None:
-    tracing.device_runs([tracing.in_context(s) for s in parents], start, end,
-                        **{"headwise.graph": role, "headwise.device.rows": rows})
+    tracing.device_runs([s.context for s in parents], start, end, **{"headwise.graph": role, "headwise.device.rows": rows})
 
 
 def queued(job: Job) -> None:
