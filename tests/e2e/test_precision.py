@@ -61,7 +61,7 @@ def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 def test_the_default_is_fp32_and_equals_sentence_transformers(default_server, st_reference):
     card = default_server.get("/v1/models").json()["data"][0]
     assert card["precision"] == "fp32"
-    assert [v for v, spec in card["variants"].items() if spec["serving"]] == ["fast", "attention", "analysis"]
+    assert [v for v, spec in card["variants"].items() if spec["serving"]] == ["fast", "analysis"]
     got = np.array([d["embedding"] for d in embed(default_server, SENTENCES)])
     assert cosines(got, st_reference).min() >= 0.99999
 
@@ -139,7 +139,7 @@ def test_asking_for_a_missing_precision_stops_start_up_naming_the_variants(defau
                        timeout=120)
     assert r.returncode != 0
     assert "HEADWISE_PRECISION=int8" in r.stderr and "no fast.int8 variant" in r.stderr, r.stderr[-2000:]
-    assert "fast (fp32)" in r.stderr and "attention (fp32)" in r.stderr
+    assert "fast (fp32)" in r.stderr and "analysis (fp32)" in r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -175,17 +175,41 @@ def test_auto_on_a_machine_without_a_driver_says_cpu_in_one_info_line(start_serv
     assert "WARNING" not in said[0] and "cannot be used here" not in log
 
 
-def test_a_model_that_cannot_be_prepared_stops_the_server_non_zero(default_package, tmp_path):
-    """A graph that onnxruntime cannot load (its sha256 matches the manifest) fails when the
-    sessions are created, after the server has bound: it must exit, not linger unready."""
+def _broken_analysis_graph(default_package, tmp_path) -> Path:
+    """The package with an analysis graph that onnxruntime cannot load (its sha256 matches the
+    manifest, so the package itself loads)."""
     pkg = tmp_path / default_package.name
     shutil.copytree(default_package, pkg)
-    (pkg / "attention.onnx").write_bytes(b"not an onnx graph")
+    (pkg / "analysis.onnx").write_bytes(b"not an onnx graph")
     manifest = json.loads((pkg / "manifest.json").read_text())
-    manifest["variants"]["attention"]["sha256"] = hashlib.sha256(b"not an onnx graph").hexdigest()
+    manifest["variants"]["analysis"]["sha256"] = hashlib.sha256(b"not an onnx graph").hexdigest()
     (pkg / "manifest.json").write_text(json.dumps(manifest))
+    return pkg
+
+
+def test_a_model_that_cannot_be_prepared_stops_the_server_non_zero(default_package, tmp_path):
+    """A graph that onnxruntime cannot load fails when the sessions are created (eagerly), after
+    the server has bound: it must exit, not linger unready."""
+    pkg = _broken_analysis_graph(default_package, tmp_path)
     r = subprocess.run([sys.executable, "-m", "headwise.cli", "serve", "--models", str(pkg), "--port", "0"],
-                       cwd=REPO, env=clean_env(HEADWISE_PROVIDER="cpu"), capture_output=True, text=True, timeout=120)
+                       cwd=REPO, env=clean_env(HEADWISE_PROVIDER="cpu", HEADWISE_ANALYSIS="eager"),
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 3, r.stderr[-2000:]
-    assert "model start-up failed" in r.stderr and "attention.onnx" in r.stderr, r.stderr[-2000:]
+    assert "model start-up failed" in r.stderr and "analysis.onnx" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("engine", ["inproc", "process"])
+def test_an_analysis_graph_that_cannot_be_loaded_lazily_is_refused_and_plain_work_goes_on(
+        start_server, default_package, tmp_path, engine):
+    """HEADWISE_ANALYSIS=lazy (the default): the server starts; the first request that looks
+    inside gets 503 naming the graph, and so does every later one; plain work is answered."""
+    pkg = _broken_analysis_graph(default_package, tmp_path)
+    srv = start_server(models=pkg, env={"HEADWISE_ENGINE": engine,
+                                        **({"HEADWISE_FRONTENDS": "1"} if engine == "process" else {})})
+    for _ in range(2):
+        r = srv.post("/v1/embed", json={"inputs": ["a cat"], "attention": {"layers": [0]}})
+        assert r.status_code == 503, r.text
+        assert "analysis graph (analysis.onnx) could not be loaded" in r.json()["error"]["message"], r.text
+        assert srv.post("/v1/embed", json={"inputs": ["a cat"]}).status_code == 200
+    assert srv.get("/health/ready").status_code == 200

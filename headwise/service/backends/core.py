@@ -40,6 +40,7 @@ from headwise.service.backends.queues import (
     RunClock,
     beside,
 )
+from headwise.service.errors import NotReady
 
 log = logging.getLogger("headwise.service")
 
@@ -272,11 +273,17 @@ class EngineCore:
         run = first.run
         lives = [p.live_feeds() for p in group]
         feeds = lives[0] if len(group) == 1 else {name: np.concatenate([f[name] for f in lives]) for name in first.feeds}
+        backend = self.backends[run.model]
+        try:
+            if run.role in getattr(backend, "lazy", list)():  # made now, before the run's clock starts:
+                backend.load(run.role)                         # a graph's load is no stuck device
+        except NotReady as e:  # it cannot be (HEADWISE_ANALYSIS=lazy): said to each run that needs it
+            return [(p, wire.encode(wire.Failure(p.run.seq, "not_ready", str(e)))) for p in group]
         t0 = time.perf_counter()
         if self.clock is not None:
             self.clock.started()
         try:
-            out = self.backends[run.model].run(run.role, feeds, run.outputs)
+            out = backend.run(run.role, feeds, run.outputs)
         except Exception as e:
             log.exception("engine: %s run of model %s failed", run.role, run.model)
             return [(p, wire.encode(wire.Failure(p.run.seq, "error", f"{type(e).__name__}: {e}"))) for p in group]

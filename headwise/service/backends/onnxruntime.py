@@ -16,6 +16,7 @@ import numpy as np
 
 from headwise.service.backends import cuda
 from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread, usable_cores
+from headwise.service.errors import NotReady
 from headwise.service.package import ModelPackage, PackageError
 from headwise.service.settings import Settings, worker_processes
 
@@ -41,7 +42,7 @@ class Backend(Protocol):
     # RemoteBackend, whose engine process warmed them before any front-end started
     warmed: bool
     # (optional, none when absent) `lazy()`: the roles whose session is made on their first run
-    # (HEADWISE_ANALYSIS=lazy); warm-up skips them
+    # (HEADWISE_ANALYSIS=lazy), or by `load(role)` (NotReady when it cannot be); warm-up skips them
 
     def run(self, role: str, feeds: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]: ...
 
@@ -119,6 +120,7 @@ class OrtBackend:
         self._sessions: dict[str, object] = {}
         self._inputs: dict[str, list[str]] = {}
         self._loading = threading.Lock()
+        self._broken: dict[str, str] = {}  # role → why its lazily made session failed
         for role in self.variants:
             if not (role in LOOK_INSIDE and settings.analysis == "lazy"):
                 self._load(role)
@@ -153,17 +155,32 @@ class OrtBackend:
         self._inputs[role] = [i.name for i in sess.get_inputs()]
         self._sessions[role] = sess
 
+    def load(self, role: str) -> None:
+        """Make `role`'s session now if it was left for its first run (NotReady if it cannot be)."""
+        self._loaded(role)
+
     def _loaded(self, role: str):
-        """`role`'s session, made now when it was left for its first request (one at a time)."""
+        """`role`'s session, made now when it was left for its first request (one at a time).
+        A graph that cannot be loaded then is refused (503, NotReady) from then on; plain work
+        goes on."""
         sess = self._sessions.get(role)
         if sess is not None:
             return sess
         with self._loading:
+            if role in self._broken:
+                raise NotReady(self._broken[role])
             if role not in self._sessions:
                 t0 = time.perf_counter()
-                for r in self.lazy():  # every role on that graph, in one session
-                    if self.variants[r] == self.variants[role] and "analytics" not in (r, role):
-                        self._load(r)
+                try:
+                    for r in self.lazy():  # every role on that graph, in one session
+                        if self.variants[r] == self.variants[role] and "analytics" not in (r, role):
+                            self._load(r)
+                except Exception as e:
+                    variant = self.package.variants[self.variants[role]]
+                    self._broken[role] = (f"model {self.package.name}: its {variant.name} graph ({variant.file.name}) "
+                                          f"could not be loaded: {type(e).__name__}: {e}")
+                    log.error("%s", self._broken[role])
+                    raise NotReady(self._broken[role]) from None
                 log.info("model %s: %s graph loaded for its first request in %.1fs (HEADWISE_ANALYSIS=lazy)",
                          self.package.name, self.variants[role], time.perf_counter() - t0)
         return self._sessions[role]
