@@ -278,7 +278,7 @@ class Sitting:
                 raise StageGone(f"POST {PATH} did not complete its response in process")
 
         whole.append(Row("hop", "an empty round trip to the inference thread (run_in_executor, as "
-                         "EncoderRuntime._serve)", await self.clock.time(lambda: loop.run_in_executor(executor, int))))
+                         "Lane.serve)", await self.clock.time(lambda: loop.run_in_executor(executor, int))))
         whole.append(Row("engine", "Engine.embed: event loop → inference thread (tokenise, batch, run, results) → "
                          "event loop", await self.clock.time(lambda: engine.embed(rt, inputs, params))))
         whole.append(Row("request", "the whole request: uvicorn's cycle → ServiceMiddleware → fast path → route → "

@@ -175,22 +175,18 @@ class GatedBackend(FakeBackend):
 
 
 class DrivenBatcher:
-    """A Batcher run by the engine's own loop (EncoderRuntime._serve and _hop) over the
+    """A Batcher run by the engine's own loops (service.engine.lane) over the
     `run(entries, padded)` and optional `prepare(jobs)` a test gives, in place of a model."""
 
     def __new__(cls, run, limits, buckets, hooks=None, prepare=None, pad_to_bucket=True, **kw):
-        import functools
         from types import SimpleNamespace
 
         from headwise.service.engine.batching import Batcher
-        from headwise.service.engine.encoder import EncoderRuntime
+        from headwise.service.engine.lane import Lane
 
         batcher = Batcher(limits, buckets, hooks, pad_to_bucket=pad_to_bucket, **kw)
-        engine = SimpleNamespace(prepare=prepare, run_batch=lambda role, entries, padded: run(entries, padded),
-                                 backend=None)  # a backend without run_async: hops on the inference thread
-        engine._hop = functools.partial(EncoderRuntime._hop, engine)
-        engine._tokenised = functools.partial(EncoderRuntime._tokenised, engine)
+        lane = Lane(SimpleNamespace(prepare=prepare, run_batch=lambda role, entries, padded: run(entries, padded),
+                                    backend=None))  # a backend without run_async: hops on the inference thread
         start = batcher.start
-        batcher.start = lambda: start(EncoderRuntime._serve(engine, "embed", batcher),
-                                      EncoderRuntime._tokenise(engine, batcher) if batcher.overlap else None)
+        batcher.start = lambda: start(lane.serve("embed", batcher), lane.tokenise(batcher) if batcher.overlap else None)
         return batcher

@@ -19,7 +19,6 @@ trickling in) are tokenised by the next hop on the inference thread, as without 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import time
 from collections import deque
@@ -29,6 +28,7 @@ from typing import Any
 
 from headwise.service.cpu import INFERENCE_NICENESS, lowered_thread
 from headwise.service.engine import traced
+from headwise.service.engine.cutting import bucket, cut, fits
 from headwise.service.engine.work import Done, Entry, Job, Limits, Outcome, Work, length_buckets
 from headwise.service.errors import Disconnected, NotReady, Overloaded
 
@@ -99,8 +99,7 @@ class Batcher:
         return len(self._queue) + self._pending_inputs
 
     def bucket(self, length: int) -> int:
-        i = bisect.bisect_left(self.buckets, length)
-        return self.buckets[min(i, len(self.buckets) - 1)]
+        return bucket(self.buckets, length)
 
     @property
     def idle(self) -> bool:
@@ -255,7 +254,7 @@ class Batcher:
                        key=lambda e: e.length)
         if not batch:
             return [], 0
-        if not self._fits(len(batch), self.bucket(batch[-1].length)):
+        if not fits(self.limits, len(batch), self.bucket(batch[-1].length)):
             return None
         for job in work.jobs:
             job.expect(job.size)
@@ -331,28 +330,12 @@ class Batcher:
         longest = max((e.length for e in self._queue), default=0)
         return n * self.bucket(longest) >= self.limits.max_batch_tokens
 
-    def _fits(self, count: int, padded: int) -> bool:
-        lim = self.limits
-        if count > lim.max_batch_size or count * padded > lim.max_batch_tokens:
-            return False
-        return not lim.cell_bytes or count * lim.cell_bytes * padded * padded <= lim.budget_bytes
-
     def cut(self) -> tuple[list[Entry], int]:
-        """Take one batch: the oldest live entry plus its nearest neighbours by length."""
-        while self._queue and self._queue[0].job.done:
-            self._queue.popleft()
-        if not self._queue:
+        """Take one batch (service.engine.cutting) out of the queue → (it, its padded length)."""
+        batch = cut(self._queue, self.limits, self.buckets)
+        if not batch:  # every entry's client has gone
+            self._queue.clear()
             return [], 0
-        window = [e for e in list(self._queue)[: 4 * self.limits.max_batch_size] if not e.job.done]
-        head = window[0]
-        ordered = sorted(window, key=lambda e: e.length)
-        p = ordered.index(head)
-        lo, hi = p, p + 1  # take ordered[lo:hi]; shorter ones first: they add no padding
-        while lo > 0 and self._fits(hi - lo + 1, self.bucket(ordered[hi - 1].length)):
-            lo -= 1
-        while hi < len(ordered) and self._fits(hi - lo + 1, self.bucket(ordered[hi].length)):
-            hi += 1
-        batch = ordered[lo:hi]
         taken = set(map(id, batch))
         self._queue = deque(e for e in self._queue if id(e) not in taken and not e.job.done)
         self._depth_changed()

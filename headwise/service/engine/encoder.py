@@ -15,10 +15,11 @@ from headwise.service import tracing
 from headwise.service.backends.onnxruntime import Backend, inside_graph
 from headwise.service.cpu import ANALYTICS_NICENESS
 from headwise.service.engine import traced
-from headwise.service.engine.batching import Batcher, Done, Entry, Job, Limits, Work, length_buckets
+from headwise.service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
 from headwise.service.engine.faults import inject_fault, unlinked
 from headwise.service.engine.heads import Head, head_for
 from headwise.service.engine.internals import Ablation
+from headwise.service.engine.lane import Lane, overlap, shared_queue
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import base_card
 from headwise.service.engine.stats import ModelStats, Timing
@@ -36,9 +37,6 @@ TOO_LARGE = ("ask for fewer inputs, layers or heads, top-k or base64 attention, 
              "or sentence embeddings")
 WEIGHTED = ("attention", "analysis")  # the variants whose graph outputs attention weights
 REEXPORT = "packages exported since 2026-11-24 have it: run headwise export again"
-# Process mode: a hop with at most this many inputs to tokenise runs on the event loop (tokenising
-# a few short inputs holds it less than a thread hop costs); larger ones on the inference thread.
-LOOP_TOKENISE = 8
 
 
 class EncoderRuntime:
@@ -57,6 +55,7 @@ class EncoderRuntime:
         self.backend: Backend | None = None
         self.batchers: dict[str, Batcher] = {}  # plain work: role → its batcher
         self.analytics: Batcher | None = None  # analytics rows (run_encoded), after plain work
+        self.lane = Lane(self)  # the loops that drive each batcher
         self.ready = False
 
     @property
@@ -370,12 +369,6 @@ class EncoderRuntime:
         return Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
                       cell if attention else 0, s.attention_budget_bytes if attention else 0)
 
-    def overlap(self) -> bool:
-        """Whether requests are tokenised beside a running batch (HEADWISE_PIPELINE; auto: on
-        CUDA, where the device runs the batch and the host's cores would wait)."""
-        mode = self.settings.pipeline
-        return mode == "on" or (mode == "auto" and self.backend.provider == "cuda")
-
     def start(self) -> None:
         on_cpu = self.backend.provider != "cuda"
         variants = self.backend.variants
@@ -383,9 +376,9 @@ class EncoderRuntime:
             if role == "analytics":
                 continue
             batcher = Batcher(self.limits(role), self.buckets, QueueHooks(self.metrics, self.name, variant),
-                              pad_to_bucket=not on_cpu, overlap=self.overlap())
-            batcher.shared = self._shared_queue(role)
-            batcher.start(self._serve(role, batcher), self._tokenise(batcher) if batcher.overlap else None)
+                              pad_to_bucket=not on_cpu, overlap=overlap(self.settings.pipeline, self.backend))
+            batcher.shared = shared_queue(self.backend, role)
+            batcher.start(self.lane.serve(role, batcher), self.lane.tokenise(batcher) if batcher.overlap else None)
             self.batchers[role] = batcher
         # Analytics give way to every plain batcher between two of their batches. With a session
         # of their own (CPU) they run on a thread of the lowest priority beside plain work, which
@@ -397,71 +390,5 @@ class EncoderRuntime:
                                  QueueHooks(self.metrics, self.name, variants[role], priority="analytics"),
                                  pad_to_bucket=not on_cpu, executor=shared, niceness=ANALYTICS_NICENESS,
                                  yield_to=list(self.batchers.values()))
-        self.analytics.shared = self._shared_queue("analytics")
-        self.analytics.start(self._serve(role, self.analytics))
-
-    def _shared_queue(self, role: str):
-        """Process mode: the queue as every front-end fills it (None in process)."""
-        shared = getattr(self.backend, "shared_queue", None)
-        return shared(role) if shared is not None else None
-
-    async def _serve(self, role: str, batcher: Batcher) -> None:
-        """This variant's loop: the batcher says what the next hop does, the hop runs on the
-        batcher's inference thread, the batcher answers what it settled. With a backend whose
-        run is awaited (process mode: the device is another process's), a hop of few inputs runs
-        on the loop itself: no thread waits for the engine, and no hop there and back."""
-        loop = asyncio.get_running_loop()
-        awaited = hasattr(self.backend, "run_async")
-        while True:
-            work = await batcher.next()
-            try:
-                if awaited and sum(j.size for j in work.jobs) <= LOOP_TOKENISE:
-                    done = await self._hop_async(role, batcher, work)
-                else:
-                    done = await loop.run_in_executor(batcher.executor, self._hop, role, batcher, work)
-            except Exception as e:  # the hop could not run (tokenising failed, the thread is gone)
-                done = Done([e] * len(work.jobs), work.batch, e if work.batch else [])
-            batcher.finish(work, done)
-
-    async def _tokenise(self, batcher: Batcher) -> None:
-        """Overlap: tokenise what arrives while a batch runs, on the batcher's tokenizer thread."""
-        loop = asyncio.get_running_loop()
-        while True:
-            jobs = await batcher.next_to_tokenise()
-            try:
-                outcome = await loop.run_in_executor(batcher.tokenizer, self.prepare, jobs)
-            except Exception as e:  # the thread is gone (shutting down): each job gets the error
-                outcome = [e] * len(jobs)
-            batcher.tokenised(jobs, outcome)
-
-    def _hop(self, role: str, batcher: Batcher, work: Work) -> Done:
-        """Inference thread: tokenise (and, when it all fits one batch, run at once), or run."""
-        outcome, batch, padded, done = self._tokenised(batcher, work)
-        if done is not None:
-            return done
-        try:
-            return Done(outcome, batch, self.run_batch(role, batch, padded))
-        except Exception as e:
-            return Done(outcome, batch, e)
-
-    async def _hop_async(self, role: str, batcher: Batcher, work: Work) -> Done:
-        """_hop on the loop, the backend's run awaited."""
-        outcome, batch, padded, done = self._tokenised(batcher, work)
-        if done is not None:
-            return done
-        try:
-            return Done(outcome, batch, await self.run_batch_async(role, batch, padded, batcher))
-        except Exception as e:
-            return Done(outcome, batch, e)
-
-    def _tokenised(self, batcher: Batcher, work: Work) -> tuple:
-        """A hop's first half: its jobs tokenised and planned → (outcome, batch, padded, the
-        hop's Done when nothing is to run)."""
-        if not work.jobs:
-            return None, work.batch, work.padded, None
-        outcome = self.prepare(work.jobs)
-        plan = batcher.plan(work, outcome) if work.run else None
-        if plan is None:
-            return outcome, None, 0, Done(outcome, None, None)
-        batch, padded = plan
-        return outcome, batch, padded, Done(outcome, [], []) if not batch else None
+        self.analytics.shared = shared_queue(self.backend, "analytics")
+        self.analytics.start(self.lane.serve(role, self.analytics))

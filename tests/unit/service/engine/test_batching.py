@@ -6,7 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from headwise.service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
+from headwise.service.engine.batching import Entry, Job, Limits
+from headwise.service.engine.cutting import fits
 from headwise.service.errors import Disconnected, Overloaded
 from tests.unit.fakes import DrivenBatcher
 
@@ -307,8 +308,7 @@ def test_waiting_requests_over_one_batch_are_queued_and_cut():
 
 def test_max_rows_is_the_largest_batch_the_batcher_would_form():
     lim = Limits(256, 16, 0.0, 100, cell_bytes=2 * 2 * 4, budget_bytes=1 << 14)
-    b = Batcher(lim, length_buckets(64))
     for padded in (1, 8, 16, 32, 64):
         rows = lim.max_rows(padded)
-        assert b._fits(rows, padded) or rows == 1
-        assert not b._fits(rows + 1, padded)
+        assert fits(lim, rows, padded) or rows == 1
+        assert not fits(lim, rows + 1, padded)
