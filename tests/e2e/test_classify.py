@@ -103,9 +103,11 @@ def test_predict_equals_transformers(srv, classifier_packages):
 
 
 def _graph_weights(models, ids, types) -> np.ndarray:
-    sess = ort.InferenceSession(str(models / "tiny-reranker" / "attention.onnx"), providers=["CPUExecutionProvider"])
-    return sess.run(["attentions"], {"input_ids": ids, "attention_mask": np.ones_like(ids),
-                                     "token_type_ids": types})[0][0]
+    """The analysis graph's weights, every head kept: the graph the server answers attention from."""
+    sess = ort.InferenceSession(str(models / "tiny-reranker" / "analysis.onnx"), providers=["CPUExecutionProvider"])
+    head_mask = next(i for i in sess.get_inputs() if i.name == "head_mask")
+    return sess.run(["attentions"], {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": types,
+                                     "head_mask": np.ones((len(ids), *head_mask.shape[1:]), np.float32)})[0][0]
 
 
 def test_rerank_attention_is_the_graph_weights_sliced(srv, classifier_packages):

@@ -72,6 +72,13 @@ def inside_graph(variants, analysis: str) -> str | None:
     return next((v for v in ("analysis", "attention") if v in variants), None)
 
 
+def metric_variant(variants: dict[str, str], role: str) -> str:
+    """The `variant` label of `role`'s metrics: the package variant it runs, except the
+    look-inside roles, named as themselves: they share the analysis graph, and each has a
+    queue of its own."""
+    return role if role in LOOK_INSIDE else variants[role]
+
+
 def choose_variant(package: ModelPackage, provider: str, precision: str) -> str:
     """The embed variant for HEADWISE_PRECISION. `auto` is the model's own precision (fp32),
     except fp16 on CUDA where the package's fp16 variant passed its parity bar. int8 and fp16

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from headwise.service import tracing
-from headwise.service.backends.onnxruntime import Backend, inside_graph
+from headwise.service.backends.onnxruntime import Backend, inside_graph, metric_variant
 from headwise.service.cpu import ANALYTICS_NICENESS
 from headwise.service.engine import traced
 from headwise.service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
@@ -190,7 +190,7 @@ class EncoderRuntime:
         return out, t0
 
     def _counted(self, role: str, entries: list[Entry], padded: int, t0: float) -> None:
-        inference, size, tokens = self.series.batch(self.backend.variants[role])
+        inference, size, tokens = self.series.batch(metric_variant(self.backend.variants, role))
         inference.observe(time.perf_counter() - t0)
         size.observe(len(entries))
         tokens.observe(len(entries) * padded)
@@ -372,10 +372,11 @@ class EncoderRuntime:
     def start(self) -> None:
         on_cpu = self.backend.provider != "cuda"
         variants = self.backend.variants
-        for role, variant in variants.items():
+        for role in variants:
             if role == "analytics":
                 continue
-            batcher = Batcher(self.limits(role), self.buckets, QueueHooks(self.metrics, self.name, variant),
+            batcher = Batcher(self.limits(role), self.buckets,
+                              QueueHooks(self.metrics, self.name, metric_variant(variants, role)),
                               pad_to_bucket=not on_cpu, overlap=overlap(self.settings.pipeline, self.backend))
             batcher.shared = shared_queue(self.backend, role)
             batcher.start(self.lane.serve(role, batcher), self.lane.tokenise(batcher) if batcher.overlap else None)

@@ -15,6 +15,7 @@ import time
 
 from headwise.service import tracing
 from headwise.service.backends.core import EngineCore
+from headwise.service.backends.onnxruntime import metric_variant
 from headwise.service.engine import Engine
 from headwise.service.logs import configure
 from headwise.service.metrics import Metrics
@@ -61,7 +62,7 @@ def serve() -> int:
     batch_tokens = min((rt.max_batch_tokens for rt in models), default=settings.max_batch_tokens)
 
     def on_run(model: str, role: str, runs: int, rows: int, seconds: float) -> None:
-        variant = backends[model].variants[role]
+        variant = metric_variant(backends[model].variants, role)
         metrics.engine_stacked.labels(model=model, variant=variant).observe(runs)
         metrics.engine_busy.labels(model=model, variant=variant).inc(seconds)
 

@@ -63,13 +63,14 @@ def _runtime(request: Request, engine: Engine, model: str, version: str | None) 
     return rt
 
 
-def outputs_of(rt: EncoderRuntime) -> list[dict]:
+def outputs_of(rt: Runtime) -> list[dict]:
     p = rt.package
     out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.d_model]},
            {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
-    if rt.serves("attention"):
+    inside = rt.serves if isinstance(rt, EncoderRuntime) else lambda role: False  # a generator: the mask only
+    if inside("attention"):
         out.append({"name": "attentions", "datatype": "FP32", "shape": [-1, p.n_layers, p.n_heads, -1, -1]})
-    if rt.serves("analysis"):  # [N, L', T, d] per token, [N, L', d] pooled (parameters below)
+    if inside("analysis"):  # [N, L', T, d] per token, [N, L', d] pooled (parameters below)
         out.append({"name": "hidden_states", "datatype": "FP32", "shape": [-1, -1, -1, p.d_model]})
     out.append({"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]})
     return out

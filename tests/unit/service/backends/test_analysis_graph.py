@@ -117,3 +117,17 @@ def test_lazy_and_eager_answer_alike(tiny_package):
             assert r.status_code == 200, r.text
             answers.append(r.content)
     assert answers[0] == answers[1]
+
+
+def test_metrics_name_each_look_inside_lane_though_they_share_the_graph(tiny_package):
+    """Attention and analysis requests run analysis.onnx, but each lane keeps its own `variant`
+    label (its queue depth is a gauge of its own)."""
+    with _client(tiny_package.parent) as c:
+        _ready(c)
+        assert c.post("/v1/embed", json={"inputs": ["a cat"], "attention": {"layers": [0]}}).status_code == 200
+        assert c.post("/v1/embed", json={"inputs": ["a cat"], "hidden_states": {"layers": [1]}}).status_code == 200
+        text = c.get("/metrics").text
+    for variant in ("attention", "analysis"):
+        line = f'headwise_inference_duration_seconds_count{{model="tiny",variant="{variant}"}}'
+        assert any(x.startswith(line) and float(x.split()[-1]) == 1 for x in text.splitlines()), line
+        assert f'headwise_queue_depth{{model="tiny",priority="plain",variant="{variant}"}}' in text
