@@ -1,7 +1,7 @@
 """Texts read without offsets (TextTokenizer.encode_unchecked(strings=False): `tokenizers`'
 encode_batch_fast, for answers that carry no token strings) have the same ids and type ids as
 texts read with them, on every STS-B dev sentence the repository ships, the multilingual and
-hostile sets of bench/tokenizers_eval.py, and texts long enough to be read as prefixes; their
+hostile sets of bench/text_sets.py, and texts long enough to be read as prefixes; their
 token strings and offsets, read after all, are the full encoding's. The embedding head reads
 with strings unless told otherwise."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.tokenizers_eval import hostile, multilingual
+from bench.text_sets import hostile, multilingual
 from headwise.export.stsb import BUNDLED, load_pairs
 from headwise.model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2
 from headwise.service.engine.heads.embedding import EmbeddingHead
