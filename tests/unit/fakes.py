@@ -190,3 +190,12 @@ class DrivenBatcher:
         start = batcher.start
         batcher.start = lambda: start(lane.serve("embed", batcher), lane.tokenise(batcher) if batcher.overlap else None)
         return batcher
+
+
+def tei_error(r, status: int, error_type: str) -> str:
+    """A TEI error answer's message, once its status, shape and type are checked."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error", "error_type"} and body["error_type"] == error_type, body
+    assert "Traceback" not in r.text and SECRET_TEXT not in r.text
+    return body["error"]

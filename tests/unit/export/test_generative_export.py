@@ -2,8 +2,8 @@
 our torch model, in the ONNX graphs with their KV cache through onnxruntime, and in
 transformers' generate(); every cached step agrees with recomputing the whole sequence.
 
-The ONNX loops below use numpy and onnxruntime only, as the service must (it cannot import
-model/ or export/); docs/model-package.md describes the same loop.
+The ONNX loops (tests/fixtures/generative_onnx.py) use numpy and onnxruntime only, as the
+service must (it cannot import model/ or export/); docs/model-package.md describes the same loop.
 """
 
 import json
@@ -42,19 +42,6 @@ def marian(tmp_path_factory):
                             init_std=0.05, embedding_std=0.01, logits_bias_std=0.05)
     pkg = build_package(ckpt, tmp_path_factory.mktemp("pkg"), "marian", progress=lambda m: None)
     return ckpt, pkg
-
-
-# --- the ONNX loops: numpy + onnxruntime + tokenizers only --------------------------------
-
-
-
-
-
-
-
-
-
-
 
 
 # --- the two references -----------------------------------------------------------------
