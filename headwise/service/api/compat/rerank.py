@@ -183,12 +183,6 @@ def document_texts(documents: Documents) -> list[str]:
     return [d if isinstance(d, str) else d.text for d in documents]
 
 
-def ranked(scores: Sequence[float], top_n: int | None = None) -> list[int]:
-    """Indices best first, ties by index; the top_n best when given."""
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
-    return order if top_n is None else order[:top_n]
-
-
 def relevance_results(order: Sequence[int], scores: Sequence[float], texts: Sequence[str] | None) -> list[dict]:
     """Jina's and Cohere's results in `order`: index, relevance_score, and with `texts` the
     document as {"text"}."""

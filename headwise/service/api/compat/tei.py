@@ -236,6 +236,12 @@ def best_first(items: list, score) -> list:
     return sorted(items, key=score)[::-1]
 
 
+def ranked(scores, top_n: int | None = None) -> list[int]:
+    """Indices in TEI's order (best_first: ties by the later index first); the top_n when given."""
+    order = best_first(list(range(len(scores))), lambda i: scores[i])
+    return order if top_n is None else order[:top_n]
+
+
 def byte_offsets(text: str) -> list[int] | None:
     """UTF-8 byte offset of each character (and of the end) of `text`; None when ASCII, where
     the two agree. TEI's token offsets count bytes; the tokenizer's Python binding, characters."""

@@ -19,13 +19,14 @@ from headwise.service.api.dependencies import (
     model_for,
     require_api_key,
 )
-from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
+from headwise.service.api.ranking import rank
+from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json
 from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
 from headwise.service.engine import Engine
-from headwise.service.engine.classify import ClassifyParams, response_bytes
+from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.runtime import Runtime
-from headwise.service.errors import Validation, check_response_bytes
+from headwise.service.errors import Validation
 
 router = APIRouter(tags=["classify"], dependencies=[Depends(require_api_key)])
 
@@ -153,25 +154,15 @@ async def rerank(request: Request, body: Annotated[RerankRequest | compat.JinaRe
         return await jina_rerank(rt, body, engine, probe)
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention),
                             ablate=_ablate(rt, body.ablate))
-    cap = engine.settings.max_response_bytes
-    if body.return_text:  # the echoed texts alone, before any inference is spent on them
-        check_response_bytes(ENVELOPE_BYTES + echoed_bytes(body.texts, body.top_n), cap, TOO_LARGE)
-    result = await engine.rerank(rt, body.query, body.texts, params, probe)
-    order = sorted(range(len(result.data)), key=lambda i: -float(result.data[i].scores[0]))  # stable: ties by index
-    if body.top_n is not None:
-        order = order[: body.top_n]
-    # the engine's bound counts every text; top_n returns (and reserves) only the best ones'
-    size = ENVELOPE_BYTES + (result.answer_bytes if body.top_n is None else
-                             sum(response_bytes(params, result.data[i].encoding, result.labels) for i in order))
-    if body.return_text:  # with the attention blocks (each alone is held to the cap on the batch thread)
-        size += echoed_bytes([body.texts[i] for i in order])
-        check_response_bytes(size, cap, TOO_LARGE)
+    r = await rank(engine, rt, body.query, body.texts, params, probe, echo=body.texts if body.return_text else None,
+                   top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=0, too_large=TOO_LARGE)
+    result = r.result
 
     def build() -> dict:
         results = []
-        for i in order:
+        for i in r.order:
             c = result.data[i]
-            item = {"index": i, "score": float(c.scores[0])}
+            item = {"index": i, "score": r.scores[i]}
             if body.return_text:
                 item["text"] = body.texts[i]
             if c.attention is not None:
@@ -179,28 +170,20 @@ async def rerank(request: Request, body: Annotated[RerankRequest | compat.JinaRe
             results.append(item)
         return {"model": result.model, "results": results, "usage": result.usage}
 
-    return await budgeted_json(engine.responses, size, build)
+    return await budgeted_json(engine.responses, r.size, build)
 
 
 async def jina_rerank(rt: Runtime, body: compat.JinaRerankRequest, engine: Engine, probe):
     """Jina's body (on /v1/rerank and TEI's /rerank): the same engine call and scores as the
     route's own body, answered in Jina's shape."""
-    texts, params, echo = compat.document_texts(body.documents), ClassifyParams(), body.return_documents
-    cap = engine.settings.max_response_bytes
-    if echo:  # the echoed texts alone, before any inference is spent on them
-        check_response_bytes(ENVELOPE_BYTES + echoed_bytes(texts, body.top_n), cap, JINA_TOO_LARGE)
+    texts, echo = compat.document_texts(body.documents), body.return_documents
     with compat.fields_named({"texts": "documents"}):
-        result = await engine.rerank(rt, body.query, texts, params, probe)
-    scores = [float(c.scores[0]) for c in result.data]
-    order = compat.ranked(scores, body.top_n)
-    size = ENVELOPE_BYTES + sum(response_bytes(params, result.data[i].encoding, result.labels) + compat.ITEM_BYTES
-                                for i in order)
-    if echo:
-        size += echoed_bytes([texts[i] for i in order])
-        check_response_bytes(size, cap, JINA_TOO_LARGE)
-    return await budgeted_json(engine.responses, size, lambda: {
-        "model": result.model, "usage": result.usage,
-        "results": compat.relevance_results(order, scores, texts if echo else None)})
+        r = await rank(engine, rt, body.query, texts, ClassifyParams(), probe, echo=texts if echo else None,
+                       top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=compat.ITEM_BYTES,
+                       too_large=JINA_TOO_LARGE)
+    return await budgeted_json(engine.responses, r.size, lambda: {
+        "model": r.result.model, "usage": r.result.usage,
+        "results": compat.relevance_results(r.order, r.scores, texts if echo else None)})
 
 
 @router.post("/v1/predict", response_model=PredictResponse,

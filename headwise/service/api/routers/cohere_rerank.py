@@ -21,9 +21,10 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.errors import COHERE, route_class
+from headwise.service.api.ranking import rank
 from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
 from headwise.service.engine import Capability, Engine, Runtime
-from headwise.service.engine.classify import ClassifyParams, response_bytes
+from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.runtime import require
 from headwise.service.errors import Validation, check_response_bytes
 
@@ -44,27 +45,22 @@ async def rerank(request: Request, body: Json[compat.CohereRerankRequest],
     if body.relevant_spans is not None and body.relevant_spans.mode == "enabled":
         raise Validation("relevant_spans: this server returns no spans; send mode 'disabled' or leave it out",
                          field="relevant_spans")
-    texts, params, echo = compat.document_texts(body.documents), ClassifyParams(), body.return_documents
-    cap = engine.settings.max_response_bytes
-    if echo:  # the echoed texts alone, before any inference is spent on them
-        check_response_bytes(META_BYTES + echoed_bytes(texts, body.top_n), cap, TOO_LARGE)
+    texts, echo = compat.document_texts(body.documents), body.return_documents
+    if echo:  # the echoed texts alone, before any inference (or tokenising) is spent on them
+        check_response_bytes(META_BYTES + ENVELOPE_BYTES + echoed_bytes(texts, body.top_n),
+                             engine.settings.max_response_bytes, TOO_LARGE)
     pairs = await _cut(engine, rt, texts, body.max_tokens_per_doc)
-    result = await engine.rerank(rt, body.query, pairs, params, probe)
-    scores = [float(c.scores[0]) for c in result.data]
-    order = compat.ranked(scores, body.top_n)
-    size = META_BYTES + ENVELOPE_BYTES + sum(
-        response_bytes(params, result.data[i].encoding, result.labels) + compat.ITEM_BYTES for i in order)
-    if echo:
-        size += echoed_bytes([texts[i] for i in order])
-        check_response_bytes(size, cap, TOO_LARGE)
+    r = await rank(engine, rt, body.query, pairs, ClassifyParams(), probe, echo=texts if echo else None,
+                   top_n=body.top_n, envelope=META_BYTES + ENVELOPE_BYTES, item_bytes=compat.ITEM_BYTES,
+                   too_large=TOO_LARGE)
 
     def build() -> dict:
         meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": compat.search_units(len(texts))},
-                "tokens": {"input_tokens": result.n_tokens, "output_tokens": 0}}
-        return {"id": str(uuid.uuid4()), "results": compat.relevance_results(order, scores, texts if echo else None),
+                "tokens": {"input_tokens": r.result.n_tokens, "output_tokens": 0}}
+        return {"id": str(uuid.uuid4()), "results": compat.relevance_results(r.order, r.scores, texts if echo else None),
                 "meta": meta}
 
-    return await budgeted_json(engine.responses, size, build)
+    return await budgeted_json(engine.responses, r.size, build)
 
 
 async def _cut(engine: Engine, rt: Runtime, texts: list[str], n: int) -> list[str]:

@@ -26,6 +26,7 @@ from headwise.service.api.compat.openapi import inline_schema
 from headwise.service.api.compat.rerank import JinaRerankRequest, JinaRerankResponse, untag
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
+from headwise.service.api.ranking import rank
 from headwise.service.api.responses import budgeted_json, echoed_bytes, json_response
 from headwise.service.api.routers.classify import jina_rerank, own_or_jina
 from headwise.service.api.timing import characters, started_at, tei_headers
@@ -141,19 +142,16 @@ async def rerank(request: Request, body: Annotated[tei.RerankRequest | JinaReran
     if not body.texts:
         raise Empty("'texts' is empty", field="texts")
     params = ClassifyParams(truncate=truncate, raw_scores=body.raw_scores)
-    echoed = echoed_bytes(body.texts) if body.return_text else 0
-    if echoed:  # before any inference is spent on them
-        check_response_bytes(echoed, engine.settings.max_response_bytes, "send fewer texts, or return_text: false")
-    result = await engine.rerank(rt, body.query, body.texts, params, probe)
-    size = echoed + result.answer_bytes
+    r = await rank(engine, rt, body.query, body.texts, params, probe, echo=body.texts if body.return_text else None,
+                   top_n=None, envelope=0, item_bytes=0, too_large="send fewer texts, or return_text: false",
+                   order=tei.ranked)
 
     def build() -> list:
-        ranks = [{"index": i, **({"text": body.texts[i]} if body.return_text else {}), "score": float(c.scores[0])}
-                 for i, c in enumerate(result.data)]
-        return tei.best_first(ranks, lambda r: r["score"])
+        return [{"index": i, **({"text": body.texts[i]} if body.return_text else {}), "score": r.scores[i]}
+                for i in r.order]
 
     chars = len(body.query) * len(body.texts) + characters(body.texts)
-    return await budgeted_json(engine.responses, size, build, headers=tei_headers(rt, result, started, chars))
+    return await budgeted_json(engine.responses, r.size, build, headers=tei_headers(rt, r.result, started, chars))
 
 
 @router.post("/predict", response_model=list[tei.Prediction] | list[list[tei.Prediction]],

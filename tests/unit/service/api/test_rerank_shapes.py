@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from tokenizers import Tokenizer, processors
 
 from headwise.service.api.compat import rerank as compat
+from headwise.service.api.ranking import best_first
 from headwise.service.api.routers.classify import RerankBody, RerankRequest
 from tests.unit.fakes import SECRET_TEXT, FakeBackend, _sha, client_for, make_package, wait_ready
 
@@ -94,7 +95,7 @@ def test_keyed_body_picks_the_model_by_key():
 
 def test_results_are_best_first_ties_by_index():
     scores = [0.5, 0.9, 0.5, 0.1]
-    assert compat.ranked(scores) == [1, 0, 2, 3] and compat.ranked(scores, 2) == [1, 0]
+    assert best_first(scores) == [1, 0, 2, 3] and best_first(scores, 2) == [1, 0]
     assert compat.relevance_results([1, 0], scores, None) == [{"index": 1, "relevance_score": 0.9},
                                                               {"index": 0, "relevance_score": 0.5}]
     assert compat.relevance_results([2], scores, ["a", "b", "c", "d"]) == [
