@@ -10,16 +10,10 @@ from typing import ClassVar
 import numpy as np
 
 from headwise.service.engine.internals import Ablation
-from headwise.service.engine.params import (
-    INDEX_DTYPE,
-    JSON_VALUE_BYTES,
-    TOKEN_BYTES,
-    AttentionSpec,
-    Counted,
-    written_bytes,
-)
+from headwise.service.engine.params import AttentionSpec, Counted
 from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
+from headwise.service.engine.values import INDEX_DTYPE, JSON_VALUE_BYTES, TOKEN_BYTES, written_bytes
 
 LABEL_BYTES = 32  # one {"label": ..., "score": ...} beyond its label's own characters
 

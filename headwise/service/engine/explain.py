@@ -26,16 +26,10 @@ from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread
 from headwise.service.engine.analytics import cosine, pair_contributions, top_pairs
 from headwise.service.engine.budget import ShareOf, TokenBudget, work
 from headwise.service.engine.encoder import EncoderRuntime
-from headwise.service.engine.params import (
-    JSON_INDEX_BYTES,
-    JSON_VALUE_BYTES,
-    TOKEN_BYTES,
-    Embedded,
-    EmbedParams,
-    usage,
-)
+from headwise.service.engine.params import Embedded, EmbedParams, usage
 from headwise.service.engine.spans import Units
 from headwise.service.engine.tokenizer import Encoded
+from headwise.service.engine.values import JSON_INDEX_BYTES, JSON_VALUE_BYTES, TOKEN_BYTES
 from headwise.service.errors import TooLarge, Validation, check_response_bytes
 
 PAIR_BYTES = 64  # one top pair written as {"source": i, "target": j, "value": v}, generously

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headwise.service.engine.outputs import encode_array
-from headwise.service.engine.params import DTYPES, ascii_index, written_bytes
+from headwise.service.engine.values import DTYPES, ascii_index, encode_array, written_bytes
 from headwise.service.errors import Validation
 
 POOLINGS = ("none", "mean", "cls")

@@ -4,21 +4,12 @@ selection, aggregation (head mean, rollout), top-k, dtype and encoding."""
 
 from __future__ import annotations
 
-import base64
-
 import numpy as np
 
 from headwise.service.engine.analytics import head_mean, rollout
-from headwise.service.engine.params import DTYPES, INDEX_DTYPE, AttentionSpec
+from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.tokenizer import Encoded
-
-
-def encode_array(a: np.ndarray, encoding: str):
-    """json: the array itself (orjson writes it); base64: little-endian C-order bytes."""
-    a = np.ascontiguousarray(a)
-    if encoding == "base64":
-        return base64.b64encode(a.tobytes()).decode("ascii")
-    return a
+from headwise.service.engine.values import DTYPES, INDEX_DTYPE, encode_array
 
 
 def select_attention(att: np.ndarray, t: int, spec: AttentionSpec) -> np.ndarray:

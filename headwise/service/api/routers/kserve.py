@@ -35,13 +35,8 @@ from headwise.service.api.responses import BudgetedResponse, json_response, prob
 from headwise.service.api.routers import kserve_classify
 from headwise.service.engine import Capability, EncoderRuntime, Engine, Runtime, prompts
 from headwise.service.engine.internals import POOLINGS, HiddenSpec
-from headwise.service.engine.params import (
-    AGGREGATES,
-    JSON_VALUE_BYTES,
-    EmbedParams,
-    EmbedResult,
-    ascii_index,
-)
+from headwise.service.engine.params import AGGREGATES, EmbedParams, EmbedResult
+from headwise.service.engine.values import JSON_VALUE_BYTES, ascii_index
 from headwise.service.errors import InvalidRequest, NotFound, TooLarge, check_response_bytes
 
 router = APIRouter(tags=["kserve v2"], route_class=route_class(KSERVE))

@@ -17,8 +17,8 @@ from headwise.service.api.dependencies import disconnect_probe
 from headwise.service.api.responses import BudgetedResponse
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
-from headwise.service.engine.params import JSON_VALUE_BYTES
 from headwise.service.engine.runtime import Runtime
+from headwise.service.engine.values import JSON_VALUE_BYTES
 from headwise.service.errors import InvalidRequest, check_response_bytes
 
 INPUTS = ("text", "text_pair")

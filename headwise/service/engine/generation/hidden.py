@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from headwise.service.engine.internals import HiddenSpec
-from headwise.service.engine.outputs import encode_array
-from headwise.service.engine.params import DTYPES, written_bytes
+from headwise.service.engine.values import DTYPES, encode_array, written_bytes
 
 
 def step_states(states: np.ndarray, spec: HiddenSpec) -> dict:

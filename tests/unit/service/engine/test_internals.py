@@ -5,7 +5,7 @@ exception of int()'s (issue 40, item 1)."""
 import pytest
 
 from headwise.service.engine.internals import Ablation
-from headwise.service.engine.params import ascii_index
+from headwise.service.engine.values import ascii_index
 from headwise.service.errors import Validation
 
 
