@@ -121,9 +121,9 @@ def _broken(default_package, tmp_path, how: str):
         manifest["variants"]["fast"]["sha256"] = "0" * 64
         (bad / "manifest.json").write_text(json.dumps(manifest))
         return bad, "fast.onnx"
-    if how == "missing file":
-        (bad / "attention.onnx").unlink()
-        return bad, "attention.onnx"
+    if how == "missing file":  # the analysis graph, though it is loaded only when first asked for
+        (bad / "analysis.onnx").unlink()
+        return bad, "analysis.onnx"
     if how == "corrupt file":  # same size, flipped bytes: only the hash can tell
         data = bytearray((bad / "tokenizer.json").read_bytes())
         data[100:110] = b"\x00" * 10

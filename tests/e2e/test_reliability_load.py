@@ -51,8 +51,9 @@ def reference(package, texts: list[str], attention: bool) -> tuple[dict, dict]:
     tok.enable_truncation(max_length=256)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 2
-    sess = ort.InferenceSession(str(package / ("attention.onnx" if attention else "fast.onnx")), so,
+    sess = ort.InferenceSession(str(package / ("analysis.onnx" if attention else "fast.onnx")), so,
                                 providers=["CPUExecutionProvider"])
+    head_mask = next((i for i in sess.get_inputs() if i.name == "head_mask"), None)  # analysis: every head kept
     encs = tok.encode_batch(texts)
     by_len = defaultdict(list)
     for text, e in zip(texts, encs, strict=True):
@@ -63,6 +64,8 @@ def reference(package, texts: list[str], attention: bool) -> tuple[dict, dict]:
             part = group[at:at + 64]
             ids = np.array([e.ids for _, e in part], dtype=np.int64)
             feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+            if head_mask is not None:
+                feeds["head_mask"] = np.ones((len(ids), *head_mask.shape[1:]), np.float32)
             names = ["sentence_embedding", "attentions"] if attention else ["sentence_embedding"]
             out = sess.run(names, feeds)
             for j, (text, e) in enumerate(part):
