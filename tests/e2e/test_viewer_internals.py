@@ -188,14 +188,16 @@ def test_word_occlusion_colours_each_word(page, server):
 
 @pytest.fixture(scope="module")
 def server_without_analysis(start_server, default_package, tmp_path_factory):
-    """The same package served without its `analysis` variant (a package exported before it)."""
+    """The same package as exported before the analysis graph (2026-11-24): an `attention`
+    variant and no `analysis` one. Its analysis.onnx stands in for that attention graph (the
+    server feeds it a head mask of ones), so attention is served and nothing else inside."""
     pkg = tmp_path_factory.mktemp("no-analysis") / default_package.name
     pkg.mkdir()
     manifest = json.loads((default_package / "manifest.json").read_text())
-    manifest["variants"].pop("analysis", None)
+    manifest["variants"]["attention"] = manifest["variants"].pop("analysis")
     (pkg / "manifest.json").write_text(json.dumps(manifest))
     for f in default_package.iterdir():
-        if f.name not in ("manifest.json", "analysis.onnx"):
+        if f.name != "manifest.json":
             os.symlink(f, pkg / f.name)
     return start_server(models=pkg, env={"HEADWISE_PRECISION": "fp32"})
 
