@@ -125,19 +125,24 @@ def wall_ns(perf: float) -> int:
     return int(perf * 1e9) + _offset_ns
 
 
-def _write(name: str, context, parent, start_ns: int, end_ns: int, attributes, links=()) -> None:
-    """Hand one finished span to the processor."""
+def _write(name: str, context, parent, start_ns: int, end_ns: int, attributes, links=(), kind=None,
+           status=None) -> None:
+    """Hand one finished span to the processor (an internal one, status unset, by default)."""
     s = _sdk
     s.on_end(s.readable(name, context=context, parent=parent, resource=s.resource, attributes=attributes,
-                        links=links, kind=s.internal, start_time=start_ns, end_time=end_ns,
-                        instrumentation_scope=s.scope))
+                        links=links, kind=kind or s.internal, status=status or s.unset, start_time=start_ns,
+                        end_time=end_ns, instrumentation_scope=s.scope))
+
+
+def _span_id() -> int:
+    """A random span id, never 0 (the SDK's RandomIdGenerator's, less its calls)."""
+    return random.getrandbits(64) or 1
 
 
 def child_of(parent):
     """A new span's SpanContext under `parent` (a SpanContext): its trace, flags and state, and a
-    random span id, never 0 (the SDK's RandomIdGenerator's, less its calls)."""
-    return _sdk.span_context(parent.trace_id, random.getrandbits(64) or 1, False, parent.trace_flags,
-                             parent.trace_state)
+    new span id."""
+    return _sdk.span_context(parent.trace_id, _span_id(), False, parent.trace_flags, parent.trace_state)
 
 
 # -- the server span ----------------------------------------------------------------------------
@@ -159,8 +164,7 @@ def start_server_span(method: str, path: str, carrier: dict[str, str] | None, re
     if not sampled.decision.is_sampled():  # not sampled: no span, nothing made current
         return None, None, ids
     random_ids = s.random_ids if parent is None else parent.trace_flags.random_trace_id
-    ctx = s.span_context(tid, random.getrandbits(64) or 1, False, s.flags(0x03 if random_ids else 0x01),
-                         sampled.trace_state)
+    ctx = s.span_context(tid, _span_id(), False, s.flags(0x03 if random_ids else 0x01), sampled.trace_state)
     state = (ctx, parent, method, path, request_id, sampled.attributes, time.time_ns())
     return state, _current.set(ctx), ids
 
@@ -181,10 +185,8 @@ def end_server_span(state, token, ids, route: str | None, status: int, model: st
     attributes["http.response.status_code"] = status
     if model:
         attributes["headwise.model"] = model
-    s = _sdk
-    s.on_end(s.readable(f"{method} {route or path}", context=ctx, parent=parent, resource=s.resource,
-                        attributes=attributes, kind=s.server, status=s.error if status >= 500 else s.unset,
-                        start_time=start, end_time=end, instrumentation_scope=s.scope))
+    _write(f"{method} {route or path}", ctx, parent, start, end, attributes, kind=_sdk.server,
+           status=_sdk.error if status >= 500 else None)
 
 
 # -- children ---------------------------------------------------------------------------------

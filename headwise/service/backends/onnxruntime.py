@@ -127,7 +127,7 @@ class OrtBackend:
         self._sessions: dict[str, object] = {}
         self._inputs: dict[str, list[str]] = {}
         self._loading = threading.Lock()
-        self._broken: dict[str, str] = {}  # role → why its lazily made session failed
+        self._broken: dict[str, str] = {}  # package variant → why its lazily made session failed
         for role in self.variants:
             if not (role in LOOK_INSIDE and settings.analysis == "lazy"):
                 self._load(role)
@@ -173,23 +173,24 @@ class OrtBackend:
         sess = self._sessions.get(role)
         if sess is not None:
             return sess
+        name = self.variants[role]
         with self._loading:
-            if role in self._broken:
-                raise NotReady(self._broken[role])
+            if name in self._broken:
+                raise NotReady(self._broken[name])
             if role not in self._sessions:
                 t0 = time.perf_counter()
                 try:
-                    for r in self.lazy():  # every role on that graph, in one session
-                        if self.variants[r] == self.variants[role] and "analytics" not in (r, role):
+                    for r in self.lazy():  # every role on that graph (only look-inside roles are lazy)
+                        if self.variants[r] == name:
                             self._load(r)
                 except Exception as e:
-                    variant = self.package.variants[self.variants[role]]
-                    self._broken[role] = (f"model {self.package.name}: its {variant.name} graph ({variant.file.name}) "
-                                          f"could not be loaded: {type(e).__name__}: {e}")
-                    log.error("%s", self._broken[role])
-                    raise NotReady(self._broken[role]) from None
+                    file = self.package.variants[name].file.name
+                    self._broken[name] = (f"model {self.package.name}: its {name} graph ({file}) could not be "
+                                          f"loaded: {type(e).__name__}: {e}")
+                    log.error("%s", self._broken[name])
+                    raise NotReady(self._broken[name]) from None
                 log.info("model %s: %s graph loaded for its first request in %.1fs (HEADWISE_ANALYSIS=lazy)",
-                         self.package.name, self.variants[role], time.perf_counter() - t0)
+                         self.package.name, name, time.perf_counter() - t0)
         return self._sessions[role]
 
     def _options(self, provider: str, threads: int | None = None):

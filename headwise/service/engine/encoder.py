@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from headwise.service import tracing
-from headwise.service.backends.onnxruntime import Backend, inside_graph, metric_variant
+from headwise.service.backends.onnxruntime import LOOK_INSIDE, Backend, inside_graph, metric_variant
 from headwise.service.cpu import ANALYTICS_NICENESS
 from headwise.service.engine import traced
 from headwise.service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
@@ -35,7 +35,6 @@ log = logging.getLogger("headwise.service")
 BackendFactory = Callable[[ModelPackage, Settings], Backend]
 TOO_LARGE = ("ask for fewer inputs, layers or heads, top-k or base64 attention, pooled or fewer hidden states, "
              "or sentence embeddings")
-WEIGHTED = ("attention", "analysis")  # the variants whose graph outputs attention weights
 REEXPORT = "packages exported since 2026-11-24 have it: run headwise export again"
 
 
@@ -51,7 +50,8 @@ class EncoderRuntime:
         self.stats = ModelStats()
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.buckets = length_buckets(package.max_len)
-        self._f16_attention = False  # whether the graph that serves attention has float16 weights (start)
+        att = package.variants.get(inside_graph(package.variants, settings.analysis) or "")
+        self._f16_attention = att is not None and "attentions_f16" in att.outputs  # packages since 2026-11
         self.backend: Backend | None = None
         self.batchers: dict[str, Batcher] = {}  # plain work: role → its batcher
         self.analytics: Batcher | None = None  # analytics rows (run_encoded), after plain work
@@ -198,7 +198,7 @@ class EncoderRuntime:
     def f16_attention(self, role: str, spec: AttentionSpec | None) -> bool:
         """Whether a dense float16 answer reads the graph's own float16 weights (half the bytes
         off the device, no cast here); others, aggregates among them, read the float32 ones."""
-        return (role in WEIGHTED and self._f16_attention and spec is not None
+        return (role in LOOK_INSIDE and self._f16_attention and spec is not None
                 and spec.dtype == "float16" and spec.format == "dense" and spec.aggregate == "none")
 
     def _attention_outputs(self, role: str, entries: list[Entry]) -> tuple[list[bool], list[str]]:
@@ -208,7 +208,7 @@ class EncoderRuntime:
         outputs = []
         if any(f16):
             outputs.append("attentions_f16")
-        if role in WEIGHTED and not all(f16):
+        if role in LOOK_INSIDE and not all(f16):
             outputs.append("attentions")
         return f16, outputs
 
@@ -332,8 +332,6 @@ class EncoderRuntime:
     # -- start-up -------------------------------------------------------------------------
     def load(self, factory: BackendFactory) -> None:
         self.backend = factory(self.package, self.settings)
-        att = self.package.variants.get(self.backend.variants.get("attention", ""))
-        self._f16_attention = att is not None and "attentions_f16" in att.outputs  # packages since 2026-11
         self.metrics.model_info.labels(model=self.name, version=self.package.version,
                                        provider=self.backend.provider,
                                        precision=self.backend.precision).set(1)
@@ -365,7 +363,7 @@ class EncoderRuntime:
                         if on_cpu and s.cpu_max_batch_tokens else s.max_batch_tokens)
         if role == "analytics":  # small batches, no waiting for more: plain work goes between two
             return Limits(min(batch_tokens, s.analytics_batch_tokens), s.max_batch_size, 0.0, s.max_queue)
-        attention = role in WEIGHTED
+        attention = role in LOOK_INSIDE
         return Limits(batch_tokens, s.max_batch_size, s.max_wait_ms / 1000, s.max_queue,
                       cell if attention else 0, s.attention_budget_bytes if attention else 0)
 
