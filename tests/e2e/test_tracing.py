@@ -86,19 +86,23 @@ def test_a_request_gives_its_trace_through_the_queue_and_the_device(traced, rece
 
 def test_a_batch_links_to_each_request_it_served(traced, receiver):
     _, srv = traced
-    parents = [_parent() for _ in range(12)]
 
     def one(p):
         return httpx.post(srv.url + "/v1/embed", json={"model": MINILM, "inputs": ["a batch shared by several requests"]},
                           headers={"traceparent": f"00-{p[0]}-{p[1]}-01"}, timeout=60).status_code
 
-    with ThreadPoolExecutor(12) as pool:
-        assert set(pool.map(one, parents)) == {200}
-    traces = {t: receiver.trace(t, {"batch", "POST /v1/embed"}) for t, _ in parents}
-    servers = {t: next(s for s in spans if s.kind == 2) for t, spans in traces.items()}
-    shared = [b for spans in traces.values() for b in spans if b.name == "batch"
-              and b.attributes["headwise.batch.requests"] > 1]
-    assert shared, "no two of 12 concurrent requests shared a batch"
+    shared: list = []
+    for _ in range(5):  # whether 12 concurrent requests meet in one batch is the scheduler's: a few bursts
+        parents = [_parent() for _ in range(12)]
+        with ThreadPoolExecutor(12) as pool:
+            assert set(pool.map(one, parents)) == {200}
+        traces = {t: receiver.trace(t, {"batch", "POST /v1/embed"}) for t, _ in parents}
+        servers = {t: next(s for s in spans if s.kind == 2) for t, spans in traces.items()}
+        shared = [b for spans in traces.values() for b in spans if b.name == "batch"
+                  and b.attributes["headwise.batch.requests"] > 1]
+        if shared:
+            break
+    assert shared, "no two of 12 concurrent requests shared a batch, in 5 bursts"
     by_id = {b.span_id: b for b in shared}
     for b in shared:  # the batch's first request links to each other one; each other one links to the first's
         n = b.attributes["headwise.batch.requests"]
