@@ -220,7 +220,7 @@ def test_errors_in_vllms_shape_name_the_field(srv):
     assert "several models" in vllm_error(srv.post("/score", {"text_1": "a", "text_2": "b"}), 422, "model")
     for model in ("tiny-gpt2", "tiny-classifier"):
         msg = vllm_error(srv.post("/score", {"model": model, "text_1": "a", "text_2": "b"}), 422, "model")
-        assert "/score needs a cross-encoder" in msg
+        assert "/score needs a re-ranker (a cross-encoder" in msg
     for model in ("tiny-gpt2", MINILM):
         assert "/classify needs" in vllm_error(srv.post("/classify", {"model": model, "input": "a"}), 422, "model")
     assert vllm_error(srv.post("/classify", {"model": "tiny-classifier", "input": []}), 400, "input") == \

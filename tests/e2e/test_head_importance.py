@@ -78,7 +78,7 @@ def test_a_cross_encoders_heads_equal_the_loop_over_transformers(classifiers, cl
 
 
 @pytest.mark.parametrize("body, status, words", [
-    ({"model": "tiny-classifier", "input": "a text"}, 422, "a cross-encoder (one label)"),
+    ({"model": "tiny-classifier", "input": "a text"}, 422, "or a re-ranker (a cross-encoder"),
     ({"model": "tiny-reranker", "input": ["a", "b", "c"]}, 422, "input"),
     ({"model": "tiny-reranker", "input": "x", "top_k": 0}, 422, "top_k"),
 ])

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from typing import overload
 
 from fastapi import Request
 
 from headwise.service.api.errors import Unauthorized
 from headwise.service.engine import Capability, Engine, Runtime
+from headwise.service.engine.runtime import R
 from headwise.service.settings import Settings
 
 
@@ -25,10 +27,19 @@ async def disconnect_probe(request: Request) -> Callable[[], Awaitable[bool]]:
     return (probe and probe(request)) or request.is_disconnected
 
 
-def model_for(request: Request, engine: Engine, name: str | None, needs: Capability | None = None) -> Runtime:
+@overload
+def model_for(request: Request, engine: Engine, name: str | None) -> Runtime: ...
+
+
+@overload
+def model_for(request: Request, engine: Engine, name: str | None, needs: Capability[R]) -> R: ...
+
+
+def model_for(request, engine, name, needs=None):
     """The model that answers (`Engine.get`: NotFound, or Validation when none is named and
-    several are served, or it lacks `needs`), named on the request for the metrics' labels."""
-    rt = engine.get(name, needs)
+    several are served, or it lacks `needs`), narrowed to `needs`' protocol when given, and
+    named on the request for the metrics' labels."""
+    rt = engine.get(name) if needs is None else engine.get(name, needs)
     request.state.model = rt.name
     return rt
 

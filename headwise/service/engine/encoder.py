@@ -21,7 +21,7 @@ from headwise.service.engine.heads import Head, head_for
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.lane import Lane, overlap, shared_queue
 from headwise.service.engine.params import AttentionSpec, RequestParams
-from headwise.service.engine.runtime import base_card
+from headwise.service.engine.runtime import Capability, base_card
 from headwise.service.engine.stats import ModelStats, Timing
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Inputs, Outcome
@@ -44,7 +44,7 @@ class EncoderRuntime:
         self.settings = settings
         self.metrics = metrics
         self.head = head if head is not None else head_for(package)
-        self.capabilities = self.head.capabilities
+        self.capabilities = self.head.capabilities | {Capability.ANALYSE}  # any head: its analytics batcher
         self.described, self.use = self.head.described, self.head.use
         self.series = ModelSeries(metrics, package.name)
         self.stats = ModelStats()

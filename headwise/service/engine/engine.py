@@ -3,8 +3,9 @@
 Routers call `Engine.embed`, `Engine.tokenize`, `Engine.classify`, `Engine.rerank` and
 `Engine.generate`, one call per request; those raise service.errors' domain errors for client
 mistakes and never touch HTTP. Each served model is a Runtime (service.engine.runtime): an
-EncoderRuntime with its head (embeddings, logits) or a GenerativeRuntime; an operation asks the
-model for a capability (`require`), never for its kind.
+EncoderRuntime with its head (embeddings, logits) or a GenerativeRuntime; an operation narrows
+the model to the capability it needs (`Capability.of`: Embedder, Classifier, Generator,
+Analyser), never to its class.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import overload
 
 from headwise.service.backends import open_backend
 from headwise.service.backends.onnxruntime import check_precision
@@ -33,7 +35,7 @@ from headwise.service.engine.heads.embedding import token_ids
 from headwise.service.engine.importance import Importance, head_importance
 from headwise.service.engine.params import EmbedParams, EmbedResult, RequestParams
 from headwise.service.engine.prompts import check_default_prompt_name
-from headwise.service.engine.runtime import Capability, Runtime, require
+from headwise.service.engine.runtime import Capability, Classifier, R, Runtime
 from headwise.service.engine.spans import check_spans, span_units, word_units
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import (
@@ -134,9 +136,15 @@ class Engine:
         if rt is not None and not rt.ready:
             raise NotReady(f"model {rt.name} is not ready")
 
-    def get(self, name: str | None, needs: Capability | None = None) -> Runtime:
+    @overload
+    def get(self, name: str | None) -> Runtime: ...
+
+    @overload
+    def get(self, name: str | None, needs: Capability[R]) -> R: ...
+
+    def get(self, name, needs=None):
         """The model `name` (a package's, or an alias of one: HEADWISE_SERVED_MODEL_NAMES; the only
-        one when None), which must declare `needs` when given."""
+        one when None), narrowed to `needs` when given (Validation when it lacks it)."""
         if name is None:
             if len(self.models) != 1:
                 raise Validation(f"several models are served ({', '.join(sorted(self.models))}); name one in 'model'")
@@ -148,9 +156,7 @@ class Engine:
             if rt is None:
                 served = [*self.models, *self.settings.served_model_names]
                 raise NotFound(f"no model by that name; served: {', '.join(sorted(served))}")
-        if needs is not None:
-            require(rt, needs)
-        return rt
+        return rt if needs is None else needs.of(rt)
 
     def check_inputs(self, texts: list, field: str = "inputs") -> None:
         """Empty, too many inputs, a text (or either text of a pair) too long, not ready."""
@@ -203,14 +209,14 @@ class Engine:
         """Every input's embedding (and attention) as `params` asks. `inputs` may be token-id
         lists instead of texts, used as they are (no special tokens added)."""
         self.check_inputs(inputs)
-        require(rt, Capability.EMBED)
-        rt.head.check(params)
+        emb = Capability.EMBED.of(rt)
+        emb.head.check(params)
         if token_ids(inputs):
-            rt.tokenizer.check_ids(inputs)
-        data, size, timing = await rt.submit(inputs, params, is_disconnected)
+            emb.tokenizer.check_ids(inputs)
+        data, size, timing = await emb.submit(inputs, params, is_disconnected)
         if self.drift is not None:
-            self.drift.offer(rt, inputs, params, data)
-        return EmbedResult(rt.name, rt.package.version, data, size, timing)
+            self.drift.offer(emb, inputs, params, data)
+        return EmbedResult(emb.name, emb.package.version, data, size, timing)
 
     async def classify(self, rt: Runtime, inputs: list[str | tuple[str, str]], params: ClassifyParams,
                        is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
@@ -220,8 +226,7 @@ class Engine:
         self.check_inputs(items)
         if any(len(x) != 2 for x in items if isinstance(x, tuple)):
             raise Validation(f"each of '{FIELD}' is a text or a pair of two texts", field="inputs")
-        require(rt, Capability.CLASSIFY)
-        return await self._classify(rt, items, params, is_disconnected, "inputs")
+        return await self._classify(Capability.CLASSIFY.of(rt), items, params, is_disconnected, "inputs")
 
     async def rerank(self, rt: Runtime, query: str, texts: list[str], params: ClassifyParams,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
@@ -231,12 +236,12 @@ class Engine:
         if len(query) > self.settings.max_input_chars:
             raise TooLarge(f"{FIELD} has {len(query)} characters; at most {self.settings.max_input_chars}",
                            field="query")
-        require(rt, Capability.CLASSIFY)
-        require(rt, Capability.RERANK)
+        Capability.CLASSIFY.of(rt)  # a model of another kind hears what it serves first
         # pair i is texts[i]: its errors (too many tokens) name texts[i]
-        return await self._classify(rt, [(query, t) for t in texts], params, is_disconnected, "texts")
+        return await self._classify(Capability.RERANK.of(rt), [(query, t) for t in texts], params, is_disconnected,
+                                    "texts")
 
-    async def _classify(self, rt: Runtime, items: list, params: ClassifyParams,
+    async def _classify(self, rt: Classifier, items: list, params: ClassifyParams,
                         is_disconnected: Callable[[], Awaitable[bool]] | None, field: str) -> ClassifyResult:
         data, size, timing = await rt.submit(items, params, is_disconnected, field)
         return ClassifyResult(rt.name, rt.package.version, list(rt.package.labels), data, size, timing)
@@ -250,9 +255,9 @@ class Engine:
             raise InvalidRequest("'targets' is empty", field="targets")
         texts = [source, *targets]
         self.check_inputs(texts)
-        require(rt, Capability.EMBED)
+        Capability.EMBED.of(rt)
         encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
-        return await operations.similarity(rt, encs, explain, top_k, self.settings.max_response_bytes, self.analytics,
+        return await operations.similarity(Capability.ANALYSE.of(rt), encs, explain, top_k, self.settings.max_response_bytes, self.analytics,
                                            is_disconnected)
 
     async def occlusion(self, rt: Runtime, text: str, truncate: bool,
@@ -263,7 +268,7 @@ class Engine:
         or of each character span [start, end) of `spans`, which replace `unit` (sending both
         is Validation): units + 1 forward passes (service.engine.spans)."""
         self.check_inputs([text])
-        require(rt, Capability.EMBED)
+        Capability.EMBED.of(rt)
         if unit not in (None, "token", "word"):
             raise Validation(f"{FIELD} is 'token' or 'word'", field="unit")
         if spans is not None and unit is not None:
@@ -280,8 +285,8 @@ class Engine:
                                                                      encs[0])
             if not units.units:
                 raise Validation(f"{FIELD} has no word to occlude (only whitespace, or no characters)", field="input")
-        return await operations.occlusion(rt, encs[0], max_rows, self.analytics, is_disconnected, units,
-                                          self.settings.max_response_bytes)
+        return await operations.occlusion(Capability.ANALYSE.of(rt), encs[0], max_rows, self.analytics,
+                                          is_disconnected, units, self.settings.max_response_bytes)
 
     async def head_importance(self, rt: Runtime, item: str | tuple[str, str], truncate: bool, raw_scores: bool,
                               is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Importance:
@@ -296,18 +301,15 @@ class Engine:
             encs = await self._encode(rt, [item], truncate)
             params: RequestParams = EmbedParams(sentence=True, normalize=True)
         else:
-            if Capability.RERANK not in rt.capabilities:
-                raise Validation(f"head importance needs an embedding model or a cross-encoder (one label); model "
-                                 f"{rt.name!r} is {rt.described}", field="model")
+            Capability.EMBED.of(rt, "head importance", also=(Capability.RERANK,), field="model")
             loop = asyncio.get_running_loop()
             encs = await loop.run_in_executor(self._tok_pool, rt.tokenizer.encode_items, [item], truncate)
             rt.tokenizer.check(encs, "input")
             params = ClassifyParams(truncate=truncate, raw_scores=raw_scores)
-        return await head_importance(rt, encs[0], params, self.settings.max_client_batch, self.analytics,
-                                     is_disconnected)
+        return await head_importance(Capability.ANALYSE.of(rt), encs[0], params, self.settings.max_client_batch,
+                                     self.analytics, is_disconnected)
 
     async def generate(self, rt: Runtime, ask: GenerateInput) -> Generation:
         """A queued generation, its answer's bytes reserved until its response is sent."""
         self._ready()
-        require(rt, Capability.GENERATE)
-        return await rt.generate(ask, self.responses, self._tok_pool)
+        return await Capability.GENERATE.of(rt).generate(ask, self.responses, self._tok_pool)

@@ -25,8 +25,8 @@ import numpy as np
 from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread
 from headwise.service.engine.analytics import cosine, pair_contributions, top_pairs
 from headwise.service.engine.budget import ShareOf, TokenBudget, work
-from headwise.service.engine.encoder import EncoderRuntime
 from headwise.service.engine.params import Embedded, EmbedParams, usage
+from headwise.service.engine.runtime import Analyser
 from headwise.service.engine.spans import Units
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.engine.values import JSON_INDEX_BYTES, JSON_VALUE_BYTES, TOKEN_BYTES
@@ -115,7 +115,7 @@ def similarity_bytes(model: str, source: int, targets: list[int], explain: bool,
     return n
 
 
-async def similarity(rt: EncoderRuntime, encs: list[Encoded], explain: bool, top_k: int, max_response_bytes: int,
+async def similarity(rt: Analyser, encs: list[Encoded], explain: bool, top_k: int, max_response_bytes: int,
                      lane: AnalyticsLane, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
     """encs: the source, then the targets, tokenised and checked for max_len. Their rows are
     admitted against the analytics budget; the split runs off the event loop."""
@@ -149,7 +149,7 @@ def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float]
     return scores, explained
 
 
-async def occlusion(rt: EncoderRuntime, enc: Encoded, max_rows: int, lane: AnalyticsLane,
+async def occlusion(rt: Analyser, enc: Encoded, max_rows: int, lane: AnalyticsLane,
                     is_disconnected: Callable[[], Awaitable[bool]] | None = None, units: Units | None = None,
                     max_response_bytes: int | None = None) -> Occlusion:
     """enc: the input, tokenised and checked; its rows (the input whole, then one per masked

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from headwise.service.engine.budget import work
-from headwise.service.engine.encoder import EncoderRuntime
 from headwise.service.engine.explain import AnalyticsLane, cosine
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.params import Embedded, RequestParams
+from headwise.service.engine.runtime import Analyser
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import TooLarge
 
@@ -49,7 +49,7 @@ def single_heads(n_layers: int, n_heads: int) -> list[Ablation]:
     return [Ablation(((layer, (head,)),)) for layer in range(n_layers) for head in range(n_heads)]
 
 
-async def head_importance(rt: EncoderRuntime, enc: Encoded, params: RequestParams, max_rows: int,
+async def head_importance(rt: Analyser, enc: Encoded, params: RequestParams, max_rows: int,
                           lane: AnalyticsLane, is_disconnected: Callable[[], Awaitable[bool]] | None = None
                           ) -> Importance:
     """enc: the input (a text, or a pair for a cross-encoder), tokenised and checked; its

@@ -25,7 +25,6 @@ from headwise.service.api.ranking import rank
 from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
 from headwise.service.engine import Capability, Engine, Runtime
 from headwise.service.engine.classify import ClassifyParams
-from headwise.service.engine.runtime import require
 from headwise.service.errors import Validation, check_response_bytes
 
 router = APIRouter(tags=["cohere"], route_class=route_class(COHERE), dependencies=[Depends(require_api_key)])
@@ -69,8 +68,7 @@ async def _cut(engine: Engine, rt: Runtime, texts: list[str], n: int) -> list[st
     keeps fewer than n tokens whichever way (Cohere's default, 4096, cuts nothing then)."""
     if n >= rt.package.max_len:
         return texts
-    require(rt, Capability.CLASSIFY)  # the model's kind, before its tokenizer is asked anything
-    require(rt, Capability.RERANK)
+    Capability.RERANK.of(Capability.CLASSIFY.of(rt))  # the model's kind, before its tokenizer is asked anything
     with compat.fields_named({"inputs": "documents"}):
         # cut at max_len (> n tokens): only what may be kept is read
         encs = await engine.tokenize(rt, texts, truncate=True, special_tokens=False)

@@ -21,7 +21,7 @@ from headwise.service.engine import Engine
 from headwise.service.engine.generation.runtime import DEFAULT_NEW_TOKENS
 from headwise.service.engine.generation.sampling import SamplingParams
 from headwise.service.engine.generation.sequence import GenerateInput, Sequence
-from headwise.service.engine.runtime import Capability, Runtime, require
+from headwise.service.engine.runtime import Capability, Runtime
 from headwise.service.errors import Disconnected, ServiceError
 
 router = APIRouter(tags=["generate"], dependencies=[Depends(require_api_key)])
@@ -74,9 +74,10 @@ def _ask(body: GenerateRequest, rt: Runtime) -> GenerateInput:
         a = body.attention
         spec = rt.attention_spec(a.layers, a.heads, dtype=a.dtype, encoding=a.encoding)
     h = body.hidden_states
-    if h is not None:
-        require(rt, Capability.GENERATE)  # an encoder's hidden states are /v1/embed's
-    hidden = rt.hidden_spec(h.layers, pooling=h.pooling, dtype=h.dtype, encoding=h.encoding) if h is not None else None
+    hidden = None
+    if h is not None:  # an encoder's hidden states are /v1/embed's
+        gen = Capability.GENERATE.of(rt)
+        hidden = gen.hidden_spec(h.layers, pooling=h.pooling, dtype=h.dtype, encoding=h.encoding)
     return GenerateInput(
         prompt=body.prompt, source=body.source,
         max_new_tokens=body.max_new_tokens if "max_new_tokens" in body.model_fields_set else None,

@@ -33,7 +33,7 @@ from headwise.service.api.dependencies import disconnect_probe, get_engine, requ
 from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from headwise.service.api.responses import BudgetedResponse, json_response, probe
 from headwise.service.api.routers import kserve_classify
-from headwise.service.engine import Capability, EncoderRuntime, Engine, Runtime, prompts
+from headwise.service.engine import Capability, Engine, Runtime, prompts
 from headwise.service.engine.internals import POOLINGS, HiddenSpec
 from headwise.service.engine.params import AGGREGATES, EmbedParams, EmbedResult
 from headwise.service.engine.values import JSON_VALUE_BYTES, ascii_index
@@ -62,7 +62,8 @@ def outputs_of(rt: Runtime) -> list[dict]:
     p = rt.package
     out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.d_model]},
            {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
-    inside = rt.serves if isinstance(rt, EncoderRuntime) else lambda role: False  # a generator: the mask only
+    analyser = Capability.ANALYSE.declared(rt)
+    inside = analyser.serves if analyser else lambda role: False  # a generator: the mask only
     if inside("attention"):
         out.append({"name": "attentions", "datatype": "FP32", "shape": [-1, p.n_layers, p.n_heads, -1, -1]})
     if inside("analysis"):  # [N, L', T, d] per token, [N, L', d] pooled (parameters below)
@@ -117,8 +118,8 @@ async def model_stats(request: Request, model: str | None = None, version: str |
 async def model_metadata(model: str, request: Request, version: str | None = None,
                          engine: Engine = Depends(get_engine)):
     rt = _runtime(request, engine, model, version)
-    if Capability.CLASSIFY in rt.capabilities:
-        inputs, outputs = kserve_classify.inputs_of(rt), kserve_classify.outputs_of(rt)
+    if clf := Capability.CLASSIFY.declared(rt):
+        inputs, outputs = kserve_classify.inputs_of(clf), kserve_classify.outputs_of(clf)
     elif Capability.EMBED in rt.capabilities:
         inputs, outputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}], outputs_of(rt)
     else:  # no embeddings (422 when asked); its tokens' mask only
@@ -283,8 +284,8 @@ async def infer(model: str, request: Request, version: str | None = None, engine
     params = header.get("parameters") or {}
     if not isinstance(params, dict):
         raise InvalidRequest("'parameters' must be an object")
-    if Capability.CLASSIFY in rt.capabilities:
-        return await kserve_classify.infer(engine, rt, request, header, binary, params)
+    if clf := Capability.CLASSIFY.declared(rt):
+        return await kserve_classify.infer(engine, clf, request, header, binary, params)
     texts = _texts(header, binary)
     want = _outputs(header, rt, v2.flag(params, "binary_data_output", False))
     normalize, truncate = v2.flag(params, "normalize", True), v2.flag(params, "truncate", True)

@@ -13,7 +13,7 @@ name order, that can.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, overload
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
@@ -34,6 +34,7 @@ from headwise.service.engine import Capability, Engine, Runtime, matryoshka, pro
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.engine import TOKENIZER_THREADS
 from headwise.service.engine.params import EmbedParams
+from headwise.service.engine.runtime import R
 from headwise.service.errors import NotReady, Validation, check_response_bytes
 
 router = APIRouter(tags=["tei"], route_class=route_class(TEI), dependencies=[Depends(require_api_key)])
@@ -41,32 +42,41 @@ probes = APIRouter(tags=["tei"], route_class=route_class(TEI))  # open, as /heal
 ERRORS = {c: {"model": tei.TeiError} for c in (400, 401, 404, 413, 422, 424, 429, 503)}
 
 EMBEDDING, CLASSIFIER, RERANKER, GENERATOR = "embedding", "classifier", "reranker", "generator"
-ARTICLE = {EMBEDDING: "an embedding", CLASSIFIER: "a classifier", RERANKER: "a re-ranker", GENERATOR: "a generative"}
+# TEI's model types, read from the capabilities a model declares, first match (a model that
+# reranks is a re-ranker, though it classifies too)
+KINDS = ((Capability.RERANK, RERANKER), (Capability.CLASSIFY, CLASSIFIER), (Capability.EMBED, EMBEDDING),
+         (Capability.GENERATE, GENERATOR))
 
 
 def kind(rt: Runtime) -> str:
-    """TEI's model type for what the model declares (a model that reranks is a re-ranker)."""
-    caps = rt.capabilities
-    return (RERANKER if Capability.RERANK in caps else CLASSIFIER if Capability.CLASSIFY in caps
-            else EMBEDDING if Capability.EMBED in caps else GENERATOR)
+    """TEI's model type for what the model declares."""
+    return next(k for cap, k in KINDS if cap in rt.capabilities)
 
 
-def pick(request: Request, engine: Engine, name: str | None, kinds: tuple[str, ...], route: str) -> Runtime:
-    """The model that answers: `name`'s, else the default (HEADWISE_DEFAULT_MODEL) when it is
-    of `kinds`, else the first served of `kinds` in name order (any kind when `kinds` is empty)."""
+@overload
+def pick(request: Request, engine: Engine, name: str | None, needs: None, route: str) -> Runtime: ...
+
+
+@overload
+def pick(request: Request, engine: Engine, name: str | None, needs: Capability[R], route: str) -> R: ...
+
+
+def pick(request, engine, name, needs, route):
+    """The model that answers, narrowed to `needs` (any model when None): `name`'s, else the
+    default (HEADWISE_DEFAULT_MODEL) when it declares `needs`, else the first served that
+    does, in name order."""
     if name is not None:
         rt = engine.get(name)
-        if kinds and kind(rt) not in kinds:
-            raise WrongModelKind(f"model {rt.name!r} is {ARTICLE[kind(rt)]} model; {route} needs "
-                                 f"{' or '.join(ARTICLE[k] for k in kinds)} model")
+        if needs is not None:
+            needs.of(rt, route, error=WrongModelKind)
     else:
         default = request.app.state.settings.default_model
         order = sorted(engine.models.values(), key=lambda r: (r.name != default, r.name))
-        rt = next((r for r in order if not kinds or kind(r) in kinds), None)
+        rt = next((r for r in order if needs is None or needs in r.capabilities), None)
         if rt is None:
             served = ", ".join(f"{r.name} ({kind(r)})" for r in order)
-            raise WrongModelKind(f"model is not {' or '.join(ARTICLE[k] for k in kinds)} model: {route} "
-                                 f"has no model to answer it (served: {served})")
+            raise WrongModelKind(f"no model served is {needs.need}: {route} has no model to answer it "
+                                 f"(served: {served})")
     request.state.model = rt.name
     return rt
 
@@ -114,7 +124,7 @@ async def similarity(request: Request, body: Json[tei.SimilarityRequest],
     """The cosine of source_sentence's embedding with each sentence's: Engine.similarity, as
     /v1/similarity (/v1/embed's embeddings). In messages inputs[0] is source_sentence and
     inputs[i] sentences[i - 1]."""
-    rt = pick(request, engine, body.model, (EMBEDDING,), "/similarity")
+    rt = pick(request, engine, body.model, Capability.EMBED, "/similarity")
     params = body.parameters or tei.SimilarityParameters()
     truncate = tei.truncation(params)
     if not body.inputs.sentences:
@@ -133,7 +143,7 @@ async def rerank(request: Request, body: Annotated[tei.RerankRequest | JinaReran
     """Each text's relevance to the query (a cross-encoder's sigmoid, or its logit with
     raw_scores), best first; `index` is the text's place in `texts`. Jina's body (`documents`
     instead of `texts`) is answered in Jina's shape, as /v1/rerank answers it."""
-    rt = pick(request, engine, body.model, (RERANKER,), "/rerank")
+    rt = pick(request, engine, body.model, Capability.RERANK, "/rerank")
     if isinstance(body, JinaRerankRequest):
         if not body.documents:
             raise Empty("'documents' is empty", field="documents")
@@ -159,7 +169,7 @@ async def rerank(request: Request, body: Annotated[tei.RerankRequest | JinaReran
 async def predict(request: Request, body: Json[tei.PredictRequest], engine: Engine = Depends(get_engine),
                   probe=Depends(disconnect_probe), started: float = Depends(started_at)):
     """Every label's score, best first: one list for a text or a pair, a list of lists for a batch."""
-    rt = pick(request, engine, body.model, (CLASSIFIER, RERANKER), "/predict")
+    rt = pick(request, engine, body.model, Capability.CLASSIFY, "/predict")
     truncate = tei.truncation(body)
     if body.inputs == []:
         raise Empty("'inputs' is empty", field="inputs")
@@ -190,7 +200,7 @@ async def predict(request: Request, body: Json[tei.PredictRequest], engine: Engi
 async def tokenize(request: Request, body: Json[tei.TokenizeRequest],
                    engine: Engine = Depends(get_engine)):
     """Every token of each text (not cut at max_len), with UTF-8 byte offsets into it."""
-    rt = pick(request, engine, body.model, (), "/tokenize")
+    rt = pick(request, engine, body.model, None, "/tokenize")
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     if not texts:
         raise Empty("'inputs' is empty", field="inputs")
@@ -207,7 +217,7 @@ async def tokenize(request: Request, body: Json[tei.TokenizeRequest],
 async def decode(request: Request, body: Json[tei.DecodeRequest],
                  engine: Engine = Depends(get_engine)):
     """Token ids back to text, one string per list of ids."""
-    rt = pick(request, engine, body.model, (), "/decode")
+    rt = pick(request, engine, body.model, None, "/decode")
     seqs = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
     if not seqs or any(not s for s in seqs):
         raise Empty("'ids' is empty", field="ids")
@@ -233,7 +243,7 @@ async def health(engine: Engine = Depends(get_engine)):
 @router.get("/info", response_model=tei.Info, responses={c: ERRORS[c] for c in (401, 404)})
 async def info(request: Request, model: str | None = None, engine: Engine = Depends(get_engine)):
     """The model's and the server's facts, as TEI's /info; `?model=` picks one of several."""
-    rt = pick(request, engine, model, (), "/info")
+    rt = pick(request, engine, model, None, "/info")
     s, k, card = engine.settings, kind(rt), rt.card()
     if k in (CLASSIFIER, RERANKER):
         names = card["labels"]
@@ -274,23 +284,21 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
         return await rerank(request, _parse(rerank_body.body_model, body).root, engine, probe, started)
     if isinstance(body.get("inputs"), dict):
         return await similarity(request, _parse(tei.SimilarityRequest, body), engine, probe)
-    if name is None and "parameters" in body and any(kind(r) in (CLASSIFIER, RERANKER) for r in engine.models.values()):
-        k = CLASSIFIER
-    else:
-        k = kind(pick(request, engine, name, (), "/"))
-    if k == EMBEDDING:
-        return await embed(request, _parse(tei.EmbedRequest, body), engine, probe, started)
-    if k in (CLASSIFIER, RERANKER):
+    classifies = any(Capability.CLASSIFY in r.capabilities for r in engine.models.values())
+    if name is None and "parameters" in body and classifies:
         return await predict(request, _parse(tei.PredictRequest, body), engine, probe, started)
-    raise WrongModelKind("model is a generative model: POST / serves embedding and classification models "
-                         "(generation: POST /v1/generate)")
+    rt = pick(request, engine, name, None, "/")
+    if Capability.EMBED in rt.capabilities:
+        return await embed(request, _parse(tei.EmbedRequest, body), engine, probe, started)
+    Capability.CLASSIFY.of(rt, "POST /", also=(Capability.EMBED,), error=WrongModelKind)
+    return await predict(request, _parse(tei.PredictRequest, body), engine, probe, started)
 
 
 # -- helpers -----------------------------------------------------------------------------------
 
 def _embedding_model(request: Request, engine: Engine, body, route: str) -> tuple[Runtime, bool]:
     """/embed's and /embed_all's model, and whether to truncate."""
-    rt = pick(request, engine, body.model, (EMBEDDING,), route)
+    rt = pick(request, engine, body.model, Capability.EMBED, route)
     return rt, tei.truncation(body)
 
 

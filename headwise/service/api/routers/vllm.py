@@ -47,15 +47,11 @@ async def score(request: Request, body: Json[vllm.ScoreRequest],
     """Score text pairs, one against many or pairwise: a cross-encoder's relevance, or the
     cosine of an embedding model's embeddings; `data[i]` is pair i's."""
     rt = _model(request, engine, body.model)
-    caps = rt.capabilities
-    if Capability.RERANK not in caps and Capability.EMBED not in caps:
-        raise WrongModelKind(f"model {rt.name!r} is {rt.described}: /score needs a cross-encoder (a classification "
-                             "model with one label) or an embedding model; classifiers answer /classify",
-                             field="model")
+    Capability.RERANK.of(rt, "/score", also=(Capability.EMBED,), error=WrongModelKind, field="model")
     activated = vllm.check_options(body, rt.package.max_len)
     inputs = vllm.score_inputs(body)
     s = engine.settings
-    cross = Capability.RERANK in caps
+    cross = Capability.RERANK in rt.capabilities
     vllm.check_texts(inputs, s.max_input_chars, s.max_client_batch,
                      None if cross else len(inputs.firsts) + len(inputs.seconds))
     if cross:
@@ -75,10 +71,8 @@ async def classify(request: Request, body: Json[vllm.ClassifyRequest],
                    engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Classify texts: every label's probability (softmax; the sigmoid of a one-label model's
     logit, as /v1/predict), in id2label order, and the likeliest label."""
-    rt = _model(request, engine, body.model)
-    if Capability.CLASSIFY not in rt.capabilities:
-        raise WrongModelKind(f"model {rt.name!r} is {rt.described}: /classify needs a classification model "
-                             "(a classifier or a cross-encoder)", field="model")
+    rt = Capability.CLASSIFY.of(_model(request, engine, body.model), "/classify", error=WrongModelKind,
+                                field="model")
     activated = vllm.check_options(body, rt.package.max_len)
     texts = [body.input] if isinstance(body.input, str) else body.input
     result = await engine.classify(rt, texts, ClassifyParams(raw_scores=not activated), probe)

@@ -247,7 +247,7 @@ def test_info_reports_each_encoders_own_batch_limit(tmp_path):
     with client_for(cls, backend=FakeClassifierBackend, max_batch_tokens=4096, cpu_max_batch_tokens=512) as c:
         wait_ready(c)
         engine = c.app.state.engine
-        assert engine.models["zcls"].capabilities == {Capability.CLASSIFY}  # 2 labels
+        assert engine.models["zcls"].capabilities == {Capability.CLASSIFY, Capability.ANALYSE}  # 2 labels
         for name in ("tiny", "zcls"):  # on CPU the batchers cut at the smaller of the two settings
             info = c.get("/info", params={"model": name}).json()
             assert info["max_batch_tokens"] == engine.models[name].limits("embed").max_batch_tokens == 512

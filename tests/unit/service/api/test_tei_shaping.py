@@ -58,6 +58,7 @@ def _classifier(c, monkeypatch, labels, logits):
     pkg = replace(tiny.package, name="zcls", task="classification", labels=tuple(labels))
     monkeypatch.setitem(engine.models, "zcls", SimpleNamespace(
         name="zcls", package=pkg, ready=True, capabilities=LogitsHead(pkg).capabilities,
+        described=LogitsHead(pkg).described,
         card=lambda: {**tiny.card(), **LogitsHead(pkg).card()}, max_batch_tokens=tiny.max_batch_tokens))
     asked = []
 

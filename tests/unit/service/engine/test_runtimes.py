@@ -9,7 +9,7 @@ import pytest
 
 from headwise.service.engine.generation.runtime import GenerativeRuntime
 from headwise.service.engine.params import AttentionSpec
-from headwise.service.engine.runtime import Capability, require
+from headwise.service.engine.runtime import Analyser, Capability, Classifier, Embedder, Generator
 from headwise.service.errors import Validation
 from headwise.service.metrics import Metrics
 from headwise.service.settings import Settings
@@ -34,7 +34,7 @@ def test_an_encoder_refuses_generation_and_the_reverse(tmp_path):
     engine.load_packages()
     engine.ready = True
     rt = engine.get("tiny", needs=Capability.EMBED)
-    assert rt.capabilities == {Capability.EMBED} and not hasattr(rt, "generate")
+    assert rt.capabilities == {Capability.EMBED, Capability.ANALYSE} and not hasattr(rt, "generate")
     with pytest.raises(Validation, match=r"'tiny' is an embedding model: use POST /v1/embed; /v1/generate serves"):
         asyncio.run(engine.generate(rt, GenerateInput(prompt="x")))
     with pytest.raises(Validation, match="embedding model"):
@@ -58,7 +58,7 @@ def test_a_generative_model_takes_its_sessions_from_the_factory(monkeypatch):
     assert made == [rt.package] and isinstance(rt.backend, Stub)
     with pytest.raises(Validation, match="'g' is a decoder model: it generates text with POST /v1/generate; "
                                          "/v1/embed, /v1/similarity and /v1/occlusion serve embedding models"):
-        require(rt, Capability.EMBED)
+        Capability.EMBED.of(rt)
 
 
 def test_the_fake_backend_is_what_the_engine_uses(tmp_path):
@@ -69,3 +69,66 @@ def test_the_fake_backend_is_what_the_engine_uses(tmp_path):
     engine.load_packages()
     engine._prepare()
     assert isinstance(engine.models["tiny"].backend, FakeBackend)
+
+
+def _members(protocol: type) -> set[str]:
+    """What a protocol declares, its bases' included (Protocol's own machinery left out)."""
+    out = set()
+    for cls in protocol.__mro__:
+        if cls.__module__ == "headwise.service.engine.runtime":
+            out |= {n for n in (*vars(cls), *getattr(cls, "__annotations__", {})) if not n.startswith("_")}
+    return out
+
+
+def test_each_kind_has_what_its_capabilities_protocols_declare(tmp_path):
+    """A capability narrows a model to its protocol: every model that declares one must carry
+    each member of it (what the engine and the routers then call without a downcast)."""
+    import hashlib
+    import json
+
+    from headwise.service.engine.encoder import EncoderRuntime
+    from headwise.service.engine.heads import LogitsHead
+    from headwise.service.package import load_package
+
+    settings, metrics = Settings(models_dir=tmp_path / "models"), Metrics()
+    pkg = load_package(make_package(tmp_path / "models"))
+    cross = EncoderRuntime(pkg, settings, metrics, head=LogitsHead(type("P", (), {"labels": ("score",)})()))
+    gen = make_package(tmp_path / "gen", "gen")
+    m = json.loads((gen / "manifest.json").read_text())
+    (gen / "step.onnx").write_bytes(b"step")
+    step = {"file": "step.onnx", "sha256": hashlib.sha256(b"step").hexdigest(), "outputs": ["logits"]}
+    m.update(architecture="decoder", pooling=None, special_tokens={"eos": 3}, variants={"prefill": step,
+                                                                                       "decode": step})
+    (gen / "manifest.json").write_text(json.dumps(m))
+    runtimes = [EncoderRuntime(pkg, settings, metrics), cross,
+                GenerativeRuntime(load_package(gen), Settings(models_dir=gen.parent), metrics)]
+    protocols = {Capability.EMBED: Embedder, Capability.CLASSIFY: Classifier, Capability.RERANK: Classifier,
+                 Capability.ANALYSE: Analyser, Capability.GENERATE: Generator}
+    assert [rt.capabilities for rt in runtimes] == [
+        {Capability.EMBED, Capability.ANALYSE}, {Capability.CLASSIFY, Capability.RERANK, Capability.ANALYSE},
+        {Capability.GENERATE}]
+    for rt in runtimes:
+        for cap in rt.capabilities:
+            missing = {m for m in _members(protocols[cap]) if not hasattr(rt, m)}
+            assert not missing, (rt.name, cap, missing)
+
+
+def test_one_refusal_text_names_the_route_and_what_it_needs(tmp_path):
+    from headwise.service.engine import Engine
+
+    make_package(tmp_path / "models")
+    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend)
+    engine.load_packages()
+    rt = engine.get("tiny")
+    assert Capability.EMBED.declared(rt) is rt and Capability.CLASSIFY.declared(rt) is None
+    assert engine.get("tiny", Capability.ANALYSE) is rt
+    assert Capability.RERANK.refusal(rt, "/score", also=(Capability.CLASSIFY,)) == (
+        "model 'tiny' is an embedding model: /score needs a re-ranker (a cross-encoder: a classification model "
+        "with one label) or a classification model (a classifier or a cross-encoder)")
+
+    class Refused(Validation):
+        pass
+
+    with pytest.raises(Refused, match=r"^model 'tiny' is an embedding model: /rerank needs a re-ranker") as e:
+        Capability.RERANK.of(rt, "/rerank", error=Refused, field="model")
+    assert e.value.field == "model"
