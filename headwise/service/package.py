@@ -18,8 +18,10 @@ GRAPHS = {"encoder": ("fast",), "decoder": ("prefill", "decode"),
 
 
 # What a package's `task` may be; "classification": an encoder whose graphs output `logits`
-# (cross-encoders, classifiers), served by /v1/rerank and /v1/predict, never by /v1/embed.
-TASKS = ("embedding", "classification", "generation")
+# (cross-encoders, classifiers), served by /v1/rerank and /v1/predict, never by /v1/embed;
+# "token-classification": one whose graphs output `token_logits` (NER and PII taggers).
+TASKS = ("embedding", "classification", "token-classification", "generation")
+LABELLED = ("classification", "token-classification")
 
 
 class PackageError(ValueError):
@@ -51,8 +53,8 @@ class ModelPackage:
     pad_id: int
     variants: dict[str, Variant]
     manifest: dict = field(repr=False)
-    task: str = "embedding"  # "embedding" | "classification" | "generation"
-    labels: tuple[str, ...] = ()  # a classification package's labels, in logit order
+    task: str = "embedding"  # one of TASKS
+    labels: tuple[str, ...] = ()  # a (token-)classification package's labels, in logit order
     # an embedding package's sentence-transformers prompts (name → text) and default prompt
     # (service.engine.prompts), and the Matryoshka sizes it was trained to be cut to, largest first
     prompts: dict[str, str] = field(default_factory=dict)
@@ -135,8 +137,8 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     if task not in TASKS:
         raise PackageError(f"{mf}: task {str(task)[:40]!r} is not served ({', '.join(TASKS)})")
     labels = m.get("labels", [])
-    if task == "classification" and (arch != "encoder" or not _labels_ok(labels)):
-        raise PackageError(f"{mf}: a classification package needs architecture 'encoder' and "
+    if task in LABELLED and (arch != "encoder" or not _labels_ok(labels)):
+        raise PackageError(f"{mf}: a {task} package needs architecture 'encoder' and "
                            "'labels', a non-empty list of distinct strings")
     if arch not in GRAPHS:
         raise PackageError(f"{mf}: architecture {arch!r} is not served (encoder, decoder, encoder-decoder)")
@@ -168,7 +170,7 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
         architecture=m["architecture"], **sizes, pooling=str(m["pooling"] or "none"),
         normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=pad_id,
         variants=variants, manifest=m, task=task,
-        labels=tuple(labels) if task == "classification" else (), **declared,
+        labels=tuple(labels) if task in LABELLED else (), **declared,
     )
 
 

@@ -41,6 +41,7 @@ from headwise.service.api.routers import (
     metrics,
     models,
     openai,
+    tag,
     tei,
     tokenize,
     vllm,
@@ -230,8 +231,8 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory)
     errors.install(app)
-    routers = [r.router for r in (embed, tokenize, analytics, importance, models, health, metrics, generate, classify, openai,
-                                  kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]
+    routers = [r.router for r in (embed, tokenize, analytics, importance, models, health, metrics, generate, classify, tag,
+                                  openai, kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by server.fastpath under `headwise serve`

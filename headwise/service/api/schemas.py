@@ -165,7 +165,7 @@ class ModelCard(BaseModel):
     version: str
     family: str
     architecture: str
-    task: Literal["embedding", "classification", "generation"]
+    task: Literal["embedding", "classification", "token-classification", "generation"]
     labels: list[str] | None = Field(None, description="a classification model's labels, in logit order")
     n_layers: int
     n_encoder_layers: int | None = Field(None, description="an encoder-decoder's encoder layers (generative models)")

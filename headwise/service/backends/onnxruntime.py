@@ -146,7 +146,7 @@ class OrtBackend:
             roles["attention"] = inside
             if inside == "analysis":
                 roles["analysis"] = inside
-        if self.provider == "cpu" and self.settings.analytics_threads and package.task != "classification":
+        if self.provider == "cpu" and self.settings.analytics_threads and package.task == "embedding":
             roles["analytics"] = roles["embed"]
         return roles, package.variants[roles["embed"]].precision
 

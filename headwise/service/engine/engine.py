@@ -1,7 +1,7 @@
 """The engine: the served models and the whole operations routers call (docs/architecture.md).
 
-Routers call `Engine.embed`, `Engine.tokenize`, `Engine.classify`, `Engine.rerank` and
-`Engine.generate`, one call per request; those raise service.errors' domain errors for client
+Routers call `Engine.embed`, `Engine.tokenize`, `Engine.classify`, `Engine.rerank`, `Engine.tag`
+and `Engine.generate`, one call per request; those raise service.errors' domain errors for client
 mistakes and never touch HTTP. Each served model is a Runtime (service.engine.runtime): an
 EncoderRuntime with its head (embeddings, logits) or a GenerativeRuntime; an operation narrows
 the model to the capability it needs (`Capability.of`: Embedder, Classifier, Generator,
@@ -32,6 +32,7 @@ from headwise.service.engine.generation import GenerativeRuntime
 from headwise.service.engine.generation.runtime import Generation
 from headwise.service.engine.generation.sequence import GenerateInput
 from headwise.service.engine.heads.embedding import token_ids
+from headwise.service.engine.heads.tokens import TagParams, TagResult
 from headwise.service.engine.importance import Importance, head_importance
 from headwise.service.engine.params import EmbedParams, EmbedResult, RequestParams
 from headwise.service.engine.prompts import check_default_prompt_name
@@ -245,6 +246,14 @@ class Engine:
                         is_disconnected: Callable[[], Awaitable[bool]] | None, field: str) -> ClassifyResult:
         data, size, timing = await rt.submit(items, params, is_disconnected, field)
         return ClassifyResult(rt.name, rt.package.version, list(rt.package.labels), data, size, timing)
+
+    async def tag(self, rt: Runtime, texts: list[str], params: TagParams,
+                  is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> TagResult:
+        """Every text's tokens with each label's score (and attention), in input order."""
+        self.check_inputs(texts)
+        tagger = Capability.TAG.of(rt)
+        data, size, timing = await tagger.submit(texts, params, is_disconnected)
+        return TagResult(tagger.name, tagger.package.version, list(tagger.package.labels), data, size, timing)
 
     async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:

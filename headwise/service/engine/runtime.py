@@ -1,6 +1,7 @@
 """What the engine needs of a served model: the Runtime protocol every kind shares, and the
 capabilities a model declares, each typed by the protocol that serves it (`Capability.EMBED`
-→ Embedder, CLASSIFY and RERANK → Classifier, GENERATE → Generator, ANALYSE → Analyser). The
+→ Embedder, CLASSIFY and RERANK → Classifier, TAG → Tagger, GENERATE → Generator, ANALYSE →
+Analyser). The
 engine and the routers narrow a Runtime through a capability (`Engine.get(name, EMBED)`,
 `Capability.of`), never by its class, and every refusal of a model's kind comes from one text
 (`Capability.refusal`)."""
@@ -85,6 +86,10 @@ class Classifier(Batched, Protocol):
     (EncoderRuntime with a LogitsHead)."""
 
 
+class Tagger(Batched, Protocol):
+    """Capability.TAG: a label per token (EncoderRuntime with a TokenHead: NER, PII)."""
+
+
 class Analyser(Runtime, Protocol):
     """Capability.ANALYSE: looking inside an encoder (its attention and hidden states served
     from the analysis graph, and the analytics rows of occlusion, similarity and head
@@ -122,6 +127,7 @@ class Capability(Generic[R]):
     CLASSIFY: ClassVar[Capability[Classifier]]
     RERANK: ClassVar[Capability[Classifier]]
     GENERATE: ClassVar[Capability[Generator]]
+    TAG: ClassVar[Capability[Tagger]]
     ANALYSE: ClassVar[Capability[Analyser]]
 
     __slots__ = ("name", "native", "need")  # identity-hashed, in C: every request tests membership
@@ -164,6 +170,9 @@ Capability.RERANK = Capability(
 Capability.GENERATE = Capability(
     "generate", "a generative model (a decoder or an encoder-decoder)",
     "{use}; /v1/generate serves decoder and encoder-decoder models")
+Capability.TAG = Capability(
+    "tag", "a token-classification model (a tagger: NER, PII)",
+    "{use}; /v1/tag serves token-classification models (NER and PII taggers)")
 Capability.ANALYSE = Capability(
     "analyse", "an encoder model (embedding or classification)",
     "{use}; looking inside serves encoder models (embedding and classification)")

@@ -120,6 +120,9 @@ async def model_metadata(model: str, request: Request, version: str | None = Non
     rt = _runtime(request, engine, model, version)
     if clf := Capability.CLASSIFY.declared(rt):
         inputs, outputs = kserve_classify.inputs_of(clf), kserve_classify.outputs_of(clf)
+    elif tagger := Capability.TAG.declared(rt):
+        inputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}]
+        outputs = kserve_classify.token_outputs_of(tagger)
     elif Capability.EMBED in rt.capabilities:
         inputs, outputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}], outputs_of(rt)
     else:  # no embeddings (422 when asked); its tokens' mask only
@@ -286,6 +289,8 @@ async def infer(model: str, request: Request, version: str | None = None, engine
         raise InvalidRequest("'parameters' must be an object")
     if clf := Capability.CLASSIFY.declared(rt):
         return await kserve_classify.infer(engine, clf, request, header, binary, params)
+    if tagger := Capability.TAG.declared(rt):
+        return await kserve_classify.infer_tags(engine, tagger, request, header, binary, params)
     texts = _texts(header, binary)
     want = _outputs(header, rt, v2.flag(params, "binary_data_output", False))
     normalize, truncate = v2.flag(params, "normalize", True), v2.flag(params, "truncate", True)

@@ -5,6 +5,10 @@ sigmoid of a one-label model's logit, else the softmax), through Engine.classify
 /v1/predict, so every number equals /v1/predict's. Triton's classification extension: an
 output's `classification: k` parameter answers BYTES [N, k] strings "<value>:<index>:<label>",
 the k highest values of that output first. Used by service.api.routers.kserve's infer route.
+
+Token-classification packages (taggers) take `text` BYTES [N] and answer `token_logits` and
+`token_scores` FP32 [N, T, n_labels] (each token's softmax) and `attention_mask` INT64 [N, T],
+through Engine.tag as /v1/tag: every position of the model's input, zeros past an input's end.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from headwise.service.api.dependencies import disconnect_probe
 from headwise.service.api.responses import BudgetedResponse
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
+from headwise.service.engine.heads.tokens import TagParams
 from headwise.service.engine.runtime import Runtime
 from headwise.service.engine.values import JSON_VALUE_BYTES
 from headwise.service.errors import InvalidRequest, check_response_bytes
@@ -86,13 +91,58 @@ async def infer(engine: Engine, rt: Runtime, request: Request, header: dict, bin
     result = await engine.classify(rt, items, ClassifyParams(truncate=truncate), await disconnect_probe(request))
     arrays = {"logits": np.stack([c.logits for c in result.data]).astype(np.float32),
               "scores": np.stack([c.scores for c in result.data]).astype(np.float32)}
-    outs, buffers = [], []
-    for name, (binary_out, k) in want.items():
+    for name, (_, k) in want.items():
         if k:
-            strings = classification(arrays[name], k, labels)
-            o, raw = v2.bytes_output(name, list(strings.shape), strings.reshape(-1).tolist(), binary_out)
+            arrays[name] = classification(arrays[name], k, labels)
+    return _respond(engine, rt, header, {name: as_binary for name, (as_binary, _) in want.items()}, arrays, size)
+
+
+TOKEN_OUTPUTS = ("token_logits", "token_scores", "attention_mask")
+
+
+def token_outputs_of(rt: Runtime) -> list[dict]:
+    n = len(rt.package.labels)
+    return [{"name": "token_logits", "datatype": "FP32", "shape": [-1, -1, n]},
+            {"name": "token_scores", "datatype": "FP32", "shape": [-1, -1, n]},
+            {"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]}]
+
+
+async def infer_tags(engine: Engine, rt: Runtime, request: Request, header: dict, binary: memoryview,
+                     params: dict) -> BudgetedResponse:
+    texts = v2.text_inputs(header, binary, ("text",), "one input, 'text' (BYTES [N])")["text"]
+    binary_default = v2.flag(params, "binary_data_output", False)
+    want = {}
+    for name, out_params in v2.requested_outputs(header, TOKEN_OUTPUTS, "token_logits").items():
+        if out_params.get("classification"):
+            raise InvalidRequest(f"output {name!r}: the classification extension is for classification models' "
+                                 "outputs (logits, scores)")
+        want[name] = v2.flag(out_params, "binary_data", binary_default)
+    result = await engine.tag(rt, texts, TagParams(truncate=v2.flag(params, "truncate", True)),
+                              await disconnect_probe(request))
+    lengths = [t.encoding.length for t in result.data]
+    n, t, k = len(lengths), max(lengths), len(rt.package.labels)
+    cells = {"token_logits": n * t * k, "token_scores": n * t * k, "attention_mask": n * t}
+    size = sum(cells[name] * (8 if as_binary else JSON_VALUE_BYTES["float32"]) for name, as_binary in want.items())
+    check_response_bytes(size, engine.settings.max_response_bytes, "send fewer or shorter texts, or binary outputs")
+    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)}
+    for name, field in (("token_logits", "logits"), ("token_scores", "scores")):
+        if name in want:
+            a = np.zeros((n, t, k), dtype=np.float32)  # [N, T, n_labels], zeros past each input's end
+            for i, tagged in enumerate(result.data):
+                a[i, :lengths[i]] = getattr(tagged, field)
+            arrays[name] = a
+    return _respond(engine, rt, header, want, arrays, size)
+
+
+def _respond(engine: Engine, rt: Runtime, header: dict, want: dict[str, bool], arrays: dict[str, np.ndarray],
+             size: int) -> BudgetedResponse:
+    outs, buffers = [], []
+    for name, as_binary in want.items():
+        a = arrays[name]
+        if a.dtype == object:  # the classification extension's strings
+            o, raw = v2.bytes_output(name, list(a.shape), a.reshape(-1).tolist(), as_binary)
         else:
-            o, raw = v2.output(name, "FP32", arrays[name], binary_out)
+            o, raw = v2.output(name, v2.datatype_of(a), a, as_binary)
         outs.append(o)
         if raw is not None:
             buffers.append(raw)

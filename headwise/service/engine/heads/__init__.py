@@ -14,6 +14,7 @@ import numpy as np
 
 from headwise.service.engine.heads.embedding import EmbeddingHead
 from headwise.service.engine.heads.logits import LogitsHead
+from headwise.service.engine.heads.tokens import TokenHead
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
@@ -48,11 +49,12 @@ class Head(Protocol):
     def answer(self, out: dict, i: int, entry: Entry, weights: np.ndarray | None): ...
 
 
-HEADS: dict[str, type[Head]] = {"embedding": EmbeddingHead, "classification": LogitsHead}
+HEADS: dict[str, type[Head]] = {"embedding": EmbeddingHead, "classification": LogitsHead,
+                                 "token-classification": TokenHead}
 
 
 def head_for(package: ModelPackage) -> Head:
     return HEADS[package.task](package)
 
 
-__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "head_for"]
+__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "TokenHead", "head_for"]

@@ -9,7 +9,7 @@ import pytest
 
 from headwise.service.engine.generation.runtime import GenerativeRuntime
 from headwise.service.engine.params import AttentionSpec
-from headwise.service.engine.runtime import Analyser, Capability, Classifier, Embedder, Generator
+from headwise.service.engine.runtime import Analyser, Capability, Classifier, Embedder, Generator, Tagger
 from headwise.service.errors import Validation
 from headwise.service.metrics import Metrics
 from headwise.service.settings import Settings
@@ -87,7 +87,7 @@ def test_each_kind_has_what_its_capabilities_protocols_declare(tmp_path):
     import json
 
     from headwise.service.engine.encoder import EncoderRuntime
-    from headwise.service.engine.heads import LogitsHead
+    from headwise.service.engine.heads import LogitsHead, TokenHead
     from headwise.service.package import load_package
 
     settings, metrics = Settings(models_dir=tmp_path / "models"), Metrics()
@@ -103,10 +103,11 @@ def test_each_kind_has_what_its_capabilities_protocols_declare(tmp_path):
     runtimes = [EncoderRuntime(pkg, settings, metrics), cross,
                 GenerativeRuntime(load_package(gen), Settings(models_dir=gen.parent), metrics)]
     protocols = {Capability.EMBED: Embedder, Capability.CLASSIFY: Classifier, Capability.RERANK: Classifier,
-                 Capability.ANALYSE: Analyser, Capability.GENERATE: Generator}
+                 Capability.TAG: Tagger, Capability.ANALYSE: Analyser, Capability.GENERATE: Generator}
+    runtimes.append(EncoderRuntime(pkg, settings, metrics, head=TokenHead(type("P", (), {"labels": ("O", "B")})())))
     assert [rt.capabilities for rt in runtimes] == [
         {Capability.EMBED, Capability.ANALYSE}, {Capability.CLASSIFY, Capability.RERANK, Capability.ANALYSE},
-        {Capability.GENERATE}]
+        {Capability.GENERATE}, {Capability.TAG, Capability.ANALYSE}]
     for rt in runtimes:
         for cap in rt.capabilities:
             missing = {m for m in _members(protocols[cap]) if not hasattr(rt, m)}

@@ -1,0 +1,105 @@
+"""POST /v1/tag: token classification (NER and PII taggers), one Engine.tag call: per input
+its tokens, each with its likeliest label and score (the token-classification pipeline of
+transformers with no aggregation), optionally every label's score and per-head attention."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+from headwise.service.api.body import Json
+from headwise.service.api.dependencies import (
+    disconnect_probe,
+    get_engine,
+    model_for,
+    require_api_key,
+)
+from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json
+from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
+from headwise.service.engine import Engine
+from headwise.service.engine.heads.tokens import TagParams
+from headwise.service.engine.internals import Ablation
+
+router = APIRouter(tags=["tag"], dependencies=[Depends(require_api_key)])
+
+
+class TagRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"inputs": "My name is Clara and I live in Berkeley."},
+        {"inputs": ["Clara lives in Berkeley."], "all_scores": True, "ignore_labels": ["O"]},
+    ]})
+
+    model: StrictStr | None = Field(None, description="model name; optional when one model is served")
+    inputs: StrictStr | list[StrictStr] = Field(..., description="one text or a list")
+    truncate: StrictBool = Field(True, description="cut each text at max_len tokens; false: 422 when longer")
+    raw_scores: StrictBool = Field(False, description="each token's logits as they are; false: their softmax")
+    all_scores: StrictBool = Field(False, description="every label's score per token, in `labels` order")
+    ignore_labels: list[StrictStr] = Field([], description="leave out tokens whose likeliest label is one of "
+                                                          'these (transformers\' pipeline leaves out ["O"])')
+    attention: AttentionOptions | None = Field(None, description="per input, every asked-for head's weights "
+                                                                 "over all its tokens, as on /v1/embed")
+    ablate: Ablate | None = Field(None, description='{"<layer>": [heads]}: tag with those heads removed')
+
+
+class TaggedToken(BaseModel):
+    index: int = Field(..., description="the token's position in the model's input ([CLS] is 0)")
+    token: str
+    start: int = Field(..., description="its first character in the text")
+    end: int = Field(..., description="one past its last character")
+    label: str
+    score: float
+    scores: list[float] | None = None
+
+
+class TaggedText(BaseModel):
+    index: int
+    tokens: list[TaggedToken]
+    attention: dict | None = None
+
+
+class TagResponse(BaseModel):
+    model: str
+    labels: list[str]
+    data: list[TaggedText]
+    usage: Usage
+
+
+@router.post("/v1/tag", response_model=TagResponse, response_model_exclude_none=True,
+             responses=error_responses(400, 401, 404, 413, 422, 429, 503))
+async def tag(request: Request, body: Json[TagRequest], engine: Engine = Depends(get_engine),
+              probe=Depends(disconnect_probe)):
+    """Label every token of one text or a list (special tokens left out)."""
+    rt = model_for(request, engine, body.model)
+    spec = None
+    if body.attention is not None:
+        a = body.attention
+        spec = rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype,
+                                 encoding=a.encoding, aggregate=a.aggregate)
+    params = TagParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=spec,
+                       ablate=Ablation.select(rt.package.n_layers, rt.package.n_heads, body.ablate))
+    result = await engine.tag(rt, [body.inputs] if isinstance(body.inputs, str) else body.inputs, params, probe)
+    labels, ignored = result.labels, set(body.ignore_labels)
+
+    def build() -> dict:
+        data = []
+        for i, t in enumerate(result.data):
+            best = t.logits.argmax(axis=-1).tolist()  # one label: always it (its sigmoid is the score)
+            tokens, offsets = t.encoding.tokens, t.encoding.offsets
+            rows = []
+            for pos in t.labelled:
+                label = labels[best[pos]]
+                if label in ignored:
+                    continue
+                row = {"index": pos, "token": tokens[pos], "start": offsets[pos][0], "end": offsets[pos][1],
+                       "label": label, "score": float(t.scores[pos, best[pos]])}
+                if body.all_scores:
+                    row["scores"] = t.scores[pos].tolist()
+                rows.append(row)
+            item = {"index": i, "tokens": rows}
+            if t.attention is not None:
+                item["attention"] = t.attention
+            data.append(item)
+        return {"model": result.model, "labels": labels, "data": data, "usage": result.usage}
+
+    extra = ENVELOPE_BYTES + sum(6 * len(x) + 4 for x in labels)  # the labels' list, beside the envelope
+    return await budgeted_json(engine.responses, result.answer_bytes + extra, build)

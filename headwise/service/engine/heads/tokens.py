@@ -1,0 +1,115 @@
+"""The token-classification head (NER and PII taggers: `*ForTokenClassification`), with what
+its requests ask for (TagParams), each input's answer (Tagged), the result (TagResult) and the
+bytes an answer takes. Inputs are single texts, tokenised with their strings and character
+offsets; the graphs answer `token_logits` [B, T, n_labels], cut here to each input's tokens
+and activated per token (softmax, as transformers' token-classification pipeline). The
+tokenizer's special tokens ([CLS], [SEP]) carry no label and are left out of the answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from headwise.service.engine.classify import LABEL_BYTES, activate
+from headwise.service.engine.internals import Ablation
+from headwise.service.engine.outputs import attention_payload
+from headwise.service.engine.params import AttentionSpec, Counted
+from headwise.service.engine.runtime import Capability
+from headwise.service.engine.stats import Timing
+from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.values import JSON_VALUE_BYTES, TOKEN_BYTES
+from headwise.service.engine.work import Entry, Inputs
+from headwise.service.package import ModelPackage
+
+
+@dataclass(frozen=True)
+class TagParams:
+    truncate: bool = True
+    raw_scores: bool = False  # each token's logits as they are; otherwise their softmax
+    attention: AttentionSpec | None = None  # [L', H', T, T] per input, as on /v1/embed
+    padded_attention: ClassVar[bool] = False  # the attention budget counts each input at its own length
+    token_strings: ClassVar[bool] = True  # every answer names its tokens and their offsets
+    ablate: Ablation | None = None  # heads removed (service.engine.internals)
+
+    @property
+    def analysis(self) -> bool:
+        return self.ablate is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Tagged:
+    """One input's answer, over every position of its encoding; `labelled` says which carry a
+    label (the special tokens do not)."""
+
+    encoding: Encoded
+    labelled: list[int]  # positions of the tokens that carry a label, in order
+    logits: np.ndarray  # [T, n_labels] float32, raw
+    scores: np.ndarray  # [T, n_labels] float32, activated unless raw_scores
+    attention: dict | None  # service.engine.outputs.attention_payload, over every position
+
+
+@dataclass(frozen=True)
+class TagResult(Counted):
+    model: str
+    version: str
+    labels: list[str]  # id2label order
+    data: list[Tagged]  # in input order
+    answer_bytes: int  # the bound of every input's answer as written, counted when they were tokenised
+    timing: Timing | None = None
+
+
+def tag_bytes(params: TagParams, t: int, labels: tuple[str, ...]) -> int:
+    """An upper bound of the bytes one input of `t` tokens takes in a JSON answer: per token
+    its string and offsets, its likeliest label and score, and every label's score (a
+    protocol may write them all); with attention its [L', H', T, T] weights."""
+    label = max(len(x) for x in labels) * 6 + LABEL_BYTES  # a label's characters, escaped at worst
+    row = TOKEN_BYTES + label + (len(labels) + 1) * JSON_VALUE_BYTES["float32"] + 48
+    spec = params.attention
+    return t * row + (spec.serialized_bytes(t) if spec is not None else 0) + 64
+
+
+class TokenHead:
+    use = "use POST /v1/tag"
+
+    def __init__(self, package: ModelPackage):
+        self.labels = package.labels
+        self.capabilities = frozenset({Capability.TAG})
+        self.described = f"a token-classification model ({len(self.labels)} labels)"
+        self._special: frozenset[int] | None = None  # the tokenizer's special ids, read at first encode
+
+    def card(self) -> dict:
+        return {"labels": list(self.labels)}
+
+    def pretokenised(self, inputs: Inputs) -> bool:
+        return False
+
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
+        if self._special is None:
+            self._special = tokenizer.special_ids
+        return tokenizer.encode_unchecked(inputs, truncate)  # with strings and offsets: every answer names them
+
+    def attention_need(self, params: TagParams, encs: list[Encoded]) -> tuple[int, str]:
+        return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"
+
+    def answer_bytes(self, params: TagParams, encs: list[Encoded]) -> int:
+        return sum(tag_bytes(params, e.length, self.labels) for e in encs)
+
+    def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
+        return spec.returned_bytes(enc.length)
+
+    def warm_params(self, attention: AttentionSpec | None) -> TagParams:
+        return TagParams(attention=attention)
+
+    def outputs(self, entries: list[Entry]) -> list[str]:
+        return ["token_logits"]
+
+    def answer(self, out: dict, i: int, e: Entry, weights: np.ndarray | None) -> Tagged:
+        p: TagParams = e.job.params
+        t = e.length
+        special = self._special or frozenset()
+        labelled = [j for j, k in enumerate(e.encoding.ids.tolist()) if k not in special]
+        logits = out["token_logits"][i, :t].astype("float32", copy=True)  # [T, n_labels]
+        att = attention_payload(weights, t, p.attention) if weights is not None else None
+        return Tagged(e.encoding, labelled, logits, activate(logits, p.raw_scores), att)
