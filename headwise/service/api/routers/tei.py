@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from headwise.service.api.body import Json, read_body
-from headwise.service.api.compat import tei
+from headwise.service.api.compat import tei, token_pipeline
 from headwise.service.api.compat.openapi import inline_schema
 from headwise.service.api.compat.rerank import JinaRerankRequest, JinaRerankResponse, untag
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
@@ -33,8 +33,9 @@ from headwise.service.api.timing import characters, started_at, tei_headers
 from headwise.service.engine import Capability, Engine, Runtime, matryoshka, prompts
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.engine import TOKENIZER_THREADS
+from headwise.service.engine.heads.tokens import TagParams
 from headwise.service.engine.params import EmbedParams
-from headwise.service.engine.runtime import R
+from headwise.service.engine.runtime import R, Tagger
 from headwise.service.errors import NotReady, Validation, check_response_bytes
 
 router = APIRouter(tags=["tei"], route_class=route_class(TEI), dependencies=[Depends(require_api_key)])
@@ -42,10 +43,11 @@ probes = APIRouter(tags=["tei"], route_class=route_class(TEI))  # open, as /heal
 ERRORS = {c: {"model": tei.TeiError} for c in (400, 401, 404, 413, 422, 424, 429, 503)}
 
 EMBEDDING, CLASSIFIER, RERANKER, GENERATOR = "embedding", "classifier", "reranker", "generator"
+TAGGER = "token_classifier"  # no TEI type: headwise's, with a classifier's labels
 # TEI's model types, read from the capabilities a model declares, first match (a model that
 # reranks is a re-ranker, though it classifies too)
 KINDS = ((Capability.RERANK, RERANKER), (Capability.CLASSIFY, CLASSIFIER), (Capability.EMBED, EMBEDDING),
-         (Capability.GENERATE, GENERATOR))
+         (Capability.TAG, TAGGER), (Capability.GENERATE, GENERATOR))
 
 
 def kind(rt: Runtime) -> str:
@@ -245,7 +247,7 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
     """The model's and the server's facts, as TEI's /info; `?model=` picks one of several."""
     rt = pick(request, engine, model, None, "/info")
     s, k, card = engine.settings, kind(rt), rt.card()
-    if k in (CLASSIFIER, RERANKER):
+    if k in (CLASSIFIER, RERANKER, TAGGER):
         names = card["labels"]
         model_type = {k: {"id2label": {str(i): n for i, n in enumerate(names)},
                           "label2id": {n: i for i, n in enumerate(names)}}}
@@ -265,7 +267,7 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
 
 
 ROOT_BODIES = _schemas(tei.EmbedRequest, tei.SimilarityRequest, tei.PredictRequest, tei.RerankRequest,
-                       JinaRerankRequest)
+                       JinaRerankRequest, token_pipeline.TokenClassificationRequest)
 
 
 @router.post("/", response_model=list | JinaRerankResponse, openapi_extra=ROOT_BODIES, responses=ERRORS)
@@ -275,7 +277,8 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
     """TEI's `POST /` (also SageMaker's POST /invocations): {query, texts} (or Jina's {query,
     documents}) is /rerank and inputs
     {source_sentence, sentences} is /similarity; otherwise the model's kind decides: /embed for an embedding model, /predict
-    for a classifier or re-ranker. The model is the named one, else the default; but text
+    for a classifier or re-ranker, transformers' token-classification pipeline for a tagger
+    (also chosen by its parameters: aggregation_strategy, ignore_labels, stride). The model is the named one, else the default; but text
     inputs with `parameters` (huggingface_hub's text_classification; /embed has no such field)
     go to /predict when a classification model is served."""
     body = await _json_object(request)
@@ -285,13 +288,38 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
     if isinstance(body.get("inputs"), dict):
         return await similarity(request, _parse(tei.SimilarityRequest, body), engine, probe)
     classifies = any(Capability.CLASSIFY in r.capabilities for r in engine.models.values())
-    if name is None and "parameters" in body and classifies:
+    tokens = isinstance(body.get("parameters"), dict) and TOKEN_PARAMETERS & body["parameters"].keys()
+    if name is None and "parameters" in body and classifies and not tokens:
         return await predict(request, _parse(tei.PredictRequest, body), engine, probe, started)
-    rt = pick(request, engine, name, None, "/")
+    rt = pick(request, engine, name, Capability.TAG if tokens else None, "/")
+    if tagger := Capability.TAG.declared(rt):
+        return await token_classification(_parse(token_pipeline.TokenClassificationRequest, body), tagger, engine,
+                                          probe)
     if Capability.EMBED in rt.capabilities:
         return await embed(request, _parse(tei.EmbedRequest, body), engine, probe, started)
-    Capability.CLASSIFY.of(rt, "POST /", also=(Capability.EMBED,), error=WrongModelKind)
+    Capability.CLASSIFY.of(rt, "POST /", also=(Capability.EMBED, Capability.TAG), error=WrongModelKind)
     return await predict(request, _parse(tei.PredictRequest, body), engine, probe, started)
+
+
+TOKEN_PARAMETERS = frozenset(token_pipeline.TokenClassificationParameters.model_fields)
+
+
+async def token_classification(body: token_pipeline.TokenClassificationRequest, rt: Tagger, engine: Engine,
+                               probe) -> Response:
+    """POST / on a tagger: transformers' token-classification pipeline's answer (Hugging Face
+    Inference Endpoints', huggingface_hub's InferenceClient.token_classification)."""
+    strategy, ignore = token_pipeline.options(body)
+    result = await engine.tag(rt, [body.inputs], TagParams(), probe)
+    tagged = result.data[0]
+    ids = tagged.encoding.ids.tolist()
+
+    def words(positions: list[int]) -> str:
+        return rt.tokenizer.decode([[ids[i] for i in positions]], skip_special_tokens=False)[0]
+
+    size = token_pipeline.size(body.inputs, tagged.encoding.length, result.labels)
+    check_response_bytes(size, engine.settings.max_response_bytes, "send a shorter text")
+    return await budgeted_json(engine.responses, size, lambda: token_pipeline.entities(
+        tagged, result.labels, strategy, ignore, words))
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -112,3 +112,28 @@ def test_kserve_answers_every_positions_logits_and_scores(tagger):
     r = tagger.post("/v2/models/tiny/infer", json={**body, "outputs": [{"name": "token_scores",
                                                                         "parameters": {"classification": 2}}]})
     assert r.status_code == 400 and "classification extension" in r.text
+
+
+def test_teis_root_answers_the_token_classification_pipelines_shape(tagger):
+    from tests.unit.fakes import tei_error
+
+    every = tagger.post("/v1/tag", json={"inputs": "the cat sat on the mat"}).json()["data"][0]["tokens"]
+    r = tagger.post("/", json={"inputs": "the cat sat on the mat", "parameters": {"ignore_labels": []}})
+    assert r.status_code == 200, r.text
+    assert [(e["entity"], e["index"], e["word"], e["start"], e["end"]) for e in r.json()] == [
+        (t["label"], t["index"], t["token"], t["start"], t["end"]) for t in every]
+    default = tagger.post("/", json={"inputs": "the cat sat on the mat"}).json()  # ["O"] ignored
+    assert [e["index"] for e in default] == [t["index"] for t in every if t["label"] != "O"]
+    simple = tagger.post("/", json={"inputs": "the cat sat on the mat", "parameters": {
+        "aggregation_strategy": "simple", "ignore_labels": []}}).json()
+    assert sum(e["end"] - e["start"] for e in simple) <= len("the cat sat on the mat")
+    assert simple and all("entity_group" in e and e["entity_group"] in ("O", "PER") for e in simple)
+    tei_error(tagger.post("/", json={"inputs": "x", "parameters": {"stride": 4}}), 422, "Validation")
+    tei_error(tagger.post("/", json={"inputs": "x", "parameters": {"aggregation_strategy": "max"}}), 422,
+              "Validation")
+    info = tagger.get("/info").json()
+    assert info["model_type"] == {"token_classifier": {"id2label": {"0": "O", "1": "B-PER", "2": "I-PER"},
+                                                       "label2id": {"O": 0, "B-PER": 1, "I-PER": 2}}}
+    assert "(served: tiny (token_classifier))" in tei_error(tagger.post("/embed", json={"inputs": "x"}), 424, "Backend")
+    named = tei_error(tagger.post("/predict", json={"inputs": "x", "model": "tiny"}), 424, "Backend")
+    assert named.startswith("model 'tiny' is a token-classification model (3 labels): /predict needs a classification")

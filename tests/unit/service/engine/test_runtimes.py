@@ -9,7 +9,14 @@ import pytest
 
 from headwise.service.engine.generation.runtime import GenerativeRuntime
 from headwise.service.engine.params import AttentionSpec
-from headwise.service.engine.runtime import Analyser, Capability, Classifier, Embedder, Generator, Tagger
+from headwise.service.engine.runtime import (
+    Analyser,
+    Capability,
+    Classifier,
+    Embedder,
+    Generator,
+    Tagger,
+)
 from headwise.service.errors import Validation
 from headwise.service.metrics import Metrics
 from headwise.service.settings import Settings
