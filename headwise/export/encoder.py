@@ -1,9 +1,10 @@
-"""What the encoder kinds (sentence.py, classifier.py) share: an EncoderModel exported as a
-fast graph, fused by onnxruntime's optimiser (plus an fp16 copy for CUDA and, where the kind
-offers one, a per-token int8 copy for CPUs), and one graph for looking inside: the analysis
-graph, which outputs every head's weights and every layer's hidden states and takes a head
-mask (graphs.AnalysisGraph); the server answers attention from it too. Verified by verify.py.
-Packages exported before 2026-11-28 also carry an attention graph, which servers now ignore."""
+"""What the encoder kinds (sentence.py, classifier.py, token_classifier.py) share: an
+EncoderModel exported as a fast graph, fused by onnxruntime's optimiser (plus an fp16 copy for
+CUDA and, where the kind offers one, a per-token int8 copy for CPUs), and one graph for looking
+inside: the analysis graph, which outputs every head's weights and every layer's hidden states
+and takes a head mask (graphs.AnalysisGraph); the server answers attention from it too.
+Verified by verify.py. Packages exported before 2026-11-28 also carry an attention graph, which
+servers now ignore."""
 
 from __future__ import annotations
 

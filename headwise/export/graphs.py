@@ -1,5 +1,6 @@
-"""The graphs of an encoder package (embedding or classification), as torch modules ready
-for torch.onnx.export, and the export call every package's graphs go through.
+"""The graphs of an encoder package (embedding, classification or token classification), as
+torch modules ready for torch.onnx.export, and the export call every package's graphs go
+through.
 
 They use model/'s explicit attention path: matmul → softmax → matmul with an additive mask is
 the pattern onnxruntime's transformer optimiser recognises and fuses into `Attention` (an
@@ -79,6 +80,7 @@ def _shapes(model: EncoderModel) -> dict[str, tuple[str, list]]:
     return {"sentence_embedding": ("float32", ["batch", d_embedding]),
             "last_hidden_state": ("float32", ["batch", "seq", cfg.d_model]),
             "logits": ("float32", ["batch", n_labels]),
+            "token_logits": ("float32", ["batch", "seq", n_labels]),
             "attentions": ("float32", attentions), "attentions_f16": ("float16", attentions),
             HIDDEN_STATES: ("float32", ["batch", cfg.n_layers + 1, "seq", cfg.d_model])}
 

@@ -11,11 +11,12 @@ from headwise.export.classifier import ClassifierKind
 from headwise.export.generative import GenerativeKind
 from headwise.export.pipeline import Kind, Options, build
 from headwise.export.sentence import SentenceKind
+from headwise.export.token_classifier import TokenClassifierKind
 from headwise.model.importers import checkpoint_task
 from headwise.model.sentence import default_checkpoint
 
 KINDS: dict[str, Kind] = {"embedding": SentenceKind(), "classification": ClassifierKind(),
-                          "generation": GenerativeKind()}
+                          "token-classification": TokenClassifierKind(), "generation": GenerativeKind()}
 
 
 def default_name(checkpoint: Path) -> str:
@@ -47,8 +48,9 @@ def build_package(
     matryoshka_dimensions: tuple[int, ...] = (),
 ) -> Path:
     """Export `checkpoint` (default: bundled all-MiniLM-L6-v2) to out/name as the kind its
-    config.json says (sentence embedding, classification or generation). Written to a
-    temporary folder and moved into place only when complete (and verified).
+    config.json says (sentence embedding, classification, token classification or
+    generation). Written to a temporary folder and moved into place only when complete (and
+    verified).
     `matryoshka_dimensions`: the sizes an embedding model was trained to be cut to
     (export.prompts), the only ones the service will cut it to."""
     checkpoint = Path(checkpoint) if checkpoint is not None else default_checkpoint()

@@ -2,9 +2,9 @@
 
     load → export → optimise → quantise → manifest → verify → measure
 
-A Kind (sentence.py, classifier.py, generative.py) supplies what differs: how the checkpoint
-loads, which graphs it exports, which variants and manifest facts it has, how it is verified;
-a stage it does not offer is left out. The pipeline numbers the stages, times them, writes
+A Kind (sentence.py, classifier.py, token_classifier.py, generative.py) supplies what
+differs: how the checkpoint loads, which graphs it exports, which variants and manifest facts
+it has, how it is verified; a stage it does not offer is left out. The pipeline numbers the stages, times them, writes
 the manifest's common fields and builds the package in a temporary folder that is moved into
 place only when every stage has passed.
 """

@@ -1,6 +1,7 @@
-"""Parity of every variant of an encoder package (embedding or classification) against the
-torch model: each output, the attention weights and batch invariance; for embeddings also
-STS-B quality, which int8 and fp16 must keep. One table (parity_table) shows any package's."""
+"""Parity of every variant of an encoder package (embedding, classification or token
+classification) against the torch model: each output, the attention weights and batch
+invariance; for embeddings also STS-B quality, which int8 and fp16 must keep. One table
+(parity_table) shows any package's."""
 
 from __future__ import annotations
 
@@ -40,7 +41,13 @@ PARITY_PAIRS: list = [
     ("how do transformers work", "Attention weighs every token against every other token."),
     ("short", ""), ("", "an empty query"),
 ]
-PARITY_INPUTS = {"embedding": PARITY_SENTENCES, "classification": PARITY_PAIRS}
+# A token classifier (tagger) reads single texts only.
+PARITY_INPUTS = {"embedding": PARITY_SENTENCES, "classification": PARITY_PAIRS,
+                 "token-classification": PARITY_SENTENCES}
+# Outputs with a row per token (B, T, ...), compared at real tokens only: padding rows are unused.
+PER_TOKEN = ("last_hidden_state", "token_logits")
+# The head's own output, whichever the package has.
+HEAD_OUTPUTS = ("sentence_embedding", "logits", "token_logits")
 
 ATTENTION_RTOL = 1e-4
 
@@ -55,10 +62,11 @@ LIMITS = {
     # numpy's float16 cast of its float32 ones (none: the service sends either).
     # hidden_states: every layer's, at real tokens, as last_hidden_state; ablation: the head's
     # output and the hidden states with ablation_mask's heads removed, against torch's.
-    "fp32": {"sentence_embedding": 1e-4, "logits": 1e-4, "last_hidden_state": 1e-3, "attentions_excess": 1e-5,
-             "attentions_f16_mismatches": 0, "batch_invariance": 1e-5, "hidden_states": 1e-3, "ablation": 1e-3},
-    "fp16": {"sentence_embedding": 5e-3, "logits": 5e-2, "mean_cosine_to_fp32": 0.999, "stsb_drop": 0.2,
-             "batch_invariance": 1e-3},
+    "fp32": {"sentence_embedding": 1e-4, "logits": 1e-4, "token_logits": 1e-4, "last_hidden_state": 1e-3,
+             "attentions_excess": 1e-5, "attentions_f16_mismatches": 0, "batch_invariance": 1e-5,
+             "hidden_states": 1e-3, "ablation": 1e-3},
+    "fp16": {"sentence_embedding": 5e-3, "logits": 5e-2, "token_logits": 5e-2, "mean_cosine_to_fp32": 0.999,
+             "stsb_drop": 0.2, "batch_invariance": 1e-3},
     "int8": {"mean_cosine_to_fp32": 0.998, "min_cosine_to_fp32": 0.99, "stsb_drop": 0.17,
              "batch_invariance": 1e-4},
 }
@@ -86,7 +94,7 @@ def torch_reference(loaded: LoadedModel, texts: list, head_mask: np.ndarray | No
         out = loaded.model(b.input_ids, b.attention_mask, b.token_type_ids, need_weights=True, fused=False,
                            head_mask=torch.from_numpy(head_mask) if head_mask is not None else None,
                            output_hidden_states=True)
-    ref = {name: getattr(out, name).numpy() for name in ("sentence_embedding", "logits", "last_hidden_state")
+    ref = {name: getattr(out, name).numpy() for name in (*HEAD_OUTPUTS, "last_hidden_state")
            if getattr(out, name) is not None}
     ref["attentions"] = torch.stack(out.attentions, 1).numpy()  # (B, L, H, T, T)
     ref["hidden_states"] = torch.stack(out.hidden_states, 1).numpy()  # (B, L + 1, T, D)
@@ -105,17 +113,22 @@ def ablation_mask(n: int, n_layers: int, n_heads: int) -> np.ndarray:
 
 
 def ablation_diff(sess, loaded: LoadedModel, texts: list) -> float:
-    """Max abs diff of the head's output (sentence embedding or logits) and the hidden states
-    between the analysis graph and torch, both with ablation_mask's heads removed."""
+    """Max abs diff of the head's output (sentence embedding, logits or token logits, these at
+    real tokens) and the hidden states between the analysis graph and torch, both with
+    ablation_mask's heads removed."""
     cfg = loaded.model.config
     mask = ablation_mask(len(texts), cfg.n_layers, cfg.n_heads)
     ref, real = torch_reference(loaded, texts, mask)
-    names = [n for n in ("sentence_embedding", "logits", "hidden_states") if n in ref]
+    names = [n for n in (*HEAD_OUTPUTS, "hidden_states") if n in ref]
     got = dict(zip(names, sess.run(names, runner.session_feeds(sess, loaded.tokenizer, texts, mask)), strict=True))
     worst = 0.0
     for n in names:
         d = np.abs(got[n] - ref[n])
-        worst = max(worst, float((_at_real(d, real) if n == "hidden_states" else d).max()))
+        if n == "hidden_states":
+            d = _at_real(d, real)
+        elif n in PER_TOKEN:
+            d = d[real.astype(bool)]
+        worst = max(worst, float(d.max()))
     return worst
 
 
@@ -125,14 +138,15 @@ def _at_real(d: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def max_diffs(outputs: dict[str, np.ndarray], ref: dict[str, np.ndarray], mask: np.ndarray) -> dict:
-    """Max abs diff per output; hidden states only at real tokens (padding rows are unused)."""
+    """Max abs diff per output; hidden states and token logits only at real tokens (padding
+    rows are unused)."""
     d = {}
     for name, got in outputs.items():
         if name == "attentions_f16":
             d["attentions_f16_mismatches"] = int((got != outputs["attentions"].astype(np.float16)).sum())
             continue
         want = ref[name]
-        if name == "last_hidden_state":
+        if name in PER_TOKEN:
             real = mask.astype(bool)
             d[name] = float(np.abs(got[real] - want[real]).max())
         elif name == "hidden_states":
@@ -155,7 +169,7 @@ def batch_invariance(sess, tokenizer, texts: list[str], batched: dict[str, np.nd
         t = f["attention_mask"].shape[1]
         for name, got in alone.items():
             ref = batched[name][i : i + 1]
-            if name == "last_hidden_state":
+            if name in PER_TOKEN:
                 ref = ref[:, :t]
             elif name == "hidden_states":
                 ref = ref[:, :, :t]
@@ -249,7 +263,8 @@ def _failing(figures: dict, limits: dict) -> list[str]:
 # (figure, column title, format) of every kind of package: max abs diffs in e-notation,
 # quality figures as decimals. A table shows the columns its package has.
 TABLE = [("sentence_embedding", "embedding", ".2e"), ("logits", "logits", ".2e"),
-         ("last_hidden_state", "hidden", ".2e"), ("hidden_states", "layers", ".2e"), ("ablation", "ablation", ".2e"), ("encoder_hidden_states", "enc_hidden", ".2e"),
+         ("token_logits", "tok_logits", ".2e"), ("last_hidden_state", "hidden", ".2e"),
+         ("hidden_states", "layers", ".2e"), ("ablation", "ablation", ".2e"), ("encoder_hidden_states", "enc_hidden", ".2e"),
          ("cache", "cache", ".2e"), ("attentions", "attentions", ".2e"), ("cross_attentions", "cross_att", ".2e"),
          ("batch_invariance", "batch_inv", ".2e"), ("stsb_spearman", "stsb", ".4f"),
          ("mean_cosine_to_fp32", "mean_cos", ".4f"), ("min_cosine_to_fp32", "min_cos", ".4f"),

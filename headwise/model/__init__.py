@@ -2,8 +2,9 @@
 
 Read in this order: `attention` (eq. 1 and §3.2.2), `masks`, `positional` (§3.5),
 `layers` (§3.1, §3.3), `transformer` (Encoder, Decoder, EncoderDecoder), `heads` and
-`encoder_model` (an Encoder with a pooling or classification head), then `importers` for how
-real checkpoints map onto these modules and `sentence` for loading an encoder with its head.
+`encoder_model` (an Encoder with a pooling, classification or tagging head), then `importers`
+for how real checkpoints map onto these modules and `sentence` for loading an encoder with its
+head.
 """
 
 from headwise.model.attention import MultiHeadAttention, attention

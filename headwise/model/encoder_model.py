@@ -1,5 +1,6 @@
 """An Encoder (§3.1 of "Attention Is All You Need") with one head on top (heads.py): the
-model behind every encoder package, sentence-embedding and classification alike."""
+model behind every encoder package: sentence-embedding, classification and token
+classification alike."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class EncoderModelOutput:
     attentions: tuple[Tensor, ...] | None  # n_layers × (B, H, T, T)
     sentence_embedding: Tensor | None = None  # (B, D), from a PoolingHead
     logits: Tensor | None = None  # (B, n_labels), from a ClassificationHead
+    token_logits: Tensor | None = None  # (B, T, n_labels), from a TokenClassificationHead
     hidden_states: tuple[Tensor, ...] | None = None  # (n_layers + 1) × (B, T, D)
 
 

@@ -10,6 +10,12 @@ head alone.
   per label. A cross-encoder is one with a single label, a relevance score for a query–text
   pair (what a reranker sorts by).
 
+- TokenClassificationHead: BERT's tagging head (Devlin et al. 2019, Figure 4(d), "Single
+  Sentence Tagging Tasks"; CoNLL-2003 NER in §5.3): every token's final hidden state through
+  one linear map to one logit per label (NER and PII taggers), no pooler; dropout is the
+  identity at inference. BERT labels a word by its first sub-token; the head scores every
+  token and leaves that choice to the reader.
+
 - PredictionClassificationHead: ModernBERT's (Warner et al. 2024, "Smarter, Better, Faster,
   Longer", §2.1): the [CLS] state or the mean of the token states, through dense + activation +
   LayerNorm (its "prediction head"), then a linear map to one logit per label.
@@ -61,6 +67,19 @@ class ClassificationHead(nn.Module):
     def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
         cls = last_hidden_state[:, 0]  # (B, D): the [CLS] token
         return self.classifier(torch.tanh(self.pooler(cls)))  # (B, n_labels)
+
+
+class TokenClassificationHead(nn.Module):
+    output = "token_logits"
+
+    def __init__(self, d_model: int, labels: list[str]):
+        super().__init__()
+        self.labels = list(labels)
+        self.classifier = nn.Linear(d_model, len(labels))
+
+    def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
+        """Every position's logits, padding included: which rows are real is the mask's to say."""
+        return self.classifier(last_hidden_state)  # (B, T, D) → (B, T, n_labels)
 
 
 class PredictionClassificationHead(nn.Module):

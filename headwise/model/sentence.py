@@ -1,6 +1,6 @@
 """Loading an encoder checkpoint as an EncoderModel with its head: pooling for
-sentence-embedding checkpoints, classification for sequence classifiers; and where the
-default checkpoint lives."""
+sentence-embedding checkpoints, the checkpoint's own head for sequence and token classifiers;
+and where the default checkpoint lives."""
 
 from __future__ import annotations
 
@@ -60,14 +60,14 @@ class LoadedModel:
     tokenizer: Tokenizer
     family: str
     architecture: str
-    task: str  # "embedding" | "classification"
+    task: str  # "embedding" | "classification" | "token-classification"
     max_len: int
     source: dict  # {"path": basename, "sha256": weights hash}
 
 
 def load_encoder_model(path: str | Path | None = None) -> LoadedModel:
     """Load an encoder checkpoint directory (default: the bundled all-MiniLM-L6-v2) with its
-    head and tokenizer: a sequence classifier's own head, else pooling and normalisation as
+    head and tokenizer: a sequence or token classifier's own head, else pooling and normalisation as
     its sentence-transformers files describe them."""
     path = Path(path) if path is not None else default_checkpoint()
     model, info = load_checkpoint(path)
@@ -82,11 +82,12 @@ def load_encoder_model(path: str | Path | None = None) -> LoadedModel:
 
 
 def load_sentence_model(path: str | Path | None = None) -> LoadedModel:
-    """load_encoder_model, refusing a sequence classifier: served as embeddings, its head
-    would be dropped and its answers wrong."""
+    """load_encoder_model, refusing a sequence or token classifier: served as embeddings, its
+    head would be dropped and its answers wrong."""
     path = Path(path) if path is not None else default_checkpoint()
     loaded = load_encoder_model(path)
     if loaded.task != "embedding":
-        raise CheckpointError(f"{path}: a sequence classifier (labels {loaded.model.head.labels}) is not a "
-                              "sentence-embedding model; it exports as a classification package")
+        what = "a token classifier" if loaded.task == "token-classification" else "a sequence classifier"
+        raise CheckpointError(f"{path}: {what} (labels {loaded.model.head.labels}) is not a "
+                              f"sentence-embedding model; it exports as a {loaded.task} package")
     return loaded

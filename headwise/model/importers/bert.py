@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torch import nn
+
 from headwise.model.config import TransformerConfig
 from headwise.model.encoder_model import EncoderModel
-from headwise.model.heads import ClassificationHead
+from headwise.model.heads import ClassificationHead, TokenClassificationHead
 from headwise.model.importers.common import (
     CheckpointError,
     activation,
@@ -76,11 +78,13 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
 
 
 def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str], base: str = "BertModel",
-                       classifier: str | None = None, unused: set[str] = UNUSED, family: str = "BERT") -> None:
-    """A checkpoint with a head other than sequence classification (a masked-LM head, ...)
-    must not become an embedding model with the head silently dropped: its answers would be
-    wrong. Refused by the class config.json names, and by any weight the encoder does not use.
-    `base`, `classifier`, `unused`, `family`: the family's class names and ignored weights."""
+                       classifier: str | None = None, unused: set[str] = UNUSED, family: str = "BERT",
+                       tagger: str | None = None) -> None:
+    """A checkpoint with a head other than sequence or token classification (a masked-LM head,
+    ...) must not become an embedding model with the head silently dropped: its answers would
+    be wrong. Refused by the class config.json names, and by any weight the encoder does not use.
+    `base`, `classifier`, `tagger`, `unused`, `family`: the family's class names and ignored
+    weights (`tagger`: its …ForTokenClassification, where headwise imports one)."""
     classifier = classifier or CLASSIFIER
     heads = [a for a in raw.get("architectures") or [] if a != base]
     extra = sorted(k for k in state if k not in used and k not in unused)
@@ -90,8 +94,8 @@ def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str], base:
         raise CheckpointError(
             f"{path}: this checkpoint has a task head ({what}{'; ' if heads and extra else ''}"
             f"{'unused weights: ' + shown if extra else ''}) that headwise would drop, serving its encoder as an "
-            f"embedding model with wrong answers; headwise imports bare {family} encoders ({base}) and "
-            f"{classifier} (cross-encoders, classifiers)")
+            f"embedding model with wrong answers; headwise imports bare {family} encoders ({base}), "
+            f"{classifier} (cross-encoders, classifiers){f' and {tagger} (token taggers)' if tagger else ''}")
 
 
 CLASSIFIER = "BertForSequenceClassification"
@@ -118,21 +122,54 @@ def classifier(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys:
     """A `name` (…ForSequenceClassification) checkpoint of an encoder family whose base model
     maps by `keys` and whose pooler and classifier map by `head_keys`: an EncoderModel with a
     ClassificationHead; weights outside both (and `unused`) are refused by name."""
+    labels = labels_of(raw)
+    model = with_head(path, state, cfg, keys, ClassificationHead(cfg.d_model, labels), head_keys, unused, name)
+    return model, {"family": family, "architecture": "encoder", "task": "classification", "labels": labels}
+
+
+TAGGER = "BertForTokenClassification"
+# transformers' …ForTokenClassification: `classifier` on the base model's last hidden state,
+# the same names in BERT, RoBERTa, XLM-RoBERTa and DistilBERT
+TAGGER_KEYS = {"head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
+
+
+def load_tagger(path: Path, raw: dict, state: dict) -> tuple[EncoderModel, dict]:
+    """A BertForTokenClassification checkpoint (an NER or PII tagger) as an EncoderModel with a
+    TokenClassificationHead; info adds task "token-classification" and the labels. A pooler
+    the checkpoint carries is unused (UNUSED), as for a bare encoder."""
+    cfg = config_from_hf(raw)
+    return tagger(path, raw, state, cfg, key_map(cfg), UNUSED, TAGGER, "bert")
+
+
+def tagger(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
+           unused: frozenset | set, name: str, family: str) -> tuple[EncoderModel, dict]:
+    """A `name` (…ForTokenClassification) checkpoint of an encoder family whose base model maps
+    by `keys`: an EncoderModel with a TokenClassificationHead (TAGGER_KEYS); weights outside
+    both (and `unused`) are refused by name."""
+    labels = labels_of(raw)
+    model = with_head(path, state, cfg, keys, TokenClassificationHead(cfg.d_model, labels), TAGGER_KEYS, unused, name)
+    return model, {"family": family, "architecture": "encoder", "task": "token-classification", "labels": labels}
+
+
+def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, str], head: nn.Module,
+              head_keys: dict[str, str], unused: frozenset | set, name: str) -> EncoderModel:
+    """Encoder(cfg) under `head`, assigned by `keys` (the encoder's) and `head_keys`; a weight
+    that neither maps nor `unused` names is refused by name, never dropped."""
     keys = {f"encoder.{k}": v for k, v in keys.items()} | head_keys
     extra = sorted(k for k in state if k not in set(keys.values()) and k not in unused)
     if extra:
         raise CheckpointError(f"{path}: {name} checkpoint with weights headwise does not know: "
                               f"{', '.join(extra[:4])}")
-    labels = labels_of(raw)
-    model = loaded(EncoderModel(Encoder(cfg), ClassificationHead(cfg.d_model, labels)), state, keys)
-    return model, {"family": family, "architecture": "encoder", "task": "classification", "labels": labels}
+    return loaded(EncoderModel(Encoder(cfg), head), state, keys)
 
 
 def load(path: Path):
     raw, _, state = read_checkpoint(path, ("bert.", "model."))
     if raw.get("architectures") == [CLASSIFIER]:
         return load_classifier(path, raw, state)
+    if raw.get("architectures") == [TAGGER]:
+        return load_tagger(path, raw, state)
     cfg = config_from_hf(raw)
     keys = key_map(cfg)
-    check_no_task_head(path, raw, state, set(keys.values()))
+    check_no_task_head(path, raw, state, set(keys.values()), tagger=TAGGER)
     return loaded(Encoder(cfg), state, keys), {"family": "bert", "architecture": "encoder", "task": "embedding"}

@@ -2,9 +2,10 @@
 encoder with half the layers, no segment embeddings and no pooler. Learned positions (a
 checkpoint trained with `sinusoidal_pos_embds` stores its fixed table as the same weight).
 
-Only the bare encoder is imported (sentence-transformers models such as
-msmarco-distilbert-*); DistilBertForSequenceClassification's head (pre_classifier + ReLU) is
-not BERT's and is refused with the other task heads.
+The bare encoder is imported (sentence-transformers models such as msmarco-distilbert-*), and
+DistilBertForTokenClassification (NER taggers), whose head is BERT's: `classifier` on every
+token. DistilBertForSequenceClassification's head (pre_classifier + ReLU) is not BERT's and is
+refused with the other task heads.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from headwise.model.transformer import Encoder
 MODEL_TYPES = {"distilbert"}
 ARCHITECTURE = "encoder"
 UNUSED = {"embeddings.position_ids"}
+TAGGER = "DistilBertForTokenClassification"
 FAMILY = {"norm_first": False, "positional": "learned", "scale_embedding": False, "embedding_layer_norm": True,
           "type_vocab_size": 0, "layer_norm_eps": 1e-12}  # nn.LayerNorm(dim, eps=1e-12) throughout
 SIZES = {"vocab_size": "vocab_size", "d_model": "dim", "n_heads": "n_heads", "n_layers": "n_layers",
@@ -54,7 +56,9 @@ def load(path: Path):
     raw, _, state = read_checkpoint(path, ("distilbert.",))
     cfg = config_from_hf(raw)
     keys = key_map(cfg)
+    if TAGGER in (raw.get("architectures") or []):
+        return bert.tagger(path, raw, state, cfg, keys, UNUSED, TAGGER, "distilbert")
     bert.check_no_task_head(path, raw, state, set(keys.values()), "DistilBertModel", "no classifier", UNUSED,
-                            "DistilBERT")
+                            "DistilBERT", TAGGER)
     return loaded(Encoder(cfg), state, keys), {"family": "distilbert", "architecture": ARCHITECTURE,
                                                 "task": "embedding"}

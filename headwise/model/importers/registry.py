@@ -35,11 +35,15 @@ def checkpoint_architecture(path: str | Path) -> str:
 
 def checkpoint_task(path: str | Path) -> str:
     """"classification" for a sequence classifier (config.json's architectures names one,
-    e.g. BertForSequenceClassification: cross-encoders, classifiers), else "embedding" for
-    encoders and "generation" for the others."""
-    raw = read_config(Path(path))
-    if any(str(a).endswith("ForSequenceClassification") for a in raw.get("architectures") or []):
+    e.g. BertForSequenceClassification: cross-encoders, classifiers), "token-classification"
+    for a token classifier (BertForTokenClassification: NER and PII taggers), else "embedding"
+    for encoders and "generation" for the others. Whether the family's importer reads that
+    head is the importer's to say (it refuses one it does not, naming it)."""
+    architectures = [str(a) for a in read_config(Path(path)).get("architectures") or []]
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
         return "classification"
+    if any(a.endswith("ForTokenClassification") for a in architectures):
+        return "token-classification"
     return "embedding" if checkpoint_architecture(path) == "encoder" else "generation"
 
 
@@ -47,6 +51,6 @@ def load_checkpoint(path: str | Path):
     """Import any supported checkpoint directory; returns (model, info dict).
 
     info: family, architecture, task, and for generative models special_tokens (bos, eos, pad,
-    decoder_start) and suppress_token_ids; for classifiers labels."""
+    decoder_start) and suppress_token_ids; for classifiers and token classifiers labels."""
     path = Path(path)
     return importer_for(path).load(path)

@@ -10,7 +10,8 @@ two differences model/ is told about through the config:
 Tensor names are BERT's under a `roberta.` prefix; the sequence-classification head
 (RobertaForSequenceClassification, XLMRobertaForSequenceClassification: bge-reranker,
 cross-encoders) is dense + tanh + out_proj on the <s> token, BERT's pooler and classifier
-under other names.
+under other names. The token-classification head (RobertaForTokenClassification,
+XLMRobertaForTokenClassification: NER taggers) is BERT's: `classifier` on every token.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ MODEL_TYPES = {"roberta", "xlm-roberta"}
 ARCHITECTURE = "encoder"
 UNUSED = bert.UNUSED | {"embeddings.token_type_ids"}
 CLASSIFIERS = {"roberta": "RobertaForSequenceClassification", "xlm-roberta": "XLMRobertaForSequenceClassification"}
+TAGGERS = {"roberta": "RobertaForTokenClassification", "xlm-roberta": "XLMRobertaForTokenClassification"}
 BASES = {"roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel"}
 HEAD_KEYS = {"head.pooler.weight": "classifier.dense.weight", "head.pooler.bias": "classifier.dense.bias",
              "head.classifier.weight": "classifier.out_proj.weight", "head.classifier.bias": "classifier.out_proj.bias"}
@@ -60,6 +62,8 @@ def load(path: Path):
     classifier = CLASSIFIERS[family]
     if classifier in (raw.get("architectures") or []):
         return bert.classifier(path, raw, state, cfg, keys, HEAD_KEYS, UNUSED, classifier, family)
+    if TAGGERS[family] in (raw.get("architectures") or []):
+        return bert.tagger(path, raw, state, cfg, keys, UNUSED, TAGGERS[family], family)
     bert.check_no_task_head(path, raw, state, set(keys.values()), BASES[family], classifier, UNUSED,
-                            "RoBERTa / XLM-RoBERTa")
+                            "RoBERTa / XLM-RoBERTa", TAGGERS[family])
     return loaded(Encoder(cfg), state, keys), {"family": family, "architecture": ARCHITECTURE, "task": "embedding"}

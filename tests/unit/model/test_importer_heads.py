@@ -1,7 +1,8 @@
-"""A BERT checkpoint with a task head headwise does not know (a masked-LM, token-classification
-or question-answering head, or classifier weights that config.json does not declare) is refused
+"""A BERT checkpoint with a task head headwise does not know (a masked-LM, multiple-choice or
+question-answering head, or classifier weights that config.json does not declare) is refused
 with a clear error instead of being served as an embedding model without its head.
-BertForSequenceClassification is imported with its head (test_classifier_parity.py)."""
+BertForSequenceClassification and BertForTokenClassification are imported with their heads
+(test_classifier_parity.py, test_token_classifier_parity.py)."""
 
 import json
 
@@ -26,7 +27,7 @@ def tiny_config(**kw):
                       intermediate_size=64, max_position_embeddings=64, **kw)
 
 
-@pytest.mark.parametrize("cls,labels", [("BertForMaskedLM", None), ("BertForTokenClassification", 3),
+@pytest.mark.parametrize("cls,labels", [("BertForMaskedLM", None), ("BertForMultipleChoice", None),
                                         ("BertForQuestionAnswering", None)])
 def test_a_task_head_is_refused_naming_it(tmp_path, cls, labels):
     import transformers
