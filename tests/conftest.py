@@ -35,6 +35,15 @@ def classifier_packages(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="session")
+def tagger_package(tmp_path_factory) -> dict:
+    """tests/fixtures/tiny.make_tagger_package, once per session: a tiny random
+    BertForTokenClassification exported as "tiny-tagger"."""
+    from tests.fixtures.tiny import make_tagger_package
+
+    return make_tagger_package(tmp_path_factory.mktemp("tagger"))
+
+
+@pytest.fixture(scope="session")
 def minilm_package(tmp_path_factory) -> Path:
     """The real default package, exported once per test session (about a minute on 2 cores).
     Set HEADWISE_TEST_PACKAGE to reuse an existing one."""
