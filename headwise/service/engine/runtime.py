@@ -174,8 +174,8 @@ Capability.TAG = Capability(
     "tag", "a token-classification model (a tagger: NER, PII)",
     "{use}; /v1/tag serves token-classification models (NER and PII taggers)")
 Capability.ANALYSE = Capability(
-    "analyse", "an encoder model (embedding or classification)",
-    "{use}; looking inside serves encoder models (embedding and classification)")
+    "analyse", "an encoder model (embedding, classification or tagging)",
+    "{use}; looking inside serves encoder models (embedding, classification and tagging)")
 
 
 def base_card(p: ModelPackage, backend, ready: bool, serving: Callable[[str], bool]) -> dict:

@@ -8,12 +8,10 @@ tokenizer's special tokens ([CLS], [SEP]) carry no label and are left out of the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
-from headwise.service.engine.classify import LABEL_BYTES, activate
-from headwise.service.engine.internals import Ablation
+from headwise.service.engine.classify import LABEL_BYTES, ClassifyParams, activate
 from headwise.service.engine.outputs import attention_payload
 from headwise.service.engine.params import AttentionSpec, Counted
 from headwise.service.engine.runtime import Capability
@@ -23,19 +21,9 @@ from headwise.service.engine.values import JSON_VALUE_BYTES, TOKEN_BYTES
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
-
-@dataclass(frozen=True)
-class TagParams:
-    truncate: bool = True
-    raw_scores: bool = False  # each token's logits as they are; otherwise their softmax
-    attention: AttentionSpec | None = None  # [L', H', T, T] per input, as on /v1/embed
-    padded_attention: ClassVar[bool] = False  # the attention budget counts each input at its own length
-    token_strings: ClassVar[bool] = True  # every answer names its tokens and their offsets
-    ablate: Ablation | None = None  # heads removed (service.engine.internals)
-
-    @property
-    def analysis(self) -> bool:
-        return self.ablate is not None
+# A tagging request asks what a classification request does: truncation, raw or activated
+# scores, attention (over every position: a single text's), removed heads.
+TagParams = ClassifyParams
 
 
 @dataclass(frozen=True, slots=True)
