@@ -81,6 +81,20 @@ def test_ignored_labels_raw_scores_and_attention(tagger):
                                [logits[t["index"]].max() for t in item["tokens"]], rtol=1e-5)  # the logit itself
 
 
+def test_removed_heads_run_on_the_analysis_graph(tagger):
+    plain = tagger.post("/v1/tag", json={"inputs": "the cat sat", "all_scores": True, "raw_scores": True}).json()
+    r = tagger.post("/v1/tag", json={"inputs": "the cat sat", "all_scores": True, "raw_scores": True,
+                                     "ablate": {"0": [0]}})
+    assert r.status_code == 200, r.text
+    before = np.array([t["scores"] for t in plain["data"][0]["tokens"]])
+    after = np.array([t["scores"] for t in r.json()["data"][0]["tokens"]])
+    pkg = tagger.app.state.engine.models["tiny"].package
+    kept = 1 - 1 / (pkg.n_layers * pkg.n_heads)
+    np.testing.assert_allclose(after, before * kept, rtol=1e-5)  # the fake scales by the head mask's mean
+    assert any(role == "analysis" for role, _ in tagger.app.state.engine.models["tiny"].backend.calls)
+    assert_error(tagger.post("/v1/tag", json={"inputs": "x", "ablate": {"7": [0]}}), 422, "validation")
+
+
 def test_bad_input_and_the_other_kinds_are_refused(tagger, client):
     assert_error(tagger.post("/v1/tag", json={"inputs": []}), 400, "invalid_request")
     assert_error(tagger.post("/v1/tag", json={"inputs": "x", "attention": {"layers": [9]}}), 422, "validation")
