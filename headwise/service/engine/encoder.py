@@ -1,5 +1,5 @@
 """A served encoder model: its tokenizer, backend, one batcher per variant and its head
-(service.engine.heads: embeddings, or logits for classification); it turns a batch of
+(service.engine.heads: embeddings, logits for classification, or per-token logits for tagging); it turns a batch of
 tokenised inputs into per-input answers on the batcher's inference thread."""
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Routers call `Engine.embed`, `Engine.tokenize`, `Engine.classify`, `Engine.rerank`, `Engine.tag`
 and `Engine.generate`, one call per request; those raise service.errors' domain errors for client
 mistakes and never touch HTTP. Each served model is a Runtime (service.engine.runtime): an
-EncoderRuntime with its head (embeddings, logits) or a GenerativeRuntime; an operation narrows
-the model to the capability it needs (`Capability.of`: Embedder, Classifier, Generator,
-Analyser), never to its class.
+EncoderRuntime with its head (embeddings, logits, per-token logits) or a GenerativeRuntime; an
+operation narrows the model to the capability it needs (`Capability.of`: Embedder, Classifier,
+Tagger, Generator, Analyser), never to its class.
 """
 
 from __future__ import annotations
