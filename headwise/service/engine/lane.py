@@ -11,9 +11,16 @@ from typing import Protocol
 from headwise.service.engine.batching import Batcher, Done, Entry, Job, Work
 from headwise.service.engine.work import Outcome
 
-# Process mode: a hop with at most this many inputs to tokenise runs on the event loop (tokenising
-# a few short inputs holds it less than a thread hop costs); larger ones on the inference thread.
+# Process mode: a hop with at most this many inputs, to tokenise or to run, runs on the event loop
+# (tokenising, padding and answering a few short inputs holds it less than a thread hop costs);
+# larger ones on the inference thread.
 LOOP_TOKENISE = 8
+
+
+def on_loop(work: Work) -> bool:
+    """Whether a hop is small enough for the event loop: the inputs it tokenises and the
+    entries it runs (a batch tokenised beforehand, with overlap), at most LOOP_TOKENISE."""
+    return sum(j.size for j in work.jobs) + len(work.batch) <= LOOP_TOKENISE
 
 
 def overlap(pipeline: str, backend) -> bool:
@@ -53,7 +60,7 @@ class Lane:
         while True:
             work = await batcher.next()
             try:
-                if awaited and sum(j.size for j in work.jobs) <= LOOP_TOKENISE:
+                if awaited and on_loop(work):
                     done = await self.hop_async(role, batcher, work)
                 else:
                     done = await loop.run_in_executor(batcher.executor, self.hop, role, batcher, work)

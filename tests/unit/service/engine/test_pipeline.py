@@ -254,3 +254,50 @@ def test_a_failing_disconnect_probe_fails_its_jobs_and_the_pipeline_goes_on():
 
     failed, later, idle = run(main())
     assert isinstance(failed, OSError) and later == [("later", 0, 7)] and idle
+
+
+def test_process_mode_runs_few_inputs_on_the_loop_and_a_tokenised_batch_on_the_inference_thread():
+    """With the device another process's (a backend with run_async), a hop of few inputs runs on
+    the event loop; a batch tokenised beforehand (overlap) is padded and answered on the
+    inference thread when it is larger than LOOP_TOKENISE, as a hop that tokenises as many is."""
+    from types import SimpleNamespace
+
+    from headwise.service.engine.batching import Batcher
+    from headwise.service.engine.lane import LOOP_TOKENISE, Lane, on_loop
+    from headwise.service.engine.work import Work
+
+    where = []
+
+    def answers(entries):
+        return [(e.job.params, e.index, int(e.ids[0])) for e in entries]
+
+    async def run_batch_async(role, entries, padded, batcher):
+        where.append(("loop", len(entries)))
+        await asyncio.sleep(0.05)
+        return answers(entries)
+
+    def run_batch(role, entries, padded):
+        where.append(("thread", len(entries)))
+        time.sleep(0.05)
+        return answers(entries)
+
+    model = SimpleNamespace(prepare=Tokenizer(), run_batch=run_batch, run_batch_async=run_batch_async,
+                            backend=SimpleNamespace(run_async=None))
+
+    async def main():
+        b = Batcher(Limits(1024, 64, 0.0, 10_000), BUCKETS, None, overlap=True)
+        lane = Lane(model)
+        b.start(lane.serve("embed", b), lane.tokenise(b))
+        first = b.submit(job("a", [1]))
+        await asyncio.sleep(0.02)  # a's run is awaited on the loop now
+        later = [b.submit(job(t, list(range(n, n + 16)))) for t, n in (("b", 3), ("c", 40))]
+        out = await asyncio.gather(first, *later)
+        await b.close()
+        return out
+
+    a, b_, c = run(main())
+    assert a == [("a", 0, 1)] and b_ == [("b", i, 3 + i) for i in range(16)] and c[0] == ("c", 0, 40)
+    assert where == [("loop", 1), ("thread", 32)]
+    entry = Entry(job("x", [1]), 0, np.ones(1, np.int64), np.zeros(1, np.int64))
+    assert on_loop(Work([], [entry] * LOOP_TOKENISE)) and not on_loop(Work([], [entry] * (LOOP_TOKENISE + 1)))
+    assert not on_loop(Work([job("j", list(range(LOOP_TOKENISE + 1)))], [], run=True))
