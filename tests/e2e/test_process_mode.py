@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fixtures.metrics import total
 from tests.fixtures.procfs import roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -128,3 +129,36 @@ def test_front_ends_open_no_onnxruntime_and_metrics_show_the_engine(pair):
     assert f'headwise_engine_busy_seconds_total{{model="{MINILM}",variant="fast"}}' in text
     assert "headwise_engine_stacked_runs_bucket" in text
     assert 'headwise_requests_total{code="200"' in text
+
+
+def test_a_burst_with_the_pipeline_on_gets_each_its_own_answer(pair, start_server, models):
+    """Overlap in process mode (HEADWISE_PIPELINE=on, CUDA's default): requests tokenised beside
+    a running batch run as one batch larger than LOOP_TOKENISE, on the front-end's inference
+    thread; each answer equals the in-process server's for that request alone, within float
+    noise (the batches' padded lengths differ)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    srv = start_server(models=models, env={**COMMON, **PROCESS, "HEADWISE_FRONTENDS": "1",
+                                           "HEADWISE_PIPELINE": "on", "HEADWISE_MAX_WAIT_MS": "0",
+                                           "HEADWISE_FAULT_INJECTION": "true", "HEADWISE_FAULT_ENGINE_DELAY_MS": "150"})
+    texts = [f"request {i}: the {'cat' if i % 2 else 'dog'} sat " * (1 + i % 5) for i in range(96)]
+
+    def body(i: int) -> dict:
+        extra = {"attention": {"layers": [1], "heads": [0]}} if i % 7 == 0 else {}
+        return {"model": MINILM, "inputs": [texts[i]], **extra}
+
+    with ThreadPoolExecutor(48) as pool:  # a slow device: 32 and more wait while a batch runs
+        got = list(pool.map(lambda i: srv.post("/v1/embed", body(i)), range(len(texts))))
+    for i, r in enumerate(got):
+        assert r.status_code == 200, r.text
+        got_item, want_item = r.json()["data"][0], pair[0].post("/v1/embed", body(i)).json()["data"][0]
+        assert got_item["tokens"] == want_item["tokens"] and got_item["offsets"] == want_item["offsets"]
+        np.testing.assert_allclose(got_item["embedding"], want_item["embedding"], atol=1e-6)
+        if "attention" in want_item:
+            np.testing.assert_allclose(got_item["attention"]["data"], want_item["attention"]["data"], atol=1e-6)
+    page = srv.metrics()
+    batches = total(page, "headwise_batch_size_count", model=MINILM, variant="fast")
+    big = batches - total(page, "headwise_batch_size_bucket", model=MINILM, variant="fast", le="8.0")
+    assert big >= 1, (batches, big)  # at least one batch over LOOP_TOKENISE ran
