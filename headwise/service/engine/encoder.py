@@ -43,12 +43,12 @@ class EncoderRuntime:
         self.package, self.name = package, package.name
         self.settings = settings
         self.metrics = metrics
-        self.head = head if head is not None else head_for(package)
+        self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
+        self.head = head if head is not None else head_for(package, self.tokenizer)
         self.capabilities = self.head.capabilities | {Capability.ANALYSE}  # any head: its analytics batcher
         self.described, self.use = self.head.described, self.head.use
         self.series = ModelSeries(metrics, package.name)
         self.stats = ModelStats()
-        self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.buckets = length_buckets(package.max_len)
         att = package.variants.get(inside_graph(package.variants, settings.analysis) or "")
         self._f16_attention = att is not None and "attentions_f16" in att.outputs  # packages since 2026-11

@@ -266,8 +266,8 @@ class Engine:
         self.check_inputs(texts)
         Capability.EMBED.of(rt)
         encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
-        return await operations.similarity(Capability.ANALYSE.of(rt), encs, explain, top_k, self.settings.max_response_bytes, self.analytics,
-                                           is_disconnected)
+        return await operations.similarity(Capability.ANALYSE.of(rt), encs, explain, top_k,
+                                           self.settings.max_response_bytes, self.analytics, is_disconnected)
 
     async def occlusion(self, rt: Runtime, text: str, truncate: bool,
                         is_disconnected: Callable[[], Awaitable[bool]] | None = None, unit: str | None = None,

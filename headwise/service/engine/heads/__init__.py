@@ -8,6 +8,7 @@ A package's `task` picks its head (`HEADS`), at load only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -49,12 +50,17 @@ class Head(Protocol):
     def answer(self, out: dict, i: int, entry: Entry, weights: np.ndarray | None): ...
 
 
-HEADS: dict[str, type[Head]] = {"embedding": EmbeddingHead, "classification": LogitsHead,
-                                 "token-classification": TokenHead}
+# task → its head, made from the package and the model's tokenizer (a tagger's answers leave out
+# the tokenizer's special tokens)
+HEADS: dict[str, Callable[[ModelPackage, TextTokenizer], Head]] = {
+    "embedding": lambda package, tokenizer: EmbeddingHead(package),
+    "classification": lambda package, tokenizer: LogitsHead(package),
+    "token-classification": lambda package, tokenizer: TokenHead(package, tokenizer.special_ids),
+}
 
 
-def head_for(package: ModelPackage) -> Head:
-    return HEADS[package.task](package)
+def head_for(package: ModelPackage, tokenizer: TextTokenizer) -> Head:
+    return HEADS[package.task](package, tokenizer)
 
 
 __all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "TokenHead", "head_for"]

@@ -61,11 +61,11 @@ def tag_bytes(params: TagParams, t: int, labels: tuple[str, ...]) -> int:
 class TokenHead:
     use = "use POST /v1/tag"
 
-    def __init__(self, package: ModelPackage):
+    def __init__(self, package: ModelPackage, special_ids: frozenset[int]):
         self.labels = package.labels
         self.capabilities = frozenset({Capability.TAG})
         self.described = f"a token-classification model ({len(self.labels)} labels)"
-        self._special: frozenset[int] | None = None  # the tokenizer's special ids, read at first encode
+        self.special = special_ids  # the tokenizer's special tokens: no label
 
     def card(self) -> dict:
         return {"labels": list(self.labels)}
@@ -74,8 +74,6 @@ class TokenHead:
         return False
 
     def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
-        if self._special is None:
-            self._special = tokenizer.special_ids
         return tokenizer.encode_unchecked(inputs, truncate)  # with strings and offsets: every answer names them
 
     def attention_need(self, params: TagParams, encs: list[Encoded]) -> tuple[int, str]:
@@ -96,8 +94,7 @@ class TokenHead:
     def answer(self, out: dict, i: int, e: Entry, weights: np.ndarray | None) -> Tagged:
         p: TagParams = e.job.params
         t = e.length
-        special = self._special or frozenset()
-        labelled = [j for j, k in enumerate(e.encoding.ids.tolist()) if k not in special]
+        labelled = [j for j, k in enumerate(e.encoding.ids.tolist()) if k not in self.special]
         logits = out["token_logits"][i, :t].astype("float32", copy=True)  # [T, n_labels]
         att = attention_payload(weights, t, p.attention) if weights is not None else None
         return Tagged(e.encoding, labelled, logits, activate(logits, p.raw_scores), att)

@@ -111,7 +111,7 @@ def test_each_kind_has_what_its_capabilities_protocols_declare(tmp_path):
                 GenerativeRuntime(load_package(gen), Settings(models_dir=gen.parent), metrics)]
     protocols = {Capability.EMBED: Embedder, Capability.CLASSIFY: Classifier, Capability.RERANK: Classifier,
                  Capability.TAG: Tagger, Capability.ANALYSE: Analyser, Capability.GENERATE: Generator}
-    runtimes.append(EncoderRuntime(pkg, settings, metrics, head=TokenHead(type("P", (), {"labels": ("O", "B")})())))
+    runtimes.append(EncoderRuntime(pkg, settings, metrics, head=TokenHead(type("P", (), {"labels": ("O", "B")})(), frozenset())))
     assert [rt.capabilities for rt in runtimes] == [
         {Capability.EMBED, Capability.ANALYSE}, {Capability.CLASSIFY, Capability.RERANK, Capability.ANALYSE},
         {Capability.GENERATE}, {Capability.TAG, Capability.ANALYSE}]
