@@ -23,6 +23,12 @@ class AttentionOptions(BaseModel):
         "none", description="none: [L,H,T,T]; mean: the selected heads' mean per selected layer [L,T,T]; "
         "rollout: attention rollout over the selected layers (head means inside) [T,T]")
 
+    def spec(self, rt):
+        """The engine's AttentionSpec of these options for the model `rt` (Validation for an
+        index out of range)."""
+        return rt.attention_spec(self.layers, self.heads, format=self.format, top_k=self.top_k, dtype=self.dtype,
+                                 encoding=self.encoding, aggregate=self.aggregate)
+
 
 class HiddenStatesOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")

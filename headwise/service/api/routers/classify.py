@@ -139,7 +139,7 @@ def _spec(rt: Runtime, a: AttentionOptions | None):
     if a.aggregate != "none":  # the blocks are between two texts; no rollout or mean of them yet
         raise Validation("attention.aggregate is for /v1/embed; /v1/rerank returns the query↔document blocks "
                          "per layer and head (aggregate: none)", field="attention")
-    return rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype, encoding=a.encoding)
+    return a.spec(rt)
 
 
 @router.post("/v1/rerank", response_model=RerankResponse | compat.JinaRerankResponse,

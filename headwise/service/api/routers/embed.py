@@ -38,11 +38,7 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     prompt = prompts.resolve(rt.package, engine.settings.default_prompt_name, body.prompt_name)
     texts = prompts.apply(texts, prompt)
-    spec = None
-    if body.attention is not None:
-        a = body.attention
-        spec = rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype,
-                                 encoding=a.encoding, aggregate=a.aggregate)
+    spec = body.attention.spec(rt) if body.attention is not None else None
     tokens = body.output == "tokens"
     params = EmbedParams(sentence=not tokens, tokens=tokens, normalize=body.normalize, truncate=body.truncate,
                          attention=spec, token_strings=True)

@@ -70,11 +70,7 @@ async def tag(request: Request, body: Json[TagRequest], engine: Engine = Depends
               probe=Depends(disconnect_probe)):
     """Label every token of one text or a list (special tokens left out)."""
     rt = model_for(request, engine, body.model)
-    spec = None
-    if body.attention is not None:
-        a = body.attention
-        spec = rt.attention_spec(a.layers, a.heads, format=a.format, top_k=a.top_k, dtype=a.dtype,
-                                 encoding=a.encoding, aggregate=a.aggregate)
+    spec = body.attention.spec(rt) if body.attention is not None else None
     params = TagParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=spec,
                        ablate=Ablation.select(rt.package.n_layers, rt.package.n_heads, body.ablate))
     result = await engine.tag(rt, [body.inputs] if isinstance(body.inputs, str) else body.inputs, params, probe)
