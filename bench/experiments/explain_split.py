@@ -17,8 +17,9 @@ import time
 
 import numpy as np
 
+from headwise.service.api.sizes import JSON
 from headwise.service.engine.budget import ResponseBudget, ShareOf, TokenBudget
-from headwise.service.engine.explain import AnalyticsLane, _split, similarity_bytes
+from headwise.service.engine.explain import AnalyticsLane, _split, similarity_size
 from headwise.service.engine.params import Embedded
 from headwise.service.settings import Settings
 
@@ -27,7 +28,7 @@ def largest(s: Settings, t: int, top_k: int) -> int:
     """The most targets of t tokens one explained similarity may have."""
     n = s.max_client_batch - 1
     while n > 1 and ((n + 1) * t > s.analytics_max_request_tokens
-                     or similarity_bytes("all-minilm-l6-v2", t, [t] * n, True, top_k) > s.max_response_bytes):
+                     or JSON.bytes(similarity_size("all-minilm-l6-v2", t, [t] * n, True, top_k)) > s.max_response_bytes):
         n -= 1
     return n
 

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine
 from headwise.service.engine.generation.runtime import GenerativeRuntime
 from headwise.service.engine.generation.sequence import GenerateInput
@@ -91,7 +92,7 @@ async def main(sizes: list[int], reps: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         file = tokenizer_file(Path(d), text)
         settings, metrics = Settings(), Metrics()
-        engine = Engine(settings, metrics)
+        engine = Engine(settings, metrics, measure=JSON)
         rt = runtime(file, settings, metrics)
         engine.models[rt.name] = rt
         engine.ready = True

@@ -40,14 +40,6 @@ class TooLarge(ServiceError):
     """Well-formed, but over a limit: inputs, characters, attention or response bytes."""
 
 
-def check_response_bytes(size: int, cap: int, advice: str) -> None:
-    """The one refusal of an answer whose bound, `size` bytes as written, is over
-    HEADWISE_MAX_RESPONSE_BYTES (`cap`); `advice`: what the client may ask for instead."""
-    if size > cap:
-        raise TooLarge(f"the response asked for takes up to {size} bytes, over HEADWISE_MAX_RESPONSE_BYTES "
-                       f"({cap}); {advice}")
-
-
 class Validation(ServiceError):
     """Well-formed, but not valid for this model: an index out of range, too many tokens."""
 

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.params import EmbedParams
@@ -27,7 +28,7 @@ DOCS = ["the cat sat on the mat", "a dog", "", "hello world " * 40, "the quick b
 def run(models, fn, **settings):
     """fn(engine) on a started Engine serving `models` (real onnxruntime, CPU)."""
     async def go():
-        engine = Engine(Settings(models_dir=models, provider="cpu", **settings), Metrics(gpu=None))
+        engine = Engine(Settings(models_dir=models, provider="cpu", **settings), Metrics(gpu=None), measure=JSON)
         engine.load_packages()
         engine._prepare()
         engine.start()

@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 
+from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine
 from headwise.service.engine.params import EmbedParams
 from headwise.service.metrics import Metrics
@@ -28,7 +29,7 @@ def serve(models, pipeline: str, requests: list[list[str]], params: EmbedParams)
     """Every request's embeddings, all sent at once, then each input alone."""
     async def go():
         engine = Engine(Settings(models_dir=models, provider="cpu", pipeline=pipeline, max_wait_ms=1),
-                        Metrics(gpu=None))
+                        Metrics(gpu=None), measure=JSON)
         engine.load_packages()
         engine._prepare()
         engine.start()

@@ -46,6 +46,7 @@ from headwise.service.api.routers import (
     tokenize,
     vllm,
 )
+from headwise.service.api.sizes import JSON
 from headwise.service.cpu import hand_over_gil_within
 from headwise.service.engine import BackendFactory, Engine
 from headwise.service.errors import NotFound
@@ -229,7 +230,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.ready_before_serving = ready_before_serving
     app.state.activity = Activity()
     app.state.metrics = m
-    app.state.engine = Engine(settings, m, backend_factory)
+    app.state.engine = Engine(settings, m, backend_factory, measure=JSON)
     errors.install(app)
     routers = [r.router for r in (embed, tokenize, analytics, importance, models, health, metrics, generate, classify, tag,
                                   openai, kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from headwise.service.api.responses import echoed_bytes
+from headwise.service.api.sizes import JSON, check_response_bytes
 from headwise.service.engine import Engine, Runtime
-from headwise.service.engine.classify import ClassifyParams, ClassifyResult, response_bytes
-from headwise.service.errors import check_response_bytes
+from headwise.service.engine.classify import ClassifyParams, ClassifyResult, answer_size
 
 
 def best_first(scores: Sequence[float], top_n: int | None = None) -> list[int]:
@@ -42,7 +42,8 @@ async def rank(engine: Engine, rt: Runtime, query: str, texts: list[str], params
     result = await engine.rerank(rt, query, texts, params, probe)
     scores = [float(c.scores[0]) for c in result.data]
     kept = order(scores, top_n)
-    size = envelope + sum(response_bytes(params, result.data[i].encoding, result.labels) + item_bytes for i in kept)
+    size = envelope + sum(JSON.bytes(answer_size(params, result.data[i].encoding, result.labels)) + item_bytes
+                          for i in kept)
     if echo is not None:
         size += echoed_bytes([echo[i] for i in kept])
         check_response_bytes(size, cap, too_large)

@@ -1,6 +1,6 @@
 """What a classification request asks for (ClassifyParams), what it answers (Classified,
-ClassifyResult), the activation of its logits, and the bytes its answer takes: what the
-attention and response budgets count for /v1/rerank and /v1/predict."""
+ClassifyResult), the activation of its logits, and what its answer holds: the attention budget's
+bytes and the response's counts for /v1/rerank and /v1/predict (service.engine.size)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import numpy as np
 
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.params import AttentionSpec, Counted
+from headwise.service.engine.size import Block, Size
 from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
-from headwise.service.engine.values import INDEX_DTYPE, JSON_VALUE_BYTES, TOKEN_BYTES, written_bytes
-
-LABEL_BYTES = 32  # one {"label": ..., "score": ...} beyond its label's own characters
+from headwise.service.engine.values import INDEX_DTYPE
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class ClassifyResult(Counted):
     version: str
     labels: list[str]  # id2label order
     data: list[Classified]  # in input order
-    answer_bytes: int  # the bound of every input's answer as written, counted when they were tokenised
+    answer: Size  # what every input's answer holds, counted when they were tokenised
     timing: Timing | None = None  # where its time went
 
 
@@ -100,20 +99,21 @@ def returned_bytes(spec: AttentionSpec, enc: Encoded) -> int:
     return topk_values(spec, enc) * (spec.item_size() + INDEX_DTYPE.itemsize)  # value + int32 index
 
 
-def response_bytes(params: ClassifyParams, enc: Encoded, labels: list[str] | tuple[str, ...]) -> int:
-    """An upper bound of the bytes one input takes in a JSON answer of /v1/rerank or /v1/predict:
-    its scores with their labels, and with attention its blocks and both texts' tokens and offsets
-    (the text itself, when echoed, is the router's to count)."""
-    scores = sum(len(label) * 6 + LABEL_BYTES + JSON_VALUE_BYTES["float32"] for label in labels) + 64
+def answer_size(params: ClassifyParams, enc: Encoded, labels: list[str] | tuple[str, ...]) -> Size:
+    """What one input's answer of /v1/rerank or /v1/predict holds: its scores with their labels,
+    and with attention its blocks and both texts' tokens and offsets (the text itself, when
+    echoed, is the router's to count)."""
+    scores = Size(values=len(labels), labels=len(labels), chars=sum(len(label) for label in labels), records=1)
     spec = params.attention
     if spec is None:
         return scores
     if enc.segments is None:  # a single text's attention: [L', H', T, T], as on /v1/embed
-        return scores + spec.serialized_bytes(enc.length) + enc.length * TOKEN_BYTES + 256
+        return scores + Size(tokens=enc.length, records=4, blocks=(spec.block(enc.length),))
     tq, td = pair_sizes(enc)
     if spec.format == "dense":
-        values = spec.written_cells(attention_cells(enc))
+        block = spec.cells_block(attention_cells(enc))
     else:
         n = topk_values(spec, enc)
-        values = written_bytes(n, spec.dtype, spec.encoding, indices=n)
-    return scores + values + (tq + td) * (TOKEN_BYTES + 8) + 256
+        block = Block(n, spec.dtype, spec.encoding, indices=n)
+    # each token of a pair also names its position in the pair's input
+    return scores + Size(tokens=tq + td, indices=tq + td, records=4, blocks=(block,))

@@ -22,10 +22,11 @@ from headwise.service.engine.internals import Ablation
 from headwise.service.engine.lane import Lane, overlap, shared_queue
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import Capability, base_card
+from headwise.service.engine.size import Measure, Size
 from headwise.service.engine.stats import ModelStats, Timing
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Inputs, Outcome
-from headwise.service.errors import TooLarge, Validation, check_response_bytes
+from headwise.service.errors import TooLarge, Validation
 from headwise.service.metrics import Metrics, ModelSeries, QueueHooks
 from headwise.service.package import ModelPackage
 from headwise.service.settings import Settings
@@ -39,10 +40,12 @@ REEXPORT = "packages exported since 2026-11-24 have it: run headwise export agai
 
 
 class EncoderRuntime:
-    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics, head: Head | None = None):
+    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics, measure: Measure,
+                 head: Head | None = None):
         self.package, self.name = package, package.name
         self.settings = settings
         self.metrics = metrics
+        self.measure = measure  # what an answer takes as written (service.api.sizes.JSON)
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.head = head if head is not None else head_for(package, self.tokenizer)
         self.capabilities = self.head.capabilities | {Capability.ANALYSE}  # any head: its analytics batcher
@@ -82,12 +85,12 @@ class EncoderRuntime:
     # -- the operations (event loop; the engine has checked the capability) -------------------
     async def submit(self, inputs: Inputs, params: RequestParams,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-                     field: str = "inputs") -> tuple[list, int, Timing]:
+                     field: str = "inputs") -> tuple[list, Size, Timing]:
         """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
         analysis variant's for hidden states or removed heads, else the attention variant's when
         they ask for attention), tokenised on its thread together with
-        whatever else is waiting → (each input's answer, the answer's bound in bytes as
-        written, where its time went); counts the attention returned and its statistics."""
+        whatever else is waiting → (each input's answer, what the answer holds, where its time
+        went); counts the attention returned and its statistics."""
         role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
@@ -106,7 +109,7 @@ class EncoderRuntime:
             self.series.attention_bytes.inc(sum(self.head.returned_bytes(spec, d.encoding) for d in data))
             if spec.aggregate != "none":
                 self.series.aggregate(spec.aggregate).inc()
-        return data, job.answer_bytes, job.timing
+        return data, job.answer, job.timing
 
     async def run_encoded(self, encs: list[Encoded], params: RequestParams,
                           holes: list[tuple[int, ...]] | None = None,
@@ -320,8 +323,8 @@ class EncoderRuntime:
             if need > budget:
                 raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
                                "heads or inputs" + (", or inputs of similar length" if params.padded_attention else ""))
-        job.answer_bytes = answer = self.head.answer_bytes(params, encs)
-        check_response_bytes(answer, self.settings.max_response_bytes, TOO_LARGE)
+        job.answer = answer = self.head.answer_size(params, encs)
+        self.measure.check(answer, self.settings.max_response_bytes, TOO_LARGE)
         hist = self.series.input_tokens
         for e in encs:
             hist.observe(e.length)

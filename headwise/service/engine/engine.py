@@ -37,6 +37,7 @@ from headwise.service.engine.importance import Importance, head_importance
 from headwise.service.engine.params import EmbedParams, EmbedResult, RequestParams
 from headwise.service.engine.prompts import check_default_prompt_name
 from headwise.service.engine.runtime import Capability, Classifier, R, Runtime
+from headwise.service.engine.size import Measure
 from headwise.service.engine.spans import check_spans, span_units, word_units
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import (
@@ -58,9 +59,11 @@ TOKENIZER_THREADS = 2  # the pool that tokenises /v1/tokenize, the analytics rou
 
 
 class Engine:
-    def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None):
+    def __init__(self, settings: Settings, metrics: Metrics, backend_factory: BackendFactory | None = None, *,
+                 measure: Measure):
         self.settings = settings
         self.metrics = metrics
+        self.measure = measure  # what an answer takes as its protocol writes it (service.api.sizes.JSON)
         self.responses = ResponseBudget(settings.max_inflight_response_bytes, metrics.response_bytes)
         # Analytics answers are built on the lowest priority, so they may hold no more than half
         # of the in-flight response bytes (and one whole answer at least): plain answers keep the rest.
@@ -84,7 +87,7 @@ class Engine:
         check_precision(packages, self.settings.precision, self.settings.provider)
         for pkg in packages:
             cls = GenerativeRuntime if pkg.generative else EncoderRuntime
-            self.models[pkg.name] = cls(pkg, self.settings, self.metrics)
+            self.models[pkg.name] = cls(pkg, self.settings, self.metrics, self.measure)
         check_default_prompt_name(self.settings.default_prompt_name, packages)
         matryoshka.check_setting(self.settings, packages)
 
@@ -266,7 +269,7 @@ class Engine:
         self.check_inputs(texts)
         Capability.EMBED.of(rt)
         encs = await self._encode(rt, texts, truncate)  # checked against max_len (TextTokenizer.encode)
-        return await operations.similarity(Capability.ANALYSE.of(rt), encs, explain, top_k,
+        return await operations.similarity(Capability.ANALYSE.of(rt), encs, explain, top_k, self.measure,
                                            self.settings.max_response_bytes, self.analytics, is_disconnected)
 
     async def occlusion(self, rt: Runtime, text: str, truncate: bool,
@@ -294,8 +297,8 @@ class Engine:
                                                                      encs[0])
             if not units.units:
                 raise Validation(f"{FIELD} has no word to occlude (only whitespace, or no characters)", field="input")
-        return await operations.occlusion(Capability.ANALYSE.of(rt), encs[0], max_rows, self.analytics,
-                                          is_disconnected, units, self.settings.max_response_bytes)
+        return await operations.occlusion(Capability.ANALYSE.of(rt), encs[0], max_rows, self.analytics, self.measure,
+                                          self.settings.max_response_bytes, is_disconnected, units)
 
     async def head_importance(self, rt: Runtime, item: str | tuple[str, str], truncate: bool, raw_scores: bool,
                               is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Importance:

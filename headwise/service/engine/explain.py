@@ -27,16 +27,10 @@ from headwise.service.engine.analytics import cosine, pair_contributions, top_pa
 from headwise.service.engine.budget import ShareOf, TokenBudget, work
 from headwise.service.engine.params import Embedded, EmbedParams, usage
 from headwise.service.engine.runtime import Analyser
+from headwise.service.engine.size import Measure, Size
 from headwise.service.engine.spans import Units
 from headwise.service.engine.tokenizer import Encoded
-from headwise.service.engine.values import JSON_INDEX_BYTES, JSON_VALUE_BYTES, TOKEN_BYTES
-from headwise.service.errors import TooLarge, Validation, check_response_bytes
-
-PAIR_BYTES = 64  # one top pair written as {"source": i, "target": j, "value": v}, generously
-SCORE_BYTES = 64  # one target's index and score, and its item's keys
-ENVELOPE_BYTES = 192  # the answer's own keys and usage counts, and explain's source object
-UNIT_BYTES = 96  # one occlusion unit's keys, start, end and effect, beside its text and tokens
-TEXT_BYTES = 6  # the most one character of an echoed text takes in JSON (a \u00XX escape)
+from headwise.service.errors import TooLarge, Validation
 
 
 @dataclass(frozen=True)
@@ -55,7 +49,7 @@ class Similarity:
     targets: list[Encoded]
     scores: list[float]
     explained: list[Explained] | None
-    answer_bytes: int  # similarity_bytes: the bound of the answer as written
+    answer: Size  # similarity_size: what the answer holds
 
     @property
     def n_tokens(self) -> int:
@@ -79,8 +73,8 @@ class Occlusion:
         return occlusion_rows(self.encoding.length, self.units)
 
     @property
-    def answer_bytes(self) -> int:
-        return occlusion_bytes(self.encoding.length, self.units)
+    def answer(self) -> Size:
+        return occlusion_size(self.encoding.length, self.units)
 
     @property
     def usage(self) -> dict:
@@ -92,30 +86,28 @@ def occlusion_rows(t: int, units: Units | None) -> int:
     return (t if units is None else len(units)) + 1
 
 
-def occlusion_bytes(t: int, units: Units | None) -> int:
-    """The bound of the answer as written: each token's string and offsets, and each
-    position's effect, or each unit's text (every character escaped at worst), characters,
-    token indices and effect."""
-    n = t * TOKEN_BYTES + 256
+def occlusion_size(t: int, units: Units | None) -> Size:
+    """What the answer holds: each token's string and offsets, and each position's effect, or
+    each unit's text, start, end, token indices and effect."""
+    n = Size(tokens=t, records=4)  # the answer's keys and usage
     if units is None:
-        return n + t * JSON_VALUE_BYTES["float32"]
-    return n + sum(UNIT_BYTES + TEXT_BYTES * (u.end - u.start) + JSON_INDEX_BYTES * len(u.tokens)
-                   for u in units.units)
+        return n + Size(values=t)
+    return n + Size(records=len(units), values=2 * len(units), chars=sum(u.end - u.start for u in units.units),
+                    indices=sum(len(u.tokens) for u in units.units))
 
 
-def similarity_bytes(model: str, source: int, targets: list[int], explain: bool, top_k: int) -> int:
-    """An upper bound of the JSON answer: its envelope (the model's name, usage), scores, and
-    with explain each target's tokens, offsets, [T_s, T_t] contributions and top pairs, and the
-    source's tokens."""
-    n = ENVELOPE_BYTES + 6 * len(model) + len(targets) * SCORE_BYTES
+def similarity_size(model: str, source: int, targets: list[int], explain: bool, top_k: int) -> Size:
+    """What the answer holds: its envelope (the model's name, usage), each target's score, and
+    with explain each target's tokens and offsets, [T_s, T_t] contributions and top pairs, and
+    the source's tokens."""
+    n = Size(records=3 + len(targets), chars=len(model))
     if explain:
-        n += source * TOKEN_BYTES
-        n += sum(t * TOKEN_BYTES + source * t * JSON_VALUE_BYTES["float32"] + min(top_k, source * t) * PAIR_BYTES
-                 for t in targets)
+        n += Size(tokens=source + sum(targets), values=sum(source * t for t in targets),
+                  records=sum(min(top_k, source * t) for t in targets))
     return n
 
 
-async def similarity(rt: Analyser, encs: list[Encoded], explain: bool, top_k: int, max_response_bytes: int,
+async def similarity(rt: Analyser, encs: list[Encoded], explain: bool, top_k: int, measure: Measure, cap: int,
                      lane: AnalyticsLane, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
     """encs: the source, then the targets, tokenised and checked for max_len. Their rows are
     admitted against the analytics budget; the split runs off the event loop."""
@@ -124,8 +116,8 @@ async def similarity(rt: Analyser, encs: list[Encoded], explain: bool, top_k: in
                          "cosine of single-token (CLS) embeddings has no exact split over token pairs; "
                          "ask without explain")
     source, targets = encs[0], encs[1:]
-    size = similarity_bytes(rt.name, source.length, [e.length for e in targets], explain, top_k)
-    check_response_bytes(size, max_response_bytes, "send fewer or shorter targets, or ask without explain")
+    size = similarity_size(rt.name, source.length, [e.length for e in targets], explain, top_k)
+    measure.check(size, cap, "send fewer or shorter targets, or ask without explain")
     params = EmbedParams(sentence=True, tokens=explain, normalize=True)
     cost = sum(work(1, e.length, "fast") for e in encs)
     with lane.budget.admit(cost, f"similarity of {len(encs)} texts ({cost} tokens)").held():
@@ -149,9 +141,9 @@ def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float]
     return scores, explained
 
 
-async def occlusion(rt: Analyser, enc: Encoded, max_rows: int, lane: AnalyticsLane,
-                    is_disconnected: Callable[[], Awaitable[bool]] | None = None, units: Units | None = None,
-                    max_response_bytes: int | None = None) -> Occlusion:
+async def occlusion(rt: Analyser, enc: Encoded, max_rows: int, lane: AnalyticsLane, measure: Measure, cap: int,
+                    is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+                    units: Units | None = None) -> Occlusion:
     """enc: the input, tokenised and checked; its rows (the input whole, then one per masked
     position, or per unit with all its positions masked) go through the analytics batcher as
     one job, admitted against the analytics budget at rows · T tokens."""
@@ -165,8 +157,7 @@ async def occlusion(rt: Analyser, enc: Encoded, max_rows: int, lane: AnalyticsLa
         holes: list[tuple[int, ...]] = [(), *((i,) for i in range(t))]
     else:
         holes = [(), *(tuple(u.tokens) for u in units.units)]
-        if max_response_bytes is not None:
-            check_response_bytes(occlusion_bytes(t, units), max_response_bytes, f"send fewer or shorter {units.kind}s")
+        measure.check(occlusion_size(t, units), cap, f"send fewer or shorter {units.kind}s")
     params = EmbedParams(sentence=True, normalize=True)
     cost = work(rows, t, "analysis")  # rows with holes run on the analysis graph (EncoderRuntime._graph)
     with lane.budget.admit(cost, f"occlusion of {what} ({rows} rows of {t})").held():

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headwise.service.engine.values import DTYPES, ascii_index, encode_array, written_bytes
+from headwise.service.engine.size import Block
+from headwise.service.engine.values import DTYPES, ascii_index, encode_array
 from headwise.service.errors import Validation
 
 POOLINGS = ("none", "mean", "cls")
@@ -46,9 +47,9 @@ class HiddenSpec:
     def values(self, t: int, d_model: int) -> int:
         return len(self.layers) * (t if self.pooling == "none" else 1) * d_model
 
-    def serialized_bytes(self, t: int, d_model: int) -> int:
-        """Bytes one input of t tokens' hidden states take in the response body."""
-        return written_bytes(self.values(t, d_model), self.dtype, self.encoding)
+    def block(self, t: int, d_model: int) -> Block:
+        """What one input of t tokens' hidden states write in the answer."""
+        return Block(self.values(t, d_model), self.dtype, self.encoding)
 
     def payload(self, states: np.ndarray, t: int) -> dict:
         """One input's padded [L + 1, Tp, D] states → {layers, pooling, dtype, encoding, shape,

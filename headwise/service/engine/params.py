@@ -1,6 +1,6 @@
 """What a request asks for (EmbedParams, AttentionSpec), what an embedding answers
-(EmbedResult), and the bytes an answer takes: the measures the attention and response budgets
-count."""
+(EmbedResult), and what an answer holds: the attention budget's bytes and the response's counts
+(service.engine.size)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,16 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from headwise.service.engine.size import Block, Size
 from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
-from headwise.service.engine.values import (
-    DTYPES,
-    INDEX_DTYPE,
-    JSON_VALUE_BYTES,
-    TOKEN_BYTES,
-    written_bytes,
-)
+from headwise.service.engine.values import DTYPES, INDEX_DTYPE
 from headwise.service.errors import Validation
 
 if TYPE_CHECKING:
     from headwise.service.engine.internals import Ablation, HiddenSpec
 
 AGGREGATES = ("none", "mean", "rollout")
-
 
 
 @dataclass(frozen=True)
@@ -89,14 +83,14 @@ class AttentionSpec:
         k = min(self.top_k, t)
         return self.planes() * t * k * (self.item_size() + INDEX_DTYPE.itemsize)
 
-    def serialized_bytes(self, t: int) -> int:
-        """Bytes this input's attention takes in the response body."""
+    def block(self, t: int) -> Block:
+        """What this input's attention writes in the answer."""
         values = self.planes() * t * (t if self.format == "dense" else min(self.top_k, t))
-        return written_bytes(values, self.dtype, self.encoding, indices=values if self.format == "topk" else 0)
+        return Block(values, self.dtype, self.encoding, values if self.format == "topk" else 0)
 
-    def written_cells(self, cells: int) -> int:
-        """Bytes `cells` dense weights per plane take in the response body."""
-        return written_bytes(self.planes() * cells, self.dtype, self.encoding)
+    def cells_block(self, cells: int) -> Block:
+        """What `cells` dense weights per plane write in the answer."""
+        return Block(self.planes() * cells, self.dtype, self.encoding)
 
 
 class RequestParams(Protocol):
@@ -182,14 +176,18 @@ class EmbedResult(Counted):
     model: str
     version: str
     data: list[Embedded]
-    answer_bytes: int  # the bound of the answer as written, counted when it was tokenised
+    answer: Size  # what the answer holds, counted when it was tokenised
     timing: Timing | None = None  # where its time went (None: not run through a batcher's job)
 
 
-def response_bytes(params: EmbedParams, t: int, d_model: int) -> int:
-    """An upper bound of the bytes one input of `t` tokens takes in a JSON response: its
-    embedding (one vector, or one per token), its tokens and offsets, its attention."""
-    vectors = (t if params.tokens else 0) + (1 if params.sentence else 0)
-    attention = params.attention.serialized_bytes(t) if params.attention is not None else 0
-    hidden = params.hidden.serialized_bytes(t, d_model) if params.hidden is not None else 0
-    return vectors * d_model * JSON_VALUE_BYTES["float32"] + t * TOKEN_BYTES + attention + hidden
+def answer_size(params: EmbedParams, lengths: list[int], d_model: int) -> Size:
+    """What inputs of these token lengths answer: each embedding (one vector, or one per token),
+    each input's tokens and offsets, its attention and hidden states."""
+    t = sum(lengths)
+    vectors = (t if params.tokens else 0) + (len(lengths) if params.sentence else 0)
+    blocks = ()
+    if params.attention is not None:
+        blocks += tuple(params.attention.block(n) for n in lengths)
+    if params.hidden is not None:
+        blocks += tuple(params.hidden.block(n, d_model) for n in lengths)
+    return Size(values=vectors * d_model, tokens=t, blocks=blocks)

@@ -14,6 +14,7 @@ import threading
 import time
 
 from headwise.service import tracing
+from headwise.service.api.sizes import JSON
 from headwise.service.backends.core import EngineCore
 from headwise.service.backends.onnxruntime import metric_variant
 from headwise.service.engine import Engine
@@ -47,7 +48,7 @@ def serve() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
     metrics = Metrics()
-    engine = Engine(settings, metrics)
+    engine = Engine(settings, metrics, measure=JSON)  # it loads and warms: the front-ends measure answers
     t0 = time.perf_counter()
     try:
         engine.load_packages()

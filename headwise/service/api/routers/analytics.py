@@ -18,6 +18,7 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import PromptUsed, Usage, error_responses
+from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine, prompts
 from headwise.service.engine.spans import check_spans
 
@@ -124,7 +125,7 @@ async def similarity(request: Request, body: Json[SimilarityRequest],
             out["source"] = {"tokens": res.source.tokens, "offsets": res.source.offsets}
         return out
 
-    return await budgeted_json(engine.analytics.responses, res.answer_bytes, build, engine.analytics.run)
+    return await budgeted_json(engine.analytics.responses, JSON.bytes(res.answer), build, engine.analytics.run)
 
 
 @router.post("/v1/occlusion", response_model=OcclusionResponse, response_model_exclude_none=True,
@@ -160,4 +161,4 @@ async def occlusion(request: Request, body: Json[OcclusionRequest],
         return {**head, "unit": res.units.kind, "tokens": enc.tokens, "offsets": enc.offsets,
                 "units": units, "forward_passes": res.passes, "usage": res.usage}
 
-    return await budgeted_json(engine.analytics.responses, res.answer_bytes, build, engine.analytics.run)
+    return await budgeted_json(engine.analytics.responses, JSON.bytes(res.answer), build, engine.analytics.run)

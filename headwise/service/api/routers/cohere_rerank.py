@@ -23,9 +23,10 @@ from headwise.service.api.dependencies import (
 from headwise.service.api.errors import COHERE, route_class
 from headwise.service.api.ranking import rank
 from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
+from headwise.service.api.sizes import check_response_bytes
 from headwise.service.engine import Capability, Engine, Runtime
 from headwise.service.engine.classify import ClassifyParams
-from headwise.service.errors import Validation, check_response_bytes
+from headwise.service.errors import Validation
 
 router = APIRouter(tags=["cohere"], route_class=route_class(COHERE), dependencies=[Depends(require_api_key)])
 

@@ -15,8 +15,8 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import Usage, error_responses
+from headwise.service.api.sizes import JSON_VALUE_BYTES, TOKEN_BYTES
 from headwise.service.engine import Engine, prompts
-from headwise.service.engine.values import JSON_VALUE_BYTES, TOKEN_BYTES
 
 router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
 

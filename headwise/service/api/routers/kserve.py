@@ -33,11 +33,12 @@ from headwise.service.api.dependencies import disconnect_probe, get_engine, requ
 from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from headwise.service.api.responses import BudgetedResponse, json_response, probe
 from headwise.service.api.routers import kserve_classify
+from headwise.service.api.sizes import JSON_VALUE_BYTES, check_response_bytes
 from headwise.service.engine import Capability, Engine, Runtime, prompts
 from headwise.service.engine.internals import POOLINGS, HiddenSpec
 from headwise.service.engine.params import AGGREGATES, EmbedParams, EmbedResult
-from headwise.service.engine.values import JSON_VALUE_BYTES, ascii_index
-from headwise.service.errors import InvalidRequest, NotFound, TooLarge, check_response_bytes
+from headwise.service.engine.values import ascii_index
+from headwise.service.errors import InvalidRequest, NotFound, TooLarge
 
 router = APIRouter(tags=["kserve v2"], route_class=route_class(KSERVE))
 AUTH = [Depends(require_api_key)]

@@ -19,12 +19,12 @@ from fastapi import Request
 from headwise.service.api.compat import v2tensors as v2
 from headwise.service.api.dependencies import disconnect_probe
 from headwise.service.api.responses import BudgetedResponse
+from headwise.service.api.sizes import JSON_VALUE_BYTES, check_response_bytes
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.heads.tokens import TagParams
 from headwise.service.engine.runtime import Runtime
-from headwise.service.engine.values import JSON_VALUE_BYTES
-from headwise.service.errors import InvalidRequest, check_response_bytes
+from headwise.service.errors import InvalidRequest
 
 INPUTS = ("text", "text_pair")
 TAKES = "'text' (BYTES [N]) and, for pairs, 'text_pair' (BYTES [N])"

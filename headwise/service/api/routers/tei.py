@@ -29,6 +29,7 @@ from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
 from headwise.service.api.ranking import rank
 from headwise.service.api.responses import budgeted_json, echoed_bytes, json_response
 from headwise.service.api.routers.classify import jina_rerank, own_or_jina
+from headwise.service.api.sizes import JSON, check_response_bytes
 from headwise.service.api.timing import characters, started_at, tei_headers
 from headwise.service.engine import Capability, Engine, Runtime, matryoshka, prompts
 from headwise.service.engine.classify import ClassifyParams
@@ -36,7 +37,7 @@ from headwise.service.engine.engine import TOKENIZER_THREADS
 from headwise.service.engine.heads.tokens import TagParams
 from headwise.service.engine.params import EmbedParams
 from headwise.service.engine.runtime import R, Tagger
-from headwise.service.errors import NotReady, Validation, check_response_bytes
+from headwise.service.errors import NotReady, Validation
 
 router = APIRouter(tags=["tei"], route_class=route_class(TEI), dependencies=[Depends(require_api_key)])
 probes = APIRouter(tags=["tei"], route_class=route_class(TEI))  # open, as /health/ready is
@@ -103,7 +104,7 @@ async def embed(request: Request, body: Json[tei.EmbedRequest], engine: Engine =
     cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
     inputs = _prompted(engine, rt, inputs, body.prompt_name)
     result = await engine.embed(rt, inputs, EmbedParams(normalize=body.normalize, truncate=truncate), probe)
-    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [
+    return await budgeted_json(engine.responses, JSON.bytes(result.answer), lambda: [
         tei.matryoshka(e.sentence, cut, body.normalize) for e in result.data],
         headers=tei_headers(rt, result, started, characters(inputs)))
 
@@ -116,7 +117,7 @@ async def embed_all(request: Request, body: Json[tei.EmbedAllRequest], engine: E
     params = EmbedParams(sentence=False, tokens=True, truncate=truncate)
     inputs = _prompted(engine, rt, _inputs(body.inputs), body.prompt_name)
     result = await engine.embed(rt, inputs, params, probe)
-    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [e.tokens for e in result.data],
+    return await budgeted_json(engine.responses, JSON.bytes(result.answer), lambda: [e.tokens for e in result.data],
                                headers=tei_headers(rt, result, started, characters(inputs)))
 
 
@@ -134,7 +135,7 @@ async def similarity(request: Request, body: Json[tei.SimilarityRequest],
     source, *sentences = _prompted(engine, rt, [body.inputs.source_sentence, *body.inputs.sentences],
                                    params.prompt_name)
     res = await engine.similarity(rt, source, sentences, False, truncate, 1, probe)
-    return await budgeted_json(engine.responses, res.answer_bytes, lambda: res.scores)
+    return await budgeted_json(engine.responses, JSON.bytes(res.answer), lambda: res.scores)
 
 
 @router.post("/rerank", response_model=list[tei.Rank] | JinaRerankResponse, response_model_exclude_none=True,
@@ -194,7 +195,7 @@ async def predict(request: Request, body: Json[tei.PredictRequest], engine: Engi
             out.append(ranked[:extra.top_k] if extra.top_k else ranked)
         return out[0] if single else out
 
-    return await budgeted_json(engine.responses, result.answer_bytes, build,
+    return await budgeted_json(engine.responses, JSON.bytes(result.answer), build,
                                headers=tei_headers(rt, result, started, characters(items)))
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from headwise.service.engine.internals import HiddenSpec
-from headwise.service.engine.values import DTYPES, encode_array, written_bytes
+from headwise.service.engine.size import Block
+from headwise.service.engine.values import DTYPES, encode_array
 
 
 def step_states(states: np.ndarray, spec: HiddenSpec) -> dict:
@@ -28,19 +29,12 @@ def prompt_states(states: np.ndarray, spec: HiddenSpec) -> dict:
     return {"shape": p["shape"], "data": p["data"]}
 
 
-def _frame(rows: int) -> int:
-    """`{"shape": [..], "data": ..}` around an array of `rows` rows, and their brackets."""
-    return 32 + 2 * (rows + 1)
-
-
-def hidden_bytes(spec: HiddenSpec, prompt: int, new: int, d_model: int) -> int:
-    """Bytes the hidden states of `new` steps take in the response body, with the prompt's
-    (`prompt` tokens; 0 for an encoder-decoder, whose source has none)."""
-    # orjson writes a float16 as its float32 value's shortest form: up to float32's length.
-    dtype = "float32" if spec.encoding == "json" else spec.dtype
+def hidden_blocks(spec: HiddenSpec, prompt: int, new: int, d_model: int) -> tuple[Block, ...]:
+    """What the hidden states of `new` steps write in the answer, with the prompt's (`prompt`
+    tokens; 0 for an encoder-decoder, whose source has none): each a framed {shape, data}."""
     n = len(spec.layers)
-    steps = new * (written_bytes(n * d_model, dtype, spec.encoding) + _frame(n))
+    steps = tuple(Block(n * d_model, spec.dtype, spec.encoding, rows=n) for _ in range(new))
     if not prompt:
         return steps
     rows = n * (prompt if spec.pooling == "none" else 1)
-    return steps + written_bytes(spec.values(prompt, d_model), dtype, spec.encoding) + _frame(rows)
+    return (*steps, Block(spec.values(prompt, d_model), spec.dtype, spec.encoding, rows=rows))

@@ -17,13 +17,14 @@ from headwise.service import tracing
 from headwise.service.engine.budget import Reservation, ResponseBudget
 from headwise.service.engine.faults import FAULT
 from headwise.service.engine.generation.batch import Stepper
-from headwise.service.engine.generation.hidden import hidden_bytes
+from headwise.service.engine.generation.hidden import hidden_blocks
 from headwise.service.engine.generation.sampling import SamplingParams
 from headwise.service.engine.generation.scheduler import Scheduler
 from headwise.service.engine.generation.sequence import GenerateInput, GenParams, Sequence
 from headwise.service.engine.internals import HiddenSpec
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability, base_card
+from headwise.service.engine.size import Measure, Size
 from headwise.service.engine.stats import ModelStats
 from headwise.service.engine.tokenizer import TextTokenizer
 from headwise.service.errors import (
@@ -31,7 +32,6 @@ from headwise.service.errors import (
     NotReady,
     TooLarge,
     Validation,
-    check_response_bytes,
 )
 from headwise.service.metrics import Metrics
 from headwise.service.package import ModelPackage
@@ -63,11 +63,12 @@ class Generation:
 class GenerativeRuntime:
     capabilities = frozenset({Capability.GENERATE})
     use = "it generates text with POST /v1/generate"
-    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics):
+    def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics, measure: Measure):
         m = package.manifest
         self.package = package
         self.settings = settings
         self.metrics = metrics
+        self.measure = measure  # what an answer takes as written (service.api.sizes.JSON)
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)  # /v1/tokenize
         self.decoder = Tokenizer.from_file(str(package.tokenizer_file))
         self.decoder.no_padding()
@@ -160,7 +161,7 @@ class GenerativeRuntime:
         self.metrics.tokenize_duration.labels(model=self.name).observe(time.perf_counter() - t0)
         seq = self.sequence(text, params, prompt)
         seq.trace = tracing.current()
-        with budget.reserve(self.answer_bytes(seq)) as reservation:
+        with budget.reserve(self.measure.bytes(self.answer_size(seq))) as reservation:
             self.scheduler.submit(seq)
         return Generation(seq, reservation)
 
@@ -243,8 +244,8 @@ class GenerativeRuntime:
                 raise TooLarge(f"asked-for attention is up to {need} bytes, over the budget of "
                                f"{self.settings.attention_budget_bytes}; ask for fewer layers, heads or tokens")
         if sel is not None or params.hidden is not None:
-            check_response_bytes(self._internals_bytes(params, n, new), self.settings.max_response_bytes,
-                                 "ask for fewer layers, heads or tokens, pooled hidden states, or base64")
+            self.measure.check(self._internals_size(params, n, new), self.settings.max_response_bytes,
+                               "ask for fewer layers, heads or tokens, pooled hidden states, or base64")
         return Prompt(enc.ids, list(enc.tokens), new)
 
     def sequence(self, text: str, params: GenParams, prompt: Prompt) -> Sequence:
@@ -263,19 +264,21 @@ class GenerativeRuntime:
         cells = (n * n if decoder else 0) + sum(ctx + i for i in range(new))
         return cells if decoder else cells + new * n
 
-    def _internals_bytes(self, params: GenParams, n: int, new: int) -> int:
-        """Bytes the asked-for attention and hidden states of `new` steps after `n` prompt or
-        source tokens take in the response body."""
+    def _internals_size(self, params: GenParams, n: int, new: int) -> Size:
+        """What the asked-for attention and hidden states of `new` steps after `n` prompt or
+        source tokens write in the answer."""
         sel, hid = params.attention, params.hidden
-        att = sel.written_cells(self._attention_cells(n, new)) if sel is not None else 0
+        blocks = (sel.cells_block(self._attention_cells(n, new)),) if sel is not None else ()
         prompt = n if self.package.architecture == "decoder" else 0  # a source has no decoder states
-        return att + (hidden_bytes(hid, prompt, new, self.package.d_model) if hid is not None else 0)
+        if hid is not None:
+            blocks += hidden_blocks(hid, prompt, new, self.package.d_model)
+        return Size(blocks=blocks)
 
-    def answer_bytes(self, seq: Sequence) -> int:
-        """An upper bound of the result's size as written (the process-wide response budget's
-        measure): its attention and hidden states, and each token's text and id, generously."""
+    def answer_size(self, seq: Sequence) -> Size:
+        """What the result holds at most (the process-wide response budget counts it): its
+        attention and hidden states, each token's text and id, and the answer's own keys."""
         n = len(seq.prompt_ids)
-        return self._internals_bytes(seq.params, n, seq.limit) + (n + seq.limit) * 64 + 4096
+        return self._internals_size(seq.params, n, seq.limit) + Size(records=n + seq.limit + 64)
 
     def _fault_delay(self, text: str) -> float:
         """Tests only (HEADWISE_FAULT_INJECTION=true): a text starting `__headwise_fault__:slow=S `

@@ -1,7 +1,8 @@
 """What an encoder model's graphs answer, beside its shared encoder (EncoderRuntime): its
 head. A head owns what is particular to its kind: the inputs it takes and how they are
-tokenised, the graph outputs it reads and each input's answer cut from them, the answer-size
-and attention measures the budgets count, and the capabilities it declares. The encoder keeps
+tokenised, the graph outputs it reads and each input's answer cut from them, what an answer
+holds (counted, service.engine.size) and the attention the budget counts, and the capabilities
+it declares. The encoder keeps
 everything else (batchers, limits, warm-up, metrics); the engine dispatches on capabilities.
 
 A package's `task` picks its head (`HEADS`), at load only."""
@@ -18,6 +19,7 @@ from headwise.service.engine.heads.logits import LogitsHead
 from headwise.service.engine.heads.tokens import TokenHead
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import Capability
+from headwise.service.engine.size import Size
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
@@ -38,7 +40,7 @@ class Head(Protocol):
 
     def attention_need(self, params: RequestParams, encs: list[Encoded]) -> tuple[int, str]: ...
 
-    def answer_bytes(self, params: RequestParams, encs: list[Encoded]) -> int: ...
+    def answer_size(self, params: RequestParams, encs: list[Encoded]) -> Size: ...
 
     def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int: ...
 

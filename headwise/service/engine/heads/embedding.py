@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from headwise.service.engine.outputs import REPOOLED, attention_payload, pool
-from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, response_bytes
+from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, answer_size
 from headwise.service.engine.runtime import Capability
+from headwise.service.engine.size import Size
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.errors import Validation
@@ -60,8 +61,8 @@ class EmbeddingHead:
             return len(encs) * spec.nbytes(max(e.length for e in encs)), "the padded attention tensor"
         return sum(spec.nbytes(e.length) for e in encs), "asked-for attention"
 
-    def answer_bytes(self, params: EmbedParams, encs: list[Encoded]) -> int:
-        return sum(response_bytes(params, e.length, self.d_model) for e in encs)
+    def answer_size(self, params: EmbedParams, encs: list[Encoded]) -> Size:
+        return answer_size(params, [e.length for e in encs], self.d_model)
 
     def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
         return spec.returned_bytes(enc.length)

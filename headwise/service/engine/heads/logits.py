@@ -11,13 +11,14 @@ from headwise.service.engine.classify import (
     Classified,
     ClassifyParams,
     activate,
+    answer_size,
     attention_bytes,
-    response_bytes,
     returned_bytes,
 )
 from headwise.service.engine.outputs import attention_payload, pair_attention
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability
+from headwise.service.engine.size import Size, total
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
@@ -46,8 +47,8 @@ class LogitsHead:
         return (sum(attention_bytes(spec, e) if e.segments is not None else spec.nbytes(e.length) for e in encs),
                 "asked-for attention")
 
-    def answer_bytes(self, params: ClassifyParams, encs: list[Encoded]) -> int:
-        return sum(response_bytes(params, e, self.labels) for e in encs)
+    def answer_size(self, params: ClassifyParams, encs: list[Encoded]) -> Size:
+        return total(answer_size(params, e, self.labels) for e in encs)
 
     def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
         return returned_bytes(spec, enc) if enc.segments is not None else spec.returned_bytes(enc.length)

@@ -1,6 +1,6 @@
 """The token-classification head (NER and PII taggers: `*ForTokenClassification`), with what
-its requests ask for (TagParams), each input's answer (Tagged), the result (TagResult) and the
-bytes an answer takes. Inputs are single texts, tokenised with their strings and character
+its requests ask for (TagParams), each input's answer (Tagged), the result (TagResult) and what
+an answer holds. Inputs are single texts, tokenised with their strings and character
 offsets; the graphs answer `token_logits` [B, T, n_labels], cut here to each input's tokens
 and activated per token (softmax, as transformers' token-classification pipeline). The
 tokenizer's special tokens ([CLS], [SEP]) carry no label and are left out of the answer."""
@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headwise.service.engine.classify import LABEL_BYTES, ClassifyParams, activate
+from headwise.service.engine.classify import ClassifyParams, activate
 from headwise.service.engine.outputs import attention_payload
 from headwise.service.engine.params import AttentionSpec, Counted
 from headwise.service.engine.runtime import Capability
+from headwise.service.engine.size import Size, total
 from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
-from headwise.service.engine.values import JSON_VALUE_BYTES, TOKEN_BYTES
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -44,18 +44,17 @@ class TagResult(Counted):
     version: str
     labels: list[str]  # id2label order
     data: list[Tagged]  # in input order
-    answer_bytes: int  # the bound of every input's answer as written, counted when they were tokenised
+    answer: Size  # what every input's answer holds, counted when they were tokenised
     timing: Timing | None = None
 
 
-def tag_bytes(params: TagParams, t: int, labels: tuple[str, ...]) -> int:
-    """An upper bound of the bytes one input of `t` tokens takes in a JSON answer: per token
-    its string and offsets, its likeliest label and score, and every label's score (a
+def tag_size(params: TagParams, t: int, labels: tuple[str, ...]) -> Size:
+    """What one input of `t` tokens answers: per token its string and offsets, its likeliest
+    label (the longest label's characters, at worst) and score, and every label's score (a
     protocol may write them all); with attention its [L', H', T, T] weights."""
-    label = max(len(x) for x in labels) * 6 + LABEL_BYTES  # a label's characters, escaped at worst
-    row = TOKEN_BYTES + label + (len(labels) + 1) * JSON_VALUE_BYTES["float32"] + 48
     spec = params.attention
-    return t * row + (spec.serialized_bytes(t) if spec is not None else 0) + 64
+    return Size(tokens=t, chars=t * max(len(x) for x in labels), labels=t, values=t * (len(labels) + 1),
+                records=t + 1, blocks=(spec.block(t),) if spec is not None else ())
 
 
 class TokenHead:
@@ -79,8 +78,8 @@ class TokenHead:
     def attention_need(self, params: TagParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"
 
-    def answer_bytes(self, params: TagParams, encs: list[Encoded]) -> int:
-        return sum(tag_bytes(params, e.length, self.labels) for e in encs)
+    def answer_size(self, params: TagParams, encs: list[Encoded]) -> Size:
+        return total(tag_size(params, e.length, self.labels) for e in encs)
 
     def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
         return spec.returned_bytes(enc.length)

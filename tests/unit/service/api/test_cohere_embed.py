@@ -168,11 +168,12 @@ def test_missing_model_and_malformed_body(client):
 
 def test_response_bound_counts_every_type(package):
     from headwise.service.api.responses import echoed_bytes
-    from headwise.service.engine.params import EmbedParams, response_bytes
+    from headwise.service.api.sizes import JSON
+    from headwise.service.engine.params import EmbedParams, answer_size
     from tests.unit.fakes import client_for, wait_ready
 
     texts = ["the cat sat on the mat"] * 4  # 8 tokens each
-    floats = 4 * response_bytes(EmbedParams(), 8, D_MODEL)
+    floats = JSON.bytes(answer_size(EmbedParams(), [8] * 4, D_MODEL))
     bound = echoed_bytes(texts) + cohere.ENVELOPE_BYTES + floats
     with client_for(package, max_response_bytes=bound + 2 * floats - 1) as c:  # room for 2 types, not 3
         wait_ready(c)

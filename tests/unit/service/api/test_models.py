@@ -1,3 +1,4 @@
+
 """GET /v1/models: every kind's card is built by its runtime from the package and validated by
 ModelCard, `created` from the manifest's `created_at` whatever the kind."""
 
@@ -6,6 +7,7 @@ import json
 from datetime import datetime
 
 from headwise.service.api.schemas import ModelCard
+from headwise.service.api.sizes import JSON
 from headwise.service.engine.generation.runtime import GenerativeRuntime
 from headwise.service.metrics import Metrics
 from headwise.service.package import load_package
@@ -47,7 +49,7 @@ def test_a_generative_card_validates_with_no_pooling(tmp_path):
         variants[v] = {"file": f"{v}.onnx", "sha256": hashlib.sha256(v.encode()).hexdigest(), "outputs": ["logits"]}
     _edit(folder, architecture="decoder", variants=variants, pooling=None, special_tokens={"eos": 3},
           created_at="2026-03-01T12:00:00")  # no zone: read as UTC
-    rt = GenerativeRuntime(load_package(folder), Settings(models_dir=folder), Metrics())
+    rt = GenerativeRuntime(load_package(folder), Settings(models_dir=folder), Metrics(), JSON)
     card = ModelCard.model_validate(rt.card()).model_dump(mode="json", exclude_unset=True)
     assert card["pooling"] is None and card["task"] == "generation" and card["generate"]["input"] == "prompt"
     assert card["created"] == int(datetime.fromisoformat(WHEN).timestamp()) and "labels" not in card

@@ -49,9 +49,10 @@ def _classifier(c, monkeypatch, labels, logits):
         Classified,
         ClassifyResult,
         activate,
-        response_bytes,
+        answer_size,
     )
     from headwise.service.engine.heads import LogitsHead
+    from headwise.service.engine.size import total
 
     engine = c.app.state.engine
     tiny = engine.models["tiny"]
@@ -68,7 +69,7 @@ def _classifier(c, monkeypatch, labels, logits):
         data = [Classified(enc, np.float32(row), activate(np.float32(row), params.raw_scores), None)
                 for row in logits[:len(items)]]
         return ClassifyResult("zcls", "1", list(labels), data,
-                              sum(response_bytes(params, d.encoding, list(labels)) for d in data))
+                              total(answer_size(params, d.encoding, list(labels)) for d in data))
 
     async def rerank(rt, query, texts, params, probe=None):
         return await classify(rt, [(query, t) for t in texts], params, probe)

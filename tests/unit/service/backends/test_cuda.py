@@ -1,3 +1,4 @@
+
 """The CUDA path's decisions, checked without a GPU: the probe's reasons, provider choice,
 int8 refused on CUDA, session options (one thread, no spinning, TF32 off for fp32, device id,
 memory limit) and warm-up at the largest batch shape."""
@@ -6,6 +7,7 @@ import logging
 
 import pytest
 
+from headwise.service.api.sizes import JSON
 from headwise.service.backends import cuda
 from headwise.service.backends.onnxruntime import OrtBackend, check_precision, choose_variant
 from headwise.service.package import PackageError, load_package
@@ -120,7 +122,7 @@ def test_warm_up_on_cuda_runs_the_largest_batch_of_each_length(tmp_path):
     make_package(tmp_path / "models")
     s = Settings(models_dir=tmp_path / "models", max_batch_size=16, max_batch_tokens=256,
                  attention_budget_bytes=1 << 20)
-    engine = Engine(s, Metrics(gpu=None), CudaFake)
+    engine = Engine(s, Metrics(gpu=None), CudaFake, measure=JSON)
     engine.load_packages()
     engine._prepare()
     rt = next(iter(engine.models.values()))

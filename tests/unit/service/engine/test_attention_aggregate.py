@@ -7,6 +7,7 @@ import base64
 import numpy as np
 import pytest
 
+from headwise.service.api.sizes import block_bytes
 from headwise.service.engine.outputs import attention_payload
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.errors import Validation
@@ -57,9 +58,9 @@ def test_aggregates_take_dtype_encoding_and_topk(padded):
 def test_budget_measures_count_the_aggregate():
     none, mean, roll = (spec(aggregate=a) for a in ("none", "mean", "rollout"))
     assert (none.nbytes(10), mean.nbytes(10), roll.nbytes(10)) == (L * H * 400, L * 400, 400)
-    assert roll.serialized_bytes(10) == 100 * 16
+    assert block_bytes(roll.block(10)) == 100 * 16
     assert spec([0, 1], [0], aggregate="mean", format="topk", top_k=3).returned_bytes(10) == 2 * 10 * 3 * 8
-    assert roll.serialized_bytes(256) < none.serialized_bytes(256) // (L * H) + 1
+    assert block_bytes(roll.block(256)) < block_bytes(none.block(256)) // (L * H) + 1
 
 
 def test_selection_is_still_checked():

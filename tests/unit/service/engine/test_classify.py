@@ -10,12 +10,13 @@ import json
 import numpy as np
 import pytest
 
+from headwise.service.api.sizes import JSON, block_bytes
 from headwise.service.engine.classify import (
     ClassifyParams,
     activate,
+    answer_size,
     attention_bytes,
     pair_sizes,
-    response_bytes,
     returned_bytes,
 )
 from headwise.service.engine.params import AttentionSpec, EmbedParams
@@ -55,10 +56,10 @@ def test_budget_measures_count_both_blocks():
     top = AttentionSpec.select(4, 6, [0], [1], format="topk", top_k=3)
     assert returned_bytes(top, enc) == (5 * 3 + 7 * 3) * (4 + 4)
     labels = ("negative", "positive")
-    without = response_bytes(ClassifyParams(), enc, labels)
-    dense = response_bytes(ClassifyParams(attention=spec), enc, labels)
+    without = JSON.bytes(answer_size(ClassifyParams(), enc, labels))
+    dense = JSON.bytes(answer_size(ClassifyParams(attention=spec), enc, labels))
     # orjson's bytes of the blocks themselves stay under the bound
-    assert dense - without >= spec.written_cells(2 * 5 * 7) + 12 * 48
+    assert dense - without >= block_bytes(spec.cells_block(2 * 5 * 7)) + 12 * 48
 
 
 def test_a_classification_manifest_needs_its_labels(tmp_path):
@@ -84,7 +85,7 @@ def test_an_embedding_model_refuses_classification(tmp_path):
     from headwise.service.engine import Engine
 
     make_package(tmp_path / "models")
-    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(gpu=None), FakeBackend)
+    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(gpu=None), FakeBackend, measure=JSON)
     engine.load_packages()
     rt = engine.models["tiny"]
     assert rt.card()["task"] == "embedding" and "labels" not in rt.card()
@@ -125,7 +126,7 @@ def _classifier_engine(tmp_path):
     m.update(task="classification", labels=["no", "yes"])
     mf.write_text(json.dumps(m))
     engine = Engine(Settings(models_dir=tmp_path / "models", max_wait_ms=50), Metrics(gpu=None),
-                    FakeClassifierBackend)
+                    FakeClassifierBackend, measure=JSON)
     engine.load_packages()
     return engine
 
@@ -174,8 +175,8 @@ def test_pair_measures_count_the_planes_written(aggregate):
     assert top.planes() == planes
     assert returned_bytes(top, enc) == planes * (5 * 3 + 7 * 3) * (4 + 4)
     n = planes * (5 * 3 + 7 * 3)
-    assert (response_bytes(ClassifyParams(attention=top), enc, ["x"]) - response_bytes(ClassifyParams(), enc, ["x"])
-            == n * 16 + n * 6 + 12 * (48 + 8) + 256)
+    assert (JSON.bytes(answer_size(ClassifyParams(attention=top), enc, ["x"]))
+            - JSON.bytes(answer_size(ClassifyParams(), enc, ["x"])) == n * 16 + n * 6 + 12 * (48 + 6) + 256)
     dense = AttentionSpec.select(4, 6, [0, 2], [1, 3, 5], aggregate=aggregate)
     assert returned_bytes(dense, enc) == attention_bytes(dense, enc) == planes * 2 * 5 * 7 * 4
 

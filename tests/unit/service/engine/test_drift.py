@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine
 from headwise.service.engine.drift import (
     DriftSampler,
@@ -119,7 +120,7 @@ def test_the_setting_is_a_share_between_0_and_1(monkeypatch):
 
 def test_sampling_off_no_sampler_and_no_metric(package):
     metrics = Metrics(gpu=None)
-    engine = Engine(Settings(models_dir=package.parent), metrics, FakeBackend)
+    engine = Engine(Settings(models_dir=package.parent), metrics, FakeBackend, measure=JSON)
     assert engine.drift is None
     names = {f.name for f in metrics.registry.collect()}
     assert not any(n.startswith(DRIFT_NAMES) for n in names)
@@ -131,7 +132,7 @@ def test_sampling_off_no_sampler_and_no_metric(package):
 
 def test_sampling_on_registers_the_metrics_once(package):
     metrics = Metrics(gpu=None)
-    Engine(Settings(models_dir=package.parent, attention_sample=0.5), metrics, FakeBackend)
+    Engine(Settings(models_dir=package.parent, attention_sample=0.5), metrics, FakeBackend, measure=JSON)
     metrics.enable_head_drift()  # a second engine on the same metrics registers nothing twice
     names = {f.name for f in metrics.registry.collect()}
     assert set(DRIFT_NAMES) <= names
@@ -156,7 +157,7 @@ def started_engine(package, **sampler) -> tuple[Engine, threading.Event]:
     """A ready engine sampling every plain request, with a sampler of its own (`sampler`:
     DriftSampler's bounds) whose histograms wait for the event returned: samples pile up while
     it is clear."""
-    engine = Engine(Settings(models_dir=package.parent, attention_sample=1.0), Metrics(gpu=None), Threads)
+    engine = Engine(Settings(models_dir=package.parent, attention_sample=1.0), Metrics(gpu=None), Threads, measure=JSON)
     engine.load_packages()
     engine._prepare()
     engine.drift = DriftSampler(1.0, engine.metrics, engine.analytics.pool, **sampler)

@@ -113,7 +113,8 @@ def test_the_response_bound_counts_the_matrices(tmp_path):
 
 
 def test_the_response_bound_holds_the_envelope(tmp_path):
-    from headwise.service.engine.explain import similarity_bytes
+    from headwise.service.api.sizes import JSON
+    from headwise.service.engine.explain import similarity_size
 
     with app(tmp_path) as c:
         wait_ready(c)
@@ -123,7 +124,8 @@ def test_the_response_bound_holds_the_envelope(tmp_path):
             got = r.json()
             targets = [len(d["tokens"]) for d in got["data"]] if "source" in got else [3] * len(body["targets"])
             source = len(got["source"]["tokens"]) if "source" in got else 3
-            bound = similarity_bytes(got["model"], source, targets, body.get("explain", False), body.get("top_k", 10))
+            bound = JSON.bytes(similarity_size(got["model"], source, targets, body.get("explain", False),
+                                               body.get("top_k", 10)))
             assert len(r.content) <= bound, (body, len(r.content), bound)
 
 

@@ -1,3 +1,4 @@
+
 """A generation request's prompt is tokenised and checked on the engine's tokenizer pool, never
 on the event loop, at every size; its Sequence (result future, event queue) belongs to the loop
 whatever the prompt's length."""
@@ -9,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import Tokenizer
 
+from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine
 from headwise.service.engine.generation.runtime import GenerativeRuntime
 from headwise.service.engine.generation.sequence import GenerateInput
@@ -35,7 +37,7 @@ def runtime(tmp_path, max_len: int = 20_000) -> tuple[Engine, GenerativeRuntime,
     settings, metrics = Settings(max_prompt_tokens=max_len), Metrics()
     rt = object.__new__(GenerativeRuntime)  # no graphs: only admission is under test
     rt.package = SimpleNamespace(name="g", architecture="decoder", max_len=max_len, version="1")
-    rt.settings, rt.metrics = settings, metrics
+    rt.settings, rt.metrics, rt.measure = settings, metrics, JSON
     rt.tokenizer = TextTokenizer(tmp_path / "tokenizer.json", max_len)
     rt.decoder = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     rt.special, rt.suppress_ids, rt.d_head = {"eos": 0}, (), 8
@@ -48,7 +50,7 @@ def runtime(tmp_path, max_len: int = 20_000) -> tuple[Engine, GenerativeRuntime,
         return encode(*a, **kw)
 
     rt.tokenizer.encode_unchecked = recording
-    engine = Engine(settings, metrics)
+    engine = Engine(settings, metrics, measure=JSON)
     engine.models[rt.name], engine.ready = rt, True
     return engine, rt, threads
 

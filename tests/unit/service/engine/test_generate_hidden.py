@@ -12,13 +12,15 @@ import orjson
 import pytest
 from tokenizers import Tokenizer
 
+from headwise.service.api.sizes import JSON, block_bytes
 from headwise.service.engine.generation.batch import Stepper
-from headwise.service.engine.generation.hidden import hidden_bytes, prompt_states, step_states
+from headwise.service.engine.generation.hidden import hidden_blocks, prompt_states, step_states
 from headwise.service.engine.generation.runtime import _Quiet
 from headwise.service.engine.generation.sampling import SamplingParams
 from headwise.service.engine.generation.sequence import GenParams, Sequence
 from headwise.service.engine.internals import HiddenSpec
 from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.size import Size
 from tests.fixtures.tiny_generative import gpt2_tokenizer
 
 L, H, DH, D, V = 2, 2, 4, 8, 300
@@ -64,9 +66,12 @@ def test_hidden_bytes_bound_what_is_written(dtype, encoding, pooling):
     steps = [step_states((rng.standard_normal((L + 1, D)) * -1e-5).astype(np.float32), spec) for _ in range(4)]
     written = sum(len(orjson.dumps(s, option=orjson.OPT_SERIALIZE_NUMPY)) for s in steps)
     written_prompt = len(orjson.dumps(prompt_states(prompt, spec), option=orjson.OPT_SERIALIZE_NUMPY))
-    assert written <= hidden_bytes(spec, 0, 4, D)
-    assert written + written_prompt <= hidden_bytes(spec, 7, 4, D)
-    assert hidden_bytes(spec, 7, 4, D) - hidden_bytes(spec, 0, 4, D) >= spec.serialized_bytes(7, D)
+    def hidden_bytes(prompt: int, new: int) -> int:
+        return JSON.bytes(Size(blocks=hidden_blocks(spec, prompt, new, D)))
+
+    assert written <= hidden_bytes(0, 4)
+    assert written + written_prompt <= hidden_bytes(7, 4)
+    assert hidden_bytes(7, 4) - hidden_bytes(0, 4) >= block_bytes(spec.block(7, D))
 
 
 class Backend:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
-from headwise.service.engine.explain import occlusion_bytes
+from headwise.service.api.sizes import JSON
+from headwise.service.engine.explain import occlusion_size
 from headwise.service.engine.spans import (
     Unit,
     Units,
@@ -121,7 +122,8 @@ def test_check_spans_limits():
 
 def test_the_answer_bound_counts_each_units_text_and_tokens():
     units = Units("span", [Unit(0, 10, (1, 2)), Unit(3, 4, (2,))])
-    assert occlusion_bytes(4, units) - occlusion_bytes(4, Units("span", [])) == 2 * 96 + 6 * 11 + 6 * 3
+    assert (JSON.bytes(occlusion_size(4, units)) - JSON.bytes(occlusion_size(4, Units("span", [])))
+            == 2 * 96 + 6 * 11 + 6 * 3)
 
 
 # -- in-process, with the fake backend ----------------------------------------------------------
@@ -175,7 +177,7 @@ def test_word_rows_mask_every_piece_of_a_word_together(tmp_path, normalize):
         np.testing.assert_allclose([u["effect"] for u in body["units"]],
                                    reference(ids, [u["tokens"] for u in body["units"]]), atol=1e-6)
         units = Units("word", [Unit(u["start"], u["end"], tuple(u["tokens"])) for u in body["units"]])
-        assert len(r.content) <= occlusion_bytes(t, units)
+        assert len(r.content) <= JSON.bytes(occlusion_size(t, units))
 
 
 def test_span_rows_and_unit_token_as_the_default(tmp_path):

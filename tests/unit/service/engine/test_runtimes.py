@@ -1,3 +1,4 @@
+
 """The engine holds encoder and generative models behind one Runtime protocol: each declares
 the capabilities it has, an operation it lacks is refused with the one domain error (naming
 what it serves and which routes serve what was asked), and each takes its sessions from the
@@ -7,6 +8,7 @@ import asyncio
 
 import pytest
 
+from headwise.service.api.sizes import JSON
 from headwise.service.engine.generation.runtime import GenerativeRuntime
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import (
@@ -37,7 +39,7 @@ def test_an_encoder_refuses_generation_and_the_reverse(tmp_path):
     from headwise.service.engine.generation.sequence import GenerateInput
 
     make_package(tmp_path / "models")
-    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend)
+    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend, measure=JSON)
     engine.load_packages()
     engine.ready = True
     rt = engine.get("tiny", needs=Capability.EMBED)
@@ -72,7 +74,7 @@ def test_the_fake_backend_is_what_the_engine_uses(tmp_path):
     from headwise.service.engine import Engine
 
     make_package(tmp_path / "models")
-    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend)
+    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend, measure=JSON)
     engine.load_packages()
     engine._prepare()
     assert isinstance(engine.models["tiny"].backend, FakeBackend)
@@ -99,7 +101,7 @@ def test_each_kind_has_what_its_capabilities_protocols_declare(tmp_path):
 
     settings, metrics = Settings(models_dir=tmp_path / "models"), Metrics()
     pkg = load_package(make_package(tmp_path / "models"))
-    cross = EncoderRuntime(pkg, settings, metrics, head=LogitsHead(type("P", (), {"labels": ("score",)})()))
+    cross = EncoderRuntime(pkg, settings, metrics, JSON, head=LogitsHead(type("P", (), {"labels": ("score",)})()))
     gen = make_package(tmp_path / "gen", "gen")
     m = json.loads((gen / "manifest.json").read_text())
     (gen / "step.onnx").write_bytes(b"step")
@@ -107,11 +109,11 @@ def test_each_kind_has_what_its_capabilities_protocols_declare(tmp_path):
     m.update(architecture="decoder", pooling=None, special_tokens={"eos": 3}, variants={"prefill": step,
                                                                                        "decode": step})
     (gen / "manifest.json").write_text(json.dumps(m))
-    runtimes = [EncoderRuntime(pkg, settings, metrics), cross,
-                GenerativeRuntime(load_package(gen), Settings(models_dir=gen.parent), metrics)]
+    runtimes = [EncoderRuntime(pkg, settings, metrics, JSON), cross,
+                GenerativeRuntime(load_package(gen), Settings(models_dir=gen.parent), metrics, JSON)]
     protocols = {Capability.EMBED: Embedder, Capability.CLASSIFY: Classifier, Capability.RERANK: Classifier,
                  Capability.TAG: Tagger, Capability.ANALYSE: Analyser, Capability.GENERATE: Generator}
-    runtimes.append(EncoderRuntime(pkg, settings, metrics, head=TokenHead(type("P", (), {"labels": ("O", "B")})(), frozenset())))
+    runtimes.append(EncoderRuntime(pkg, settings, metrics, JSON, head=TokenHead(type("P", (), {"labels": ("O", "B")})(), frozenset())))
     assert [rt.capabilities for rt in runtimes] == [
         {Capability.EMBED, Capability.ANALYSE}, {Capability.CLASSIFY, Capability.RERANK, Capability.ANALYSE},
         {Capability.GENERATE}, {Capability.TAG, Capability.ANALYSE}]
@@ -125,7 +127,7 @@ def test_one_refusal_text_names_the_route_and_what_it_needs(tmp_path):
     from headwise.service.engine import Engine
 
     make_package(tmp_path / "models")
-    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend)
+    engine = Engine(Settings(models_dir=tmp_path / "models"), Metrics(), FakeBackend, measure=JSON)
     engine.load_packages()
     rt = engine.get("tiny")
     assert Capability.EMBED.declared(rt) is rt and Capability.CLASSIFY.declared(rt) is None

@@ -1,0 +1,58 @@
+"""What an answer holds, counted but not priced: the engine knows how many values, tokens and
+labels an answer will carry before it runs anything, and the writer of each protocol knows how
+many bytes each takes in its format (service.api.sizes prices JSON). The engine asks a
+`Measure` given to it at start-up, so a request whose answer could not be sent is refused
+before any inference is spent. The bottom of the engine's imports: it imports none of its modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """An array written in the client's dtype and encoding (attention weights, hidden states)."""
+
+    values: int
+    dtype: str = "float32"
+    encoding: str = "json"
+    indices: int = 0  # top-k's int32 index beside each value
+    rows: int = 0  # rows of a framed array ({shape, data} per generation step); 0: not framed
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    """Counts of what an answer carries."""
+
+    values: int = 0  # float values written one by one: vectors, scores, logits
+    indices: int = 0  # integers written one by one: a pair token's positions, a unit's token indices
+    tokens: int = 0  # tokens written with their string and offsets
+    chars: int = 0  # characters of labels, echoed texts and names
+    labels: int = 0  # (label, score) entries
+    records: int = 0  # other keyed objects: an input's answer, a tagged token, a top pair, a step
+    blocks: tuple[Block, ...] = ()
+
+    def __add__(self, other: Size) -> Size:
+        return Size(self.values + other.values, self.indices + other.indices, self.tokens + other.tokens,
+                    self.chars + other.chars, self.labels + other.labels, self.records + other.records,
+                    self.blocks + other.blocks)
+
+
+NOTHING = Size()
+
+
+def total(sizes) -> Size:
+    out = NOTHING
+    for s in sizes:
+        out = out + s
+    return out
+
+
+class Measure(Protocol):
+    """A protocol writer's price of a Size (service.api.sizes.JSON)."""
+
+    def bytes(self, size: Size) -> int: ...
+
+    # the bytes, or TooLarge naming HEADWISE_MAX_RESPONSE_BYTES and `advice` when over `cap`
+    def check(self, size: Size, cap: int, advice: str) -> int: ...
