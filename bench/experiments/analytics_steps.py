@@ -22,8 +22,8 @@ import numpy as np
 
 from bench.facts import load_average, machine_facts
 from headwise.service.api.serialize import dumps_chunks
-from headwise.service.engine.analytics import rollout
-from headwise.service.engine.explain import _effects, _split
+from headwise.service.engine.aggregate import rollout
+from headwise.service.engine.analytics.explain import _effects, _split
 from headwise.service.engine.params import Embedded
 
 D_MODEL, T, TARGETS, ROWS, LAYERS, HEADS = 384, 256, 120, 256, 6, 12

@@ -59,7 +59,7 @@ def graph_costs(models: str, precision: str, tokens: int, reps: int = 40) -> dic
     import numpy as np
 
     from headwise.service.backends.onnxruntime import OrtBackend
-    from headwise.service.engine.drift import BATCH
+    from headwise.service.engine.analytics.drift import BATCH
     from headwise.service.package import load_package
     from headwise.service.settings import Settings
 

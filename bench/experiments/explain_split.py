@@ -18,8 +18,9 @@ import time
 import numpy as np
 
 from headwise.service.api.sizes import JSON
+from headwise.service.engine.analytics.explain import _split, similarity_size
+from headwise.service.engine.analytics.lane import AnalyticsLane
 from headwise.service.engine.budget import ResponseBudget, ShareOf, TokenBudget
-from headwise.service.engine.explain import AnalyticsLane, _split, similarity_size
 from headwise.service.engine.params import Embedded
 from headwise.service.settings import Settings
 

@@ -112,7 +112,7 @@ class Metrics:
             r.register(self.gpu)
 
     def enable_head_drift(self) -> None:
-        """Register the head-drift metrics (service.engine.drift), once: with sampling off they
+        """Register the head-drift metrics (service.engine.analytics.drift), once: with sampling off they
         are absent from the scrape rather than empty. Labels `layer` and `head` are indices, so
         a model has L·H series of each histogram."""
         if self.head_samples is not None:

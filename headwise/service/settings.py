@@ -77,7 +77,7 @@ class Settings(BaseSettings):
         "its batches")
     attention_sample: float = Field(
         0.0, ge=0, le=1, description="share of plain embedding requests that also run the attention graph after "
-        "plain work, off their path, for the head-drift metrics (headwise_head_*: service.engine.drift); 0: off, "
+        "plain work, off their path, for the head-drift metrics (headwise_head_*: service.engine.analytics.drift); 0: off, "
         "and those metrics are absent")
     analysis: Literal["lazy", "eager", "off"] = Field(
         "lazy", description="the analysis graph, the one that serves attention, hidden states and removed heads: "

@@ -21,24 +21,25 @@ from typing import overload
 from headwise.service.backends import open_backend
 from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import lowered_thread
-from headwise.service.engine import explain as operations
 from headwise.service.engine import matryoshka
+from headwise.service.engine.analytics import explain as operations
+from headwise.service.engine.analytics.drift import DriftSampler
+from headwise.service.engine.analytics.explain import Occlusion, Similarity
+from headwise.service.engine.analytics.importance import Importance, head_importance
+from headwise.service.engine.analytics.lane import AnalyticsLane
+from headwise.service.engine.analytics.spans import check_spans, span_units, word_units
 from headwise.service.engine.budget import ResponseBudget, ShareOf, TokenBudget
 from headwise.service.engine.classify import ClassifyParams, ClassifyResult
-from headwise.service.engine.drift import DriftSampler
 from headwise.service.engine.encoder import BackendFactory, EncoderRuntime
-from headwise.service.engine.explain import AnalyticsLane, Occlusion, Similarity
 from headwise.service.engine.generation import GenerativeRuntime
 from headwise.service.engine.generation.runtime import Generation
 from headwise.service.engine.generation.sequence import GenerateInput
 from headwise.service.engine.heads.embedding import token_ids
 from headwise.service.engine.heads.tokens import TagParams, TagResult
-from headwise.service.engine.importance import Importance, head_importance
 from headwise.service.engine.params import EmbedParams, EmbedResult, RequestParams
 from headwise.service.engine.prompts import check_default_prompt_name
 from headwise.service.engine.runtime import Capability, Classifier, R, Runtime
 from headwise.service.engine.size import Measure
-from headwise.service.engine.spans import check_spans, span_units, word_units
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import (
     FIELD,
@@ -73,7 +74,7 @@ class Engine:
                         metrics.analytics_tokens),
             ShareOf(self.responses, share, "analytics answers being built or sent"))
         self.drift = (DriftSampler(settings.attention_sample, metrics, self.analytics.pool)
-                      if settings.attention_sample > 0 else None)  # head drift (service.engine.drift)
+                      if settings.attention_sample > 0 else None)  # head drift (service.engine.analytics.drift)
         self.backend_factory = backend_factory or open_backend
         self.models: dict[str, Runtime] = {}
         self.ready = False
@@ -278,7 +279,7 @@ class Engine:
         """The occlusion effect on the sentence embedding of each token (unit "token", the
         default: T + 1 forward passes), of each word (unit "word": its pieces masked together)
         or of each character span [start, end) of `spans`, which replace `unit` (sending both
-        is Validation): units + 1 forward passes (service.engine.spans)."""
+        is Validation): units + 1 forward passes (service.engine.analytics.spans)."""
         self.check_inputs([text])
         Capability.EMBED.of(rt)
         if unit not in (None, "token", "word"):
@@ -302,7 +303,7 @@ class Engine:
 
     async def head_importance(self, rt: Runtime, item: str | tuple[str, str], truncate: bool, raw_scores: bool,
                               is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Importance:
-        """Each head's effect when removed alone (service.engine.importance): of a text on an
+        """Each head's effect when removed alone (service.engine.analytics.importance): of a text on an
         embedding model's sentence embedding, or of a text or (query, document) pair on a
         cross-encoder's score. L·H + 1 forward passes through the analytics batcher."""
         self.check_inputs([item], field="input")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from headwise.service.engine.analytics import head_mean, rollout
+from headwise.service.engine.aggregate import head_mean, rollout
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.engine.values import DTYPES, INDEX_DTYPE, encode_array

@@ -201,7 +201,7 @@ class TextTokenizer:
     @property
     def untruncated(self) -> Tokenizer:
         """The `tokenizers` tokenizer itself, without truncation or padding: for what Encoded
-        does not keep (word ids: service.engine.spans)."""
+        does not keep (word ids: service.engine.analytics.spans)."""
         return self._full
 
     @property

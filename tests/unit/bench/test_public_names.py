@@ -68,7 +68,7 @@ def test_bench_takes_no_private_name_but_the_allowed_ones():
 
 
 @pytest.mark.parametrize(("source", "found"), [
-    ("from headwise.service.engine.explain import _split", ["_split"]),
+    ("from headwise.service.engine.analytics.explain import _split", ["_split"]),
     ("from headwise.service._impl import thing", ["_impl"]),
     ("import headwise._private.x", ["headwise._private.x"]),
     ("engine._check(texts)", ["_check"]),

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from headwise.service.api.responses import TEXT_BYTES
-from headwise.service.engine.analytics import cosine
+from headwise.service.engine.analytics.cosine import cosine
 from headwise.service.errors import InvalidRequest, TooLarge, Validation
 
 Texts = StrictStr | list[StrictStr]

@@ -20,7 +20,7 @@ from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import PromptUsed, Usage, error_responses
 from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine, prompts
-from headwise.service.engine.spans import check_spans
+from headwise.service.engine.analytics.spans import check_spans
 
 router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
 

@@ -1,10 +1,11 @@
-"""headwise/service/engine/analytics.py against straightforward numpy references: head mean, rollout
+"""engine/aggregate.py and engine/analytics/cosine.py against straightforward numpy references: head mean, rollout
 (Abnar & Zuidema 2020) and the exact token-pair split of a mean-pooled cosine."""
 
 import numpy as np
 import pytest
 
-from headwise.service.engine.analytics import head_mean, pair_contributions, rollout, top_pairs
+from headwise.service.engine.aggregate import head_mean, rollout
+from headwise.service.engine.analytics.cosine import pair_contributions, top_pairs
 from tests.fixtures.references import reference_rollout
 
 RNG = np.random.default_rng(0)
@@ -71,7 +72,7 @@ def test_cosines_are_held_to_minus_one_one():
     import math
 
     from headwise.service.api.compat.vllm import ScoreInputs, cosines
-    from headwise.service.engine.analytics import cosine
+    from headwise.service.engine.analytics.cosine import cosine
 
     rng = np.random.default_rng(0)
     vs = [rng.normal(size=384).astype(np.float32) for _ in range(4)]

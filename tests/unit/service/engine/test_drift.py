@@ -1,4 +1,4 @@
-"""Head drift (service.engine.drift, HEADWISE_ATTENTION_SAMPLE): the entropy and special-share
+"""Head drift (service.engine.analytics.drift, HEADWISE_ATTENTION_SAMPLE): the entropy and special-share
 math against numpy written out, no sampler and no metric when off, the bound on samples in
 flight, and a request's answer never waiting for its sample. The fake backend stands in for
 the model (its attention: tests/unit/fakes.fake_attention)."""
@@ -14,7 +14,7 @@ import pytest
 
 from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine
-from headwise.service.engine.drift import (
+from headwise.service.engine.analytics.drift import (
     DriftSampler,
     after_plain_work,
     chunks,

@@ -114,7 +114,7 @@ def test_the_response_bound_counts_the_matrices(tmp_path):
 
 def test_the_response_bound_holds_the_envelope(tmp_path):
     from headwise.service.api.sizes import JSON
-    from headwise.service.engine.explain import similarity_size
+    from headwise.service.engine.analytics.explain import similarity_size
 
     with app(tmp_path) as c:
         wait_ready(c)

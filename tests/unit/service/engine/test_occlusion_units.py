@@ -1,4 +1,4 @@
-"""Occlusion by word and by span (service.engine.spans): grouping tokens into words from the
+"""Occlusion by word and by span (service.engine.analytics.spans): grouping tokens into words from the
 tokenizer's word ids, spans into token sets, their validation; and in-process, with the fake
 backend, that each row masks a unit's tokens together and its effect is the reference's."""
 
@@ -12,8 +12,8 @@ import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
 from headwise.service.api.sizes import JSON
-from headwise.service.engine.explain import occlusion_size
-from headwise.service.engine.spans import (
+from headwise.service.engine.analytics.explain import occlusion_size
+from headwise.service.engine.analytics.spans import (
     Unit,
     Units,
     check_spans,

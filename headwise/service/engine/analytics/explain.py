@@ -8,7 +8,7 @@ event loop (AnalyticsLane.run).
   pairs (service.engine.analytics.pair_contributions), exact for mean pooling only.
 - occlusion: for each position i of one input, 1 − cos(e, e₋ᵢ), e₋ᵢ the embedding with
   attention_mask 0 at i (that token neither attended to nor pooled): T + 1 rows; or for each
-  unit (a word's pieces, a span's tokens: service.engine.spans) with all its positions at 0
+  unit (a word's pieces, a span's tokens: service.engine.analytics.spans) with all its positions at 0
   together: U + 1 rows.
 
 Formulas and limits: docs/analytics.md.
@@ -16,19 +16,18 @@ Formulas and limits: docs/analytics.md.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from headwise.service.cpu import ANALYTICS_NICENESS, lowered_thread
-from headwise.service.engine.analytics import cosine, pair_contributions, top_pairs
-from headwise.service.engine.budget import ShareOf, TokenBudget, work
+from headwise.service.engine.analytics.cosine import cosine, pair_contributions, top_pairs
+from headwise.service.engine.analytics.lane import AnalyticsLane
+from headwise.service.engine.analytics.spans import Units
+from headwise.service.engine.budget import work
 from headwise.service.engine.params import Embedded, EmbedParams, usage
 from headwise.service.engine.runtime import Analyser
 from headwise.service.engine.size import Measure, Size
-from headwise.service.engine.spans import Units
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import TooLarge, Validation
 
@@ -170,20 +169,3 @@ async def occlusion(rt: Analyser, enc: Encoded, max_rows: int, lane: AnalyticsLa
 def _effects(data: list[Embedded]) -> list[float]:
     full = data[0].sentence
     return [1.0 - cosine(full, d.sentence) for d in data[1:]]
-
-
-class AnalyticsLane:
-    """What analytics need of the engine beside a runtime: the token budget they are admitted
-    against, and a thread of the lowest priority for their post-processing and responses
-    (`run`), so that none of it runs on the event loop."""
-
-    def __init__(self, budget: TokenBudget, responses: ShareOf):
-        self.budget = budget
-        self.responses = responses  # what analytics answers may hold of the in-flight response bytes
-        self.pool = lowered_thread("headwise-analytics-post", ANALYTICS_NICENESS)
-
-    async def run(self, fn: Callable, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from headwise.service.engine.analytics.cosine import cosine
+from headwise.service.engine.analytics.lane import AnalyticsLane
 from headwise.service.engine.budget import work
-from headwise.service.engine.explain import AnalyticsLane, cosine
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.params import Embedded, RequestParams
 from headwise.service.engine.runtime import Analyser
