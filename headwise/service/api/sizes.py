@@ -13,6 +13,7 @@ from headwise.service.errors import TooLarge
 # that a check holds for the bytes really built. orjson writes a float16 with its float32
 # digits ("-0.000011980534,"): no shorter than a float32.
 JSON_VALUE_BYTES = {"float32": 16, "float16": 16}
+VALUE_BYTES = JSON_VALUE_BYTES["float32"]  # a score's or an embedding's value
 JSON_INDEX_BYTES = 6  # an int32 below 100,000 and its comma
 TOKEN_BYTES = 48  # one token's string and [start, end] offsets, generously
 CHAR_BYTES = 6  # the most one character of a text takes (a \u00XX escape)
@@ -47,15 +48,16 @@ class JsonMeasure:
 
     @staticmethod
     def bytes(size: Size) -> int:
-        n = (size.values * JSON_VALUE_BYTES["float32"] + size.indices * JSON_INDEX_BYTES + size.tokens * TOKEN_BYTES
+        n = (size.values * VALUE_BYTES + size.indices * JSON_INDEX_BYTES + size.tokens * TOKEN_BYTES
              + size.chars * CHAR_BYTES + size.labels * LABEL_BYTES + size.records * RECORD_BYTES)
         for b in size.blocks:
             n += block_bytes(b)
         return n
 
     def check(self, size: Size, cap: int, advice: str) -> int:
-        n = self.bytes(size)
-        check_response_bytes(n, cap, advice)
+        n = JsonMeasure.bytes(size)
+        if n > cap:
+            check_response_bytes(n, cap, advice)
         return n
 
 

@@ -180,14 +180,16 @@ class EmbedResult(Counted):
     timing: Timing | None = None  # where its time went (None: not run through a batcher's job)
 
 
-def answer_size(params: EmbedParams, lengths: list[int], d_model: int) -> Size:
-    """What inputs of these token lengths answer: each embedding (one vector, or one per token),
-    each input's tokens and offsets, its attention and hidden states."""
-    t = sum(lengths)
-    vectors = (t if params.tokens else 0) + (len(lengths) if params.sentence else 0)
+def answer_size(params: EmbedParams, encs: list[Encoded], d_model: int) -> Size:
+    """What these inputs answer: each embedding (one vector, or one per token), each input's
+    tokens and offsets, its attention and hidden states."""
+    t = 0
+    for e in encs:
+        t += e.length
+    vectors = (t if params.tokens else 0) + (len(encs) if params.sentence else 0)
     blocks = ()
     if params.attention is not None:
-        blocks += tuple(params.attention.block(n) for n in lengths)
+        blocks += tuple(params.attention.block(e.length) for e in encs)
     if params.hidden is not None:
-        blocks += tuple(params.hidden.block(n, d_model) for n in lengths)
+        blocks += tuple(params.hidden.block(e.length, d_model) for e in encs)
     return Size(values=vectors * d_model, tokens=t, blocks=blocks)

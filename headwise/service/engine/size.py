@@ -21,17 +21,24 @@ class Block:
     rows: int = 0  # rows of a framed array ({shape, data} per generation step); 0: not framed
 
 
-@dataclass(frozen=True, slots=True)
 class Size:
-    """Counts of what an answer carries."""
+    """Counts of what an answer carries; never changed once made. Made for every request on the
+    served path, so a plain slotted class: cheaper to make than a frozen dataclass."""
 
-    values: int = 0  # float values written one by one: vectors, scores, logits
-    indices: int = 0  # integers written one by one: a pair token's positions, a unit's token indices
-    tokens: int = 0  # tokens written with their string and offsets
-    chars: int = 0  # characters of labels, echoed texts and names
-    labels: int = 0  # (label, score) entries
-    records: int = 0  # other keyed objects: an input's answer, a tagged token, a top pair, a step
-    blocks: tuple[Block, ...] = ()
+    __slots__ = ("blocks", "chars", "indices", "labels", "records", "tokens", "values")
+
+    def __init__(self, values: int = 0, indices: int = 0, tokens: int = 0, chars: int = 0, labels: int = 0,
+                 records: int = 0, blocks: tuple[Block, ...] = ()):
+        self.values = values  # float values written one by one: vectors, scores, logits
+        self.indices = indices  # integers written one by one: a pair token's positions, a unit's token indices
+        self.tokens = tokens  # tokens written with their string and offsets
+        self.chars = chars  # characters of labels, echoed texts and names
+        self.labels = labels  # (label, score) entries
+        self.records = records  # other keyed objects: an input's answer, a tagged token, a top pair, a step
+        self.blocks = blocks
+
+    def __repr__(self) -> str:
+        return "Size(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
     def __add__(self, other: Size) -> Size:
         return Size(self.values + other.values, self.indices + other.indices, self.tokens + other.tokens,

@@ -62,7 +62,7 @@ class EmbeddingHead:
         return sum(spec.nbytes(e.length) for e in encs), "asked-for attention"
 
     def answer_size(self, params: EmbedParams, encs: list[Encoded]) -> Size:
-        return answer_size(params, [e.length for e in encs], self.d_model)
+        return answer_size(params, encs, self.d_model)
 
     def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
         return spec.returned_bytes(enc.length)

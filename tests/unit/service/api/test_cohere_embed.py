@@ -3,6 +3,7 @@ hand-made vectors (service.api.compat.cohere), the answer's shape, and every ref
 Cohere's error shape ({"message"}) naming its field."""
 
 import base64
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -173,7 +174,7 @@ def test_response_bound_counts_every_type(package):
     from tests.unit.fakes import client_for, wait_ready
 
     texts = ["the cat sat on the mat"] * 4  # 8 tokens each
-    floats = JSON.bytes(answer_size(EmbedParams(), [8] * 4, D_MODEL))
+    floats = JSON.bytes(answer_size(EmbedParams(), [SimpleNamespace(length=8)] * 4, D_MODEL))
     bound = echoed_bytes(texts) + cohere.ENVELOPE_BYTES + floats
     with client_for(package, max_response_bytes=bound + 2 * floats - 1) as c:  # room for 2 types, not 3
         wait_ready(c)
