@@ -29,12 +29,21 @@ from typing import Any
 from headwise.service.cpu import INFERENCE_NICENESS, lowered_thread
 from headwise.service.engine import traced
 from headwise.service.engine.cutting import bucket, cut, fits
-from headwise.service.engine.work import Done, Entry, Job, Limits, Outcome, Work, length_buckets
+from headwise.service.engine.work import (
+    Done,
+    Entry,
+    Job,
+    Limits,
+    Outcome,
+    Phase,
+    Work,
+    length_buckets,
+)
 from headwise.service.errors import Disconnected, NotReady, Overloaded
 
 log = logging.getLogger("headwise.service")
 
-__all__ = ["Batcher", "Done", "Entry", "Job", "Limits", "Work", "length_buckets"]
+__all__ = ["Batcher", "Done", "Entry", "Job", "Limits", "Phase", "Work", "length_buckets"]
 
 IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
 # Tokenising beside a running batch costs a thread hop and a third thread contending for the
@@ -71,11 +80,9 @@ class Batcher:
         self._wakeup = asyncio.Event()
         self._recent = 0  # clients served by the last batch
         self._last_end = 0.0
-        self._running = False
-        self._inflight: list[Job] = []  # the jobs of the hop running now
-        self._cut_next = False  # the last hop queued entries: cut a batch of them at once
+        self.phase = Phase.WAITING
+        self._inflight: list[Job] = []  # the jobs of the hop in hand (CHECKING, RUNNING)
         self._tasks: list[asyncio.Task] = []  # the serve loop, then (overlap) the tokenise loop
-        self._busy = False  # a hop is on the inference thread
         self._tokenizing: list[Job] = []  # jobs on the tokenizer thread beside it (overlap)
         self._tok_wakeup = asyncio.Event()
         self._idle = asyncio.Event()  # set whenever nothing waits or runs here
@@ -103,7 +110,8 @@ class Batcher:
 
     @property
     def idle(self) -> bool:
-        return not (self._queue or self._pending or self._running or self._tokenizing)
+        return not (self._queue or self._pending or self._tokenizing
+                    or self.phase is Phase.CHECKING or self.phase is Phase.RUNNING)
 
     async def wait_idle(self) -> None:
         while not self.idle:
@@ -180,7 +188,7 @@ class Batcher:
     async def next(self) -> Work:
         """Wait for work, gather recent clients (up to max_wait), and say what the next hop does."""
         while True:
-            if not self._cut_next:
+            if self.phase is not Phase.CUT:
                 while not (self._queue or self._pending or self._tokenizing):
                     self._idle_changed()  # jobs dropped without running may have emptied it
                     self._wakeup.clear()
@@ -195,27 +203,33 @@ class Batcher:
                 if self._pending and not (self.overlap and self._queue):  # else the tokenizer takes them
                     run = not self._queue
                     jobs = self._take_pending()
-                    self._running = True  # work in hand: not idle while its clients are asked
-                    self._inflight = jobs  # and reached by abort() and close() meanwhile
+                    self._check(jobs)
                     gone = await self.disconnected(jobs)
-                    self._running = False
+                    self.phase = Phase.WAITING
                     jobs = [j for j in jobs if j not in gone and not j.done]
                     if jobs:
                         return self._begin(Work(jobs, [], run=run))
             elif self.yield_to:
                 await self._give_way()
-            self._cut_next = False
+            self.phase = Phase.WAITING
             batch, padded = self.cut()
-            self._running = bool(batch)
-            self._inflight = _jobs_of(batch)
+            if not batch:
+                self._inflight = []
+                continue
+            self._check(_jobs_of(batch))
             gone = await self.disconnected(self._inflight)
-            self._running = False
+            self.phase = Phase.WAITING
             batch = [e for e in batch if e.job not in gone] if gone else batch
             if batch:
                 return self._begin(Work([], batch, padded))
 
+    def _check(self, jobs: list[Job]) -> None:
+        """Work in hand: not idle while its clients are asked, and reached by abort() and close()."""
+        self.phase = Phase.CHECKING
+        self._inflight = jobs
+
     def _begin(self, work: Work) -> Work:
-        self._running = self._busy = True
+        self.phase = Phase.RUNNING
         self._inflight = work.jobs or _jobs_of(work.batch)  # what abort() must reach
         self._tok_wakeup.set()
         return work
@@ -223,7 +237,7 @@ class Batcher:
     async def next_to_tokenise(self) -> list[Job]:
         """Overlap: wait until OVERLAP_MIN_INPUTS inputs are waiting while a hop runs, and take them."""
         while True:
-            while not (self._busy and self._pending_inputs >= OVERLAP_MIN_INPUTS):
+            while not (self.phase is Phase.RUNNING and self._pending_inputs >= OVERLAP_MIN_INPUTS):
                 self._tok_wakeup.clear()
                 await self._tok_wakeup.wait()
             self._tokenizing = jobs = self._take_pending()
@@ -273,12 +287,11 @@ class Batcher:
             elif done.batch:
                 self._deliver(done.batch, done.results)
         finally:
-            self._running = self._busy = False
             self._inflight = []
             self._last_end = time.perf_counter()
             if done.batch:
                 self._recent = len({en.job for en in done.batch})
-            self._cut_next = done.batch is None and bool(self._queue)
+            self.phase = Phase.CUT if done.batch is None and self._queue else Phase.WAITING
             self._idle_changed()
 
     def _admit(self, job: Job, entries: list[Entry]) -> None:

@@ -1,11 +1,13 @@
 """What the batcher queues and hands to the engine: a request (`Job`), one input of it
 (`Entry`), what tokenising a job came to (`Outcome`), the next hop (`Work`), a hop's outcome
-(`Done`), and the limits a batch is cut by (`Limits`, `length_buckets`).
+(`Done`), where the batcher's hop stands (`Phase`), and the limits a batch is cut by (`Limits`,
+`length_buckets`).
 service.engine.batching re-exports them."""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -31,6 +33,15 @@ def length_buckets(max_len: int) -> list[int]:
             out.append(p + p // 2)
         p *= 2
     return [*out, max_len]
+
+
+class Phase(enum.Enum):
+    """Where the hop stands (tokenising beside it, with overlap, is `Batcher._tokenizing`)."""
+
+    WAITING = "waiting"  # no hop in hand: waiting for work, gathering clients, giving way
+    CHECKING = "checking"  # a hop's jobs in hand, their clients asked whether they are still there
+    RUNNING = "running"  # a hop on the inference thread, until `finish`
+    CUT = "cut"  # the last hop queued entries without running them: the next cuts a batch at once
 
 
 @dataclass(eq=False, slots=True)

@@ -312,3 +312,33 @@ def test_max_rows_is_the_largest_batch_the_batcher_would_form():
         rows = lim.max_rows(padded)
         assert fits(lim, rows, padded) or rows == 1
         assert not fits(lim, rows + 1, padded)
+
+
+def test_the_hop_walks_its_phases_on_the_loop_alone():
+    """Driven by hand, as TEI's queue is tested: next → RUNNING, finish → WAITING; a hop that
+    tokenised more than one batch leaves CUT, and the next hop cuts a batch at once."""
+    from headwise.service.engine.batching import Batcher, Done, Phase
+
+    async def main():
+        b = Batcher(Limits(64, 2, 0.0, 100), [8, 16])
+        seen = [(b.phase, b.idle)]
+        submit(b, [5])
+        work = await b.next()
+        seen.append((b.phase, b.idle, [e.length for e in work.batch]))
+        b.finish(work, Done(None, work.batch, [None]))
+        seen.append((b.phase, b.idle))
+        job = Job(3, inputs=["a", "b", "c"])
+        b.submit(job)
+        work = await b.next()  # the raw job, to tokenise and run when it fits one batch
+        seen.append((b.phase, work.run, len(work.jobs)))
+        entries = [Entry(job, i, np.ones(n, np.int64), np.zeros(n, np.int64)) for i, n in enumerate((3, 4, 6))]
+        b.finish(work, Done([entries], None, None))  # over max_batch_size 2: queued, not run
+        seen.append((b.phase, b.idle, b.depth))
+        work = await b.next()
+        seen.append((b.phase, [e.length for e in work.batch]))
+        await b.close()
+        seen.append(type(job.future.exception()).__name__)  # its last input was still queued
+        return seen
+
+    assert run(main()) == [(Phase.WAITING, True), (Phase.RUNNING, False, [5]), (Phase.WAITING, True),
+                           (Phase.RUNNING, True, 1), (Phase.CUT, False, 3), (Phase.RUNNING, [3, 4]), "NotReady"]
