@@ -13,15 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwise.model.config import TransformerConfig
-from headwise.model.importers import bert
-from headwise.model.importers.common import (
-    activation,
-    check_model_type,
-    loaded,
-    read_checkpoint,
-    sizes,
-    weights_and_biases,
-)
+from headwise.model.importers import bert, common
 from headwise.model.transformer import Encoder
 
 MODEL_TYPES = {"distilbert"}
@@ -35,8 +27,8 @@ SIZES = {"vocab_size": "vocab_size", "d_model": "dim", "n_heads": "n_heads", "n_
 
 
 def config_from_hf(raw: dict) -> TransformerConfig:
-    check_model_type(raw, MODEL_TYPES, "DistilBERT")
-    return TransformerConfig(**sizes(raw, SIZES), **FAMILY, activation=activation(raw, "activation", "gelu", bert._ACT),
+    common.check_model_type(raw, MODEL_TYPES, "DistilBERT")
+    return TransformerConfig(**common.sizes(raw, SIZES), **FAMILY, activation=common.activation(raw, "activation", "gelu", bert._ACT),
                              dropout=raw.get("dropout", 0.1), pad_token_id=raw.get("pad_token_id", 0))
 
 
@@ -48,17 +40,17 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
              "self_attn.w_o": "attention.out_lin", "attn_residual.norm": "sa_layer_norm", "ff.w_1": "ffn.lin1",
              "ff.w_2": "ffn.lin2", "ff_residual.norm": "output_layer_norm"}
     for i in range(cfg.n_layers):
-        m |= weights_and_biases(f"layers.{i}.", f"transformer.layer.{i}.", pairs)
+        m |= common.weights_and_biases(f"layers.{i}.", f"transformer.layer.{i}.", pairs)
     return m
 
 
 def load(path: Path):
-    raw, _, state = read_checkpoint(path, ("distilbert.",))
+    raw, _, state = common.read_checkpoint(path, ("distilbert.",))
     cfg = config_from_hf(raw)
     keys = key_map(cfg)
     if TAGGER in (raw.get("architectures") or []):
         return bert.tagger(path, raw, state, cfg, keys, UNUSED, TAGGER, "distilbert")
     bert.check_no_task_head(path, raw, state, set(keys.values()), "DistilBertModel", "no classifier", UNUSED,
                             "DistilBERT", TAGGER)
-    return loaded(Encoder(cfg), state, keys), {"family": "distilbert", "architecture": ARCHITECTURE,
+    return common.loaded(Encoder(cfg), state, keys), {"family": "distilbert", "architecture": ARCHITECTURE,
                                                 "task": "embedding"}
