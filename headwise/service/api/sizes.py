@@ -43,19 +43,23 @@ def check_response_bytes(size: int, cap: int, advice: str) -> None:
                        f"({cap}); {advice}")
 
 
+def json_bytes(size: Size) -> int:
+    """What an answer of `size` takes in JSON, at most."""
+    n = (size.values * VALUE_BYTES + size.indices * JSON_INDEX_BYTES + size.tokens * TOKEN_BYTES
+         + size.chars * CHAR_BYTES + size.labels * LABEL_BYTES + size.records * RECORD_BYTES)
+    for b in size.blocks:
+        n += block_bytes(b)
+    return n
+
+
 class JsonMeasure:
     """service.engine.size.Measure for JSON answers."""
 
-    @staticmethod
-    def bytes(size: Size) -> int:
-        n = (size.values * VALUE_BYTES + size.indices * JSON_INDEX_BYTES + size.tokens * TOKEN_BYTES
-             + size.chars * CHAR_BYTES + size.labels * LABEL_BYTES + size.records * RECORD_BYTES)
-        for b in size.blocks:
-            n += block_bytes(b)
-        return n
+    bytes = staticmethod(json_bytes)
 
-    def check(self, size: Size, cap: int, advice: str) -> int:
-        n = JsonMeasure.bytes(size)
+    @staticmethod
+    def check(size: Size, cap: int, advice: str) -> int:
+        n = json_bytes(size)
         if n > cap:
             check_response_bytes(n, cap, advice)
         return n

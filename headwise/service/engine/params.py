@@ -178,18 +178,3 @@ class EmbedResult(Counted):
     data: list[Embedded]
     answer: Size  # what the answer holds, counted when it was tokenised
     timing: Timing | None = None  # where its time went (None: not run through a batcher's job)
-
-
-def answer_size(params: EmbedParams, encs: list[Encoded], d_model: int) -> Size:
-    """What these inputs answer: each embedding (one vector, or one per token), each input's
-    tokens and offsets, its attention and hidden states."""
-    t = 0
-    for e in encs:
-        t += e.length
-    vectors = (t if params.tokens else 0) + (len(encs) if params.sentence else 0)
-    blocks = ()
-    if params.attention is not None:
-        blocks += tuple(params.attention.block(e.length) for e in encs)
-    if params.hidden is not None:
-        blocks += tuple(params.hidden.block(e.length, d_model) for e in encs)
-    return Size(values=vectors * d_model, tokens=t, blocks=blocks)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from headwise.service.engine.outputs import REPOOLED, attention_payload, pool
-from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, answer_size
+from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
@@ -62,7 +62,18 @@ class EmbeddingHead:
         return sum(spec.nbytes(e.length) for e in encs), "asked-for attention"
 
     def answer_size(self, params: EmbedParams, encs: list[Encoded]) -> Size:
-        return answer_size(params, encs, self.d_model)
+        """What these inputs answer: each embedding (one vector, or one per token), each input's
+        tokens and offsets, its attention and hidden states."""
+        t = 0
+        for e in encs:
+            t += e.length
+        vectors = (t if params.tokens else 0) + (len(encs) if params.sentence else 0)
+        blocks = ()
+        if params.attention is not None:
+            blocks += tuple(params.attention.block(e.length) for e in encs)
+        if params.hidden is not None:
+            blocks += tuple(params.hidden.block(e.length, self.d_model) for e in encs)
+        return Size(vectors * self.d_model, 0, t, 0, 0, 0, blocks)  # values, tokens and blocks
 
     def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
         return spec.returned_bytes(enc.length)

@@ -3,7 +3,6 @@ hand-made vectors (service.api.compat.cohere), the answer's shape, and every ref
 Cohere's error shape ({"message"}) naming its field."""
 
 import base64
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -170,11 +169,11 @@ def test_missing_model_and_malformed_body(client):
 def test_response_bound_counts_every_type(package):
     from headwise.service.api.responses import echoed_bytes
     from headwise.service.api.sizes import JSON
-    from headwise.service.engine.params import EmbedParams, answer_size
+    from headwise.service.engine.size import Size
     from tests.unit.fakes import client_for, wait_ready
 
     texts = ["the cat sat on the mat"] * 4  # 8 tokens each
-    floats = JSON.bytes(answer_size(EmbedParams(), [SimpleNamespace(length=8)] * 4, D_MODEL))
+    floats = JSON.bytes(Size(values=4 * D_MODEL, tokens=4 * 8))  # 4 sentence embeddings, their tokens
     bound = echoed_bytes(texts) + cohere.ENVELOPE_BYTES + floats
     with client_for(package, max_response_bytes=bound + 2 * floats - 1) as c:  # room for 2 types, not 3
         wait_ready(c)
