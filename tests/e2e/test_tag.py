@@ -12,7 +12,9 @@ import torch
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
-TEXTS = ["Sarah Jessica Parker lives in Berkeley.", "the cat", "a dog sat on the mat, and the cat did not"]
+# words the tiny vocabulary splits into pieces ("berkeley"), and ones it does not know at all ("中", "#")
+TEXTS = ["Sarah Jessica Parker lives in Berkeley.", "the cat", "a dog sat on the mat, and the cat did not",
+         "Berkeleyan wanderings of Zoë in 中國, #1"]
 
 
 @pytest.fixture(scope="module", params=["inprocess", "process"])
@@ -60,7 +62,7 @@ def test_tags_equal_transformers_whatever_shares_the_batch(srv, ref):
                                atol=1e-5)
 
 
-@pytest.mark.parametrize("strategy", ["none", "simple"])
+@pytest.mark.parametrize("strategy", ["none", "simple", "first", "average", "max"])
 def test_the_hub_clients_token_classification_equals_transformers_pipeline(srv, ref, strategy):
     from huggingface_hub import InferenceClient
     from transformers import pipeline
@@ -117,5 +119,5 @@ def test_other_routes_refuse_a_tagger_in_their_shape(srv):
     assert r.status_code == 422 and "use POST /v1/tag" in r.json()["error"]["message"], r.text
     r = srv.post("/v1/predict", {"inputs": "x"})
     assert r.status_code == 422 and "token-classification model" in r.json()["error"]["message"], r.text
-    r = srv.post("/", {"inputs": "x", "parameters": {"aggregation_strategy": "first"}})
+    r = srv.post("/", {"inputs": "x", "parameters": {"aggregation_strategy": "longest"}})
     assert r.status_code == 422 and r.json()["error_type"] == "Validation", r.text

@@ -236,6 +236,25 @@ class TextTokenizer:
         added = {i for i, t in self._full.get_added_tokens_decoder().items() if t.special}
         return frozenset(added | _processor_ids(json.loads(self._full.to_str()).get("post_processor")))
 
+    @cached_property
+    def word_aware(self) -> bool:
+        """Whether the model marks a word's later pieces (WordPiece's "##"), so that a piece
+        can be told from a word by its string alone (transformers' token-classification
+        pipeline asks the same of the model's `continuing_subword_prefix`)."""
+        return bool(getattr(self._full.model, "continuing_subword_prefix", None))
+
+    @cached_property
+    def unk_id(self) -> int | None:
+        """The unknown token's id: the model's own (WordPiece, BPE), else `<unk>`'s (Unigram)."""
+        unk = getattr(self._full.model, "unk_token", None) or "<unk>"
+        return self._full.token_to_id(unk)
+
+    def join(self, tokens: list[str]) -> str:
+        """Token strings as the tokenizer's decoder joins them ("##" pieces glued), as
+        transformers' `convert_tokens_to_string` does."""
+        decoder = self._full.decoder
+        return decoder.decode(tokens) if decoder is not None else " ".join(tokens)
+
     def decode(self, seqs: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """Token ids back to text, as the tokenizer's decoder joins them (WordPiece's "##"
         pieces glued); ids outside the vocabulary raise Validation."""

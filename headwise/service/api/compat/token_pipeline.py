@@ -1,16 +1,20 @@
 """The answer of transformers' token-classification pipeline, as Hugging Face Inference
 Endpoints serve it and huggingface_hub's `InferenceClient.token_classification` reads it: per
-token `{entity, score, index, word, start, end}` (aggregation "none"), or per group of tokens
-`{entity_group, score, word, start, end}` (aggregation "simple": B-/I- tags fused, as the
-pipeline's `group_entities`). Labels in `ignore_labels` (the pipeline's default: ["O"]) are
-left out after grouping. The word-based strategies ("first", "average", "max") are refused,
-never answered as another. Pure shaping: the TEI router's POST / calls Engine.tag and this."""
+token `{entity, score, index, word, start, end}` (aggregation "none"), or per group
+`{entity_group, score, word, start, end}`: "simple" fuses tokens whose B-/I- tags continue one
+another (the pipeline's `group_entities`); "first", "average" and "max" first make each word
+one entity (its first piece's label, its pieces' mean scores' best, or its most confident
+piece's label: `aggregate_words`), then fuse those. A word's later pieces are told as the
+pipeline tells them: by their string's length against the text they cover when the tokenizer
+marks pieces (WordPiece's "##"), else by having no space before them. Labels in
+`ignore_labels` (the pipeline's default: ["O"]) are left out after grouping. Pure shaping: the
+TEI router's POST / calls Engine.tag and this."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from headwise.service.api.compat.tei import TeiBody
@@ -18,7 +22,7 @@ from headwise.service.engine.heads.tokens import Tagged
 from headwise.service.errors import Validation
 
 Strategy = Literal["none", "simple", "first", "average", "max"]
-SERVED = ("none", "simple")
+WORDS = ("first", "average", "max")
 # The bytes of one entity beyond its word's and label's characters (escaped at worst: 6 a character).
 ENTITY_BYTES = 128
 
@@ -26,7 +30,8 @@ ENTITY_BYTES = 128
 class TokenClassificationParameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    aggregation_strategy: Strategy | None = Field(None, description="none (the default) or simple")
+    aggregation_strategy: Strategy | None = Field(None, description="none (the default), simple, first, average "
+                                                  "or max")
     ignore_labels: list[StrictStr] | None = Field(None, description='labels left out; default ["O"]')
     stride: StrictInt | None = Field(None, description="refused: a text is cut at max_len tokens")
 
@@ -43,9 +48,6 @@ def options(body: TokenClassificationRequest) -> tuple[str, set[str]]:
     """(aggregation, ignored labels); Validation for what would be answered otherwise than asked."""
     p = body.parameters or TokenClassificationParameters()
     strategy = p.aggregation_strategy or "none"
-    if strategy not in SERVED:
-        raise Validation(f"parameters.aggregation_strategy {strategy!r} is not served (it groups by words); "
-                         "send none or simple", field="parameters")
     if p.stride is not None:
         raise Validation("parameters.stride is not served: a text longer than the model's max_len is cut there",
                          field="parameters")
@@ -58,16 +60,32 @@ def size(text: str, n_tokens: int, labels: list[str]) -> int:
     return 64 + n_tokens * (ENTITY_BYTES + 6 * max(len(x) for x in labels)) + 6 * 3 * len(text)
 
 
-def entities(t: Tagged, labels: list[str], strategy: str, ignore: set[str],
-             words: Callable[[list[int]], str]) -> list[dict]:
-    """The pipeline's entities of one text: `words(positions)` is the text of those tokens as
-    the tokenizer's decoder writes them (the pipeline's convert_tokens_to_string)."""
+class Pieces(Protocol):
+    """What the pipeline reads of the tokenizer (service.engine.tokenizer.TextTokenizer)."""
+
+    word_aware: bool  # a word's later pieces are marked (WordPiece's "##")
+    unk_id: int | None
+
+    def join(self, tokens: list[str]) -> str: ...  # transformers' convert_tokens_to_string
+
+
+def entities(t: Tagged, labels: list[str], strategy: str, ignore: set[str], text: str, pieces: Pieces) -> list[dict]:
+    """The pipeline's entities of one `text`."""
     best = t.logits.argmax(axis=-1).tolist()
-    tokens, offsets = t.encoding.tokens, t.encoding.offsets
-    singles = [{"entity": labels[best[i]], "score": float(t.scores[i, best[i]]), "index": i, "word": tokens[i],
-                "start": offsets[i][0], "end": offsets[i][1]} for i in t.labelled]
+    enc = t.encoding
+    ids, tokens, offsets = enc.ids.tolist(), enc.tokens, enc.offsets
+    singles = []
+    for i in t.labelled:
+        start, end = offsets[i]
+        word, sub = tokens[i], _is_subword(tokens[i], text, start, end, pieces.word_aware)
+        if ids[i] == pieces.unk_id:  # the text it stands for, a word of its own
+            word, sub = text[start:end], False
+        singles.append({"entity": labels[best[i]], "score": float(t.scores[i, best[i]]), "index": i, "word": word,
+                        "start": start, "end": end, "subword": sub})
     if strategy == "none":
-        return [e for e in singles if e["entity"] not in ignore]
+        return [{k: v for k, v in e.items() if k != "subword"} for e in singles if e["entity"] not in ignore]
+    if strategy in WORDS:
+        singles = [_word(w, t.scores, labels, strategy, pieces) for w in _words(singles)]
     groups: list[list[dict]] = []
     for e in singles:
         bi, tag = _tag(e["entity"])
@@ -80,9 +98,40 @@ def entities(t: Tagged, labels: list[str], strategy: str, ignore: set[str],
         group = g[0]["entity"].split("-", 1)[-1]
         if group in ignore:
             continue
-        out.append({"entity_group": group, "score": sum(e["score"] for e in g) / len(g),
-                    "word": words([e["index"] for e in g]), "start": g[0]["start"], "end": g[-1]["end"]})
+        out.append({"entity_group": group, "score": float(np.nanmean([e["score"] for e in g])),
+                    "word": pieces.join([e["word"] for e in g]), "start": g[0]["start"], "end": g[-1]["end"]})
     return out
+
+
+def _is_subword(token: str, text: str, start: int, end: int, word_aware: bool) -> bool:
+    if word_aware:
+        return len(token) != end - start  # "##ing" covers 3 characters
+    return start > 0 and " " not in text[start - 1:start + 1]
+
+
+def _words(singles: list[dict]) -> list[list[dict]]:
+    """Tokens in words: a word is a token and the pieces after it."""
+    words: list[list[dict]] = []
+    for e in singles:
+        if words and e["subword"]:
+            words[-1].append(e)
+        else:
+            words.append([e])
+    return words
+
+
+def _word(pieces_of: list[dict], scores: np.ndarray, labels: list[str], strategy: str, pieces: Pieces) -> dict:
+    """One word's entity (the pipeline's `aggregate_word`)."""
+    rows = scores[[e["index"] for e in pieces_of]]  # [pieces, n_labels]
+    if strategy == "first":
+        row = rows[0]
+    elif strategy == "max":
+        row = rows[int(rows.max(axis=-1).argmax())]  # the first most confident piece
+    else:
+        row = np.nanmean(rows, axis=0)
+    k = int(row.argmax())
+    return {"entity": labels[k], "score": float(row[k]), "word": pieces.join([e["word"] for e in pieces_of]),
+            "start": pieces_of[0]["start"], "end": pieces_of[-1]["end"]}
 
 
 def _tag(label: str) -> tuple[str, str]:

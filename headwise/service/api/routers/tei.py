@@ -312,15 +312,10 @@ async def token_classification(body: token_pipeline.TokenClassificationRequest, 
     strategy, ignore = token_pipeline.options(body)
     result = await engine.tag(rt, [body.inputs], TagParams(), probe)
     tagged = result.data[0]
-    ids = tagged.encoding.ids.tolist()
-
-    def words(positions: list[int]) -> str:
-        return rt.tokenizer.decode([[ids[i] for i in positions]], skip_special_tokens=False)[0]
-
     size = token_pipeline.size(body.inputs, tagged.encoding.length, result.labels)
     check_response_bytes(size, engine.settings.max_response_bytes, "send a shorter text")
     return await budgeted_json(engine.responses, size, lambda: token_pipeline.entities(
-        tagged, result.labels, strategy, ignore, words))
+        tagged, result.labels, strategy, ignore, body.inputs, rt.tokenizer))
 
 
 # -- helpers -----------------------------------------------------------------------------------

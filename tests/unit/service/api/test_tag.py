@@ -143,7 +143,11 @@ def test_teis_root_answers_the_token_classification_pipelines_shape(tagger):
     assert sum(e["end"] - e["start"] for e in simple) <= len("the cat sat on the mat")
     assert simple and all("entity_group" in e and e["entity_group"] in ("O", "PER") for e in simple)
     tei_error(tagger.post("/", json={"inputs": "x", "parameters": {"stride": 4}}), 422, "Validation")
-    tei_error(tagger.post("/", json={"inputs": "x", "parameters": {"aggregation_strategy": "max"}}), 422,
+    for strategy in ("first", "average", "max"):  # word-level: each of these words is one token here
+        words = tagger.post("/", json={"inputs": "the cat sat on the mat", "parameters": {
+            "aggregation_strategy": strategy, "ignore_labels": []}}).json()
+        assert [(e["entity_group"], e["word"]) for e in words] == [(e["entity_group"], e["word"]) for e in simple]
+    tei_error(tagger.post("/", json={"inputs": "x", "parameters": {"aggregation_strategy": "longest"}}), 422,
               "Validation")
     info = tagger.get("/info").json()
     assert info["model_type"] == {"token_classifier": {"id2label": {"0": "O", "1": "B-PER", "2": "I-PER"},
