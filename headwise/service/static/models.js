@@ -15,8 +15,10 @@ export async function loadModels() {
     const res = await api("/v1/models");
     const all = (res.data || res.models || []).filter((m) => modelId(m));
     // generative models (decoder, encoder-decoder) have their own panel: generate.js
-    // classification models (cross-encoders, classifiers) answer /v1/rerank, not /v1/embed: rerank.js
-    state.models = all.filter((m) => (!m.architecture || m.architecture === "encoder") && m.task !== "classification");
+    // classification models (cross-encoders, classifiers) answer /v1/rerank, not /v1/embed: rerank.js;
+    // taggers (token classification) answer /v1/tag: tag.js
+    state.models = all.filter((m) => (!m.architecture || m.architecture === "encoder")
+      && m.task !== "classification" && m.task !== "token-classification");
     if (!state.models.length && all.length) {
       $("#run-form").hidden = true;
       select.replaceChildren(h("option", { value: "" }, "no encoder model"));
