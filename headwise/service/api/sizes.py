@@ -43,12 +43,15 @@ def check_response_bytes(size: int, cap: int, advice: str) -> None:
                        f"({cap}); {advice}")
 
 
-def json_bytes(size: Size) -> int:
-    """What an answer of `size` takes in JSON, at most."""
+def json_bytes(size: Size, cap: int | None = None, advice: str = "") -> int:
+    """What an answer of `size` takes in JSON, at most; with `cap`, refused over it (one
+    function for both: the engine asks once per request, before inference)."""
     n = (size.values * VALUE_BYTES + size.indices * JSON_INDEX_BYTES + size.tokens * TOKEN_BYTES
          + size.chars * CHAR_BYTES + size.labels * LABEL_BYTES + size.records * RECORD_BYTES)
     for b in size.blocks:
         n += block_bytes(b)
+    if cap is not None and n > cap:
+        check_response_bytes(n, cap, advice)
     return n
 
 
@@ -56,13 +59,7 @@ class JsonMeasure:
     """service.engine.size.Measure for JSON answers."""
 
     bytes = staticmethod(json_bytes)
-
-    @staticmethod
-    def check(size: Size, cap: int, advice: str) -> int:
-        n = json_bytes(size)
-        if n > cap:
-            check_response_bytes(n, cap, advice)
-        return n
+    check = staticmethod(json_bytes)
 
 
 JSON = JsonMeasure()

@@ -48,6 +48,7 @@ class ClassifyResult(Counted):
     labels: list[str]  # id2label order
     data: list[Classified]  # in input order
     answer: Size  # what every input's answer holds, counted when they were tokenised
+    answer_bytes: int  # what that takes as the engine's Measure writes it (JSON: what routers reserve)
     timing: Timing | None = None  # where its time went
 
 

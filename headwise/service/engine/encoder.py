@@ -85,12 +85,12 @@ class EncoderRuntime:
     # -- the operations (event loop; the engine has checked the capability) -------------------
     async def submit(self, inputs: Inputs, params: RequestParams,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-                     field: str = "inputs") -> tuple[list, Size, Timing]:
+                     field: str = "inputs") -> tuple[list, Size, int, Timing]:
         """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
         analysis variant's for hidden states or removed heads, else the attention variant's when
         they ask for attention), tokenised on its thread together with
-        whatever else is waiting → (each input's answer, what the answer holds, where its time
-        went); counts the attention returned and its statistics."""
+        whatever else is waiting → (each input's answer, what the answer holds and the bytes
+        the engine's Measure says that takes, where its time went); counts the attention returned and its statistics."""
         role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
@@ -109,7 +109,7 @@ class EncoderRuntime:
             self.series.attention_bytes.inc(sum(self.head.returned_bytes(spec, d.encoding) for d in data))
             if spec.aggregate != "none":
                 self.series.aggregate(spec.aggregate).inc()
-        return data, job.answer, job.timing
+        return data, job.answer, job.answer_bytes, job.timing
 
     async def run_encoded(self, encs: list[Encoded], params: RequestParams,
                           holes: list[tuple[int, ...]] | None = None,
@@ -324,7 +324,7 @@ class EncoderRuntime:
                 raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
                                "heads or inputs" + (", or inputs of similar length" if params.padded_attention else ""))
         job.answer = answer = self.head.answer_size(params, encs)
-        self.measure.check(answer, self.settings.max_response_bytes, TOO_LARGE)
+        job.answer_bytes = self.measure.check(answer, self.settings.max_response_bytes, TOO_LARGE)
         hist = self.series.input_tokens
         for e in encs:
             hist.observe(e.length)

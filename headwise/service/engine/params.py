@@ -177,4 +177,5 @@ class EmbedResult(Counted):
     version: str
     data: list[Embedded]
     answer: Size  # what the answer holds, counted when it was tokenised
+    answer_bytes: int  # what that takes as the engine's Measure writes it (JSON: what routers reserve)
     timing: Timing | None = None  # where its time went (None: not run through a batcher's job)

@@ -58,6 +58,7 @@ class Job:
     left: int = 0
     enqueued_at: float = 0.0
     answer: Size = NOTHING  # what its answer holds, counted once when it is tokenised
+    answer_bytes: int = 0  # what that takes as the engine's Measure writes it (checked then)
     timing: Timing = field(default_factory=Timing)
     trace: object = None  # the request's span context when tracing (service.tracing)
 

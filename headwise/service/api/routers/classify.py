@@ -22,7 +22,6 @@ from headwise.service.api.dependencies import (
 from headwise.service.api.ranking import rank
 from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json
 from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
-from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.internals import Ablation
@@ -203,7 +202,7 @@ async def predict(request: Request, body: Json[PredictRequest],
             data.append([{"label": result.labels[j], "score": float(c.scores[j])} for j in ranked])
         return {"model": result.model, "data": data, "usage": result.usage}
 
-    return await budgeted_json(engine.responses, ENVELOPE_BYTES + JSON.bytes(result.answer), build)
+    return await budgeted_json(engine.responses, ENVELOPE_BYTES + result.answer_bytes, build)
 
 
 def predict_inputs(inputs) -> list:

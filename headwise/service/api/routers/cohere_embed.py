@@ -28,7 +28,7 @@ from headwise.service.api.dependencies import (
 from headwise.service.api.errors import COHERE, route_class
 from headwise.service.api.responses import budgeted_json, echoed_bytes
 from headwise.service.api.routers.openai import shorten
-from headwise.service.api.sizes import JSON, check_response_bytes
+from headwise.service.api.sizes import check_response_bytes
 from headwise.service.engine import Capability, Engine, matryoshka, prompts
 from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import (
@@ -65,7 +65,7 @@ async def embed(request: Request, body: Json[cohere.EmbedRequest],
     except Validation as e:
         raise _too_long(e, body.truncate) from None
     # each type writes at most what float does (16 bytes a value, tokens counted besides)
-    size = echoed + JSON.bytes(result.answer) * len(types)
+    size = echoed + result.answer_bytes * len(types)
     check_response_bytes(size, cap, "ask for fewer embedding_types, or send fewer texts")
 
     def build() -> dict:

@@ -16,7 +16,6 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.responses import budgeted_json
 from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
-from headwise.service.api.sizes import JSON
 from headwise.service.api.timing import characters, tei_headers
 from headwise.service.engine import Engine, prompts
 from headwise.service.engine.internals import Ablation, HiddenSpec
@@ -67,7 +66,7 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
 
     # the prompt's echo and each item's span: beyond what the engine counted per token
     extra = 64 + 6 * len(used["text"]) + 32 * len(texts) if used else 0
-    return await budgeted_json(engine.responses, JSON.bytes(result.answer) + extra, build,
+    return await budgeted_json(engine.responses, result.answer_bytes + extra, build,
                                headers=tei_headers(rt, result, started, characters(texts)))
 
 

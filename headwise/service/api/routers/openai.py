@@ -22,7 +22,6 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.errors import OPENAI, route_class
 from headwise.service.api.responses import budgeted_json
-from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine, matryoshka, prompts
 from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import InvalidRequest
@@ -68,4 +67,4 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
         return {"object": "list", "data": data, "model": result.model, "usage": result.usage}
 
     # counted in flight like /v1/embed's answers (an upper bound: it counts tokens it does not send)
-    return await budgeted_json(engine.responses, JSON.bytes(result.answer), build)
+    return await budgeted_json(engine.responses, result.answer_bytes, build)

@@ -16,7 +16,6 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json
 from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
-from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine
 from headwise.service.engine.heads.tokens import TagParams
 from headwise.service.engine.internals import Ablation
@@ -99,4 +98,4 @@ async def tag(request: Request, body: Json[TagRequest], engine: Engine = Depends
         return {"model": result.model, "labels": labels, "data": data, "usage": result.usage}
 
     extra = ENVELOPE_BYTES + sum(6 * len(x) + 4 for x in labels)  # the labels' list, beside the envelope
-    return await budgeted_json(engine.responses, JSON.bytes(result.answer) + extra, build)
+    return await budgeted_json(engine.responses, result.answer_bytes + extra, build)

@@ -104,7 +104,7 @@ async def embed(request: Request, body: Json[tei.EmbedRequest], engine: Engine =
     cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
     inputs = _prompted(engine, rt, inputs, body.prompt_name)
     result = await engine.embed(rt, inputs, EmbedParams(normalize=body.normalize, truncate=truncate), probe)
-    return await budgeted_json(engine.responses, JSON.bytes(result.answer), lambda: [
+    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [
         tei.matryoshka(e.sentence, cut, body.normalize) for e in result.data],
         headers=tei_headers(rt, result, started, characters(inputs)))
 
@@ -117,7 +117,7 @@ async def embed_all(request: Request, body: Json[tei.EmbedAllRequest], engine: E
     params = EmbedParams(sentence=False, tokens=True, truncate=truncate)
     inputs = _prompted(engine, rt, _inputs(body.inputs), body.prompt_name)
     result = await engine.embed(rt, inputs, params, probe)
-    return await budgeted_json(engine.responses, JSON.bytes(result.answer), lambda: [e.tokens for e in result.data],
+    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [e.tokens for e in result.data],
                                headers=tei_headers(rt, result, started, characters(inputs)))
 
 
@@ -195,7 +195,7 @@ async def predict(request: Request, body: Json[tei.PredictRequest], engine: Engi
             out.append(ranked[:extra.top_k] if extra.top_k else ranked)
         return out[0] if single else out
 
-    return await budgeted_json(engine.responses, JSON.bytes(result.answer), build,
+    return await budgeted_json(engine.responses, result.answer_bytes, build,
                                headers=tei_headers(rt, result, started, characters(items)))
 
 

@@ -45,6 +45,7 @@ class TagResult(Counted):
     labels: list[str]  # id2label order
     data: list[Tagged]  # in input order
     answer: Size  # what every input's answer holds, counted when they were tokenised
+    answer_bytes: int  # what that takes as the engine's Measure writes it (JSON: what routers reserve)
     timing: Timing | None = None
 
 

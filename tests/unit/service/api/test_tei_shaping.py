@@ -45,6 +45,7 @@ def _classifier(c, monkeypatch, labels, logits):
     from dataclasses import replace
     from types import SimpleNamespace
 
+    from headwise.service.api.sizes import JSON
     from headwise.service.engine.classify import (
         Classified,
         ClassifyResult,
@@ -68,8 +69,8 @@ def _classifier(c, monkeypatch, labels, logits):
         enc = tiny.tokenizer.encode(["x"])[0]
         data = [Classified(enc, np.float32(row), activate(np.float32(row), params.raw_scores), None)
                 for row in logits[:len(items)]]
-        return ClassifyResult("zcls", "1", list(labels), data,
-                              total(answer_size(params, d.encoding, list(labels)) for d in data))
+        size = total(answer_size(params, d.encoding, list(labels)) for d in data)
+        return ClassifyResult("zcls", "1", list(labels), data, size, JSON.bytes(size))
 
     async def rerank(rt, query, texts, params, probe=None):
         return await classify(rt, [(query, t) for t in texts], params, probe)
