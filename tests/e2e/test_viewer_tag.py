@@ -77,9 +77,9 @@ def test_tag_view_shows_the_apis_labels_and_attention(page, tg_server):
         page.select_option("#tg-head", str(head))
         b = _on_screen(page)
         want = full[layer, head][np.ix_(at, at)]
-        assert (b["layer"], b["head"], b["T"]) == (a["layers"][layer], a["heads"][head], len(at))
-        assert b["tokens"] == [t["token"] for t in item["tokens"]]
-        np.testing.assert_array_equal(np.asarray(b["values"], np.float32).reshape(b["T"], b["T"]), want)
+        assert (b["layer"], b["head"], b["R"], b["C"]) == (a["layers"][layer], a["heads"][head], len(at), len(at))
+        assert b["rows"] == b["cols"] == [t["token"] for t in item["tokens"]]
+        np.testing.assert_array_equal(np.asarray(b["values"], np.float32).reshape(b["R"], b["C"]), want)
     heat = page.locator("#tg-heat")
     r, c = np.unravel_index(int(np.argmax(want)), want.shape)
     assert _pixel(page, int(r), int(c))[:3] == [8, 48, 107]  # the block's largest weight: the darkest cell

@@ -14,7 +14,7 @@
  */
 import { api, modelsWhere } from "./api.js";
 import { decodeAttention } from "./decode.js";
-import { cmapCss } from "./colours.js";
+import { drawBlock, fillPicker, readout } from "./blockheat.js";
 import { $, h } from "./dom.js";
 import { panelFailed } from "./errors.js";
 
@@ -44,56 +44,13 @@ function draw() {
   const b = block();
   const canvas = $("#rr-heat");
   if (!b) return;
-  const cell = Math.max(8, Math.min(30, Math.floor(480 / Math.max(b.R, b.C, 1))));
-  const left = 100, top = 80;
-  canvas.width = left + b.C * cell + 4;
-  canvas.height = top + b.R * cell + 4;
-  let max = 0;
-  for (const v of b.values) max = Math.max(max, v);
-  Object.assign(canvas.dataset, {
-    left, top, cell, rows: b.R, cols: b.C, layer: b.layer, head: b.head, index: b.index,
-    dir: state.dir, max: String(max),
-  });
+  drawBlock(canvas, b);
+  Object.assign(canvas.dataset, { layer: b.layer, head: b.head, index: b.index, dir: state.dir });
   canvas.setAttribute("aria-label", `${state.dir === "qd" ? "Query → document" : "Document → query"} attention of `
     + `document ${b.index}, layer ${b.layer}, head ${b.head}: ${b.R} rows × ${b.C} columns`);
-  const ctx = canvas.getContext("2d");
-  ctx.fillStyle = "#fff";
-  ctx.fillRect(0, 0, canvas.width, canvas.height);
-  for (let r = 0; r < b.R; r++) for (let c = 0; c < b.C; c++) {
-    ctx.fillStyle = cmapCss(b.values[r * b.C + c] / (max || 1));
-    ctx.fillRect(left + c * cell, top + r * cell, cell, cell);
-  }
-  ctx.strokeStyle = "#d9dde5";
-  ctx.strokeRect(left - 0.5, top - 0.5, b.C * cell + 1, b.R * cell + 1);
-  ctx.fillStyle = "#1d2330";
-  ctx.font = `${Math.min(12, cell)}px system-ui, sans-serif`;
-  ctx.textBaseline = "middle";
-  ctx.textAlign = "right";
-  b.rows.forEach((t, r) => ctx.fillText(String(t).slice(0, 12), left - 4, top + (r + 0.5) * cell));
-  ctx.textAlign = "left";
-  b.cols.forEach((t, c) => {
-    ctx.save();
-    ctx.translate(left + (c + 0.5) * cell, top - 4);
-    ctx.rotate(-Math.PI / 3);
-    ctx.fillText(String(t).slice(0, 12), 0, 0);
-    ctx.restore();
-  });
   $("#rr-caption").textContent = b.R && b.C
     ? `Document ${b.index} · layer ${b.layer} · head ${b.head} · rows: ${state.dir === "qd" ? "query" : "document"} tokens`
     : `Document ${b.index} has no tokens to show`;
-}
-
-function readout(e) {
-  const b = block();
-  if (!b) return;
-  const d = e.currentTarget.dataset, rect = e.currentTarget.getBoundingClientRect();
-  const c = Math.floor((e.clientX - rect.left - Number(d.left)) / Number(d.cell));
-  const r = Math.floor((e.clientY - rect.top - Number(d.top)) / Number(d.cell));
-  if (r < 0 || c < 0 || r >= b.R || c >= b.C) return;
-  const v = b.values[r * b.C + c];
-  const out = $("#rr-readout");
-  Object.assign(out.dataset, { row: r, col: c, value: String(v) });
-  out.textContent = `${b.rows[r]} → ${b.cols[c]}: ${v.toPrecision(5)}`;
 }
 
 function renderResults() {
@@ -133,13 +90,8 @@ async function run() {
     if (seq !== state.run) return;
     state.result = res;
     const first = res.results[0] && res.results[0].attention;
-    const fill = (sel, items, keep) => {
-      sel.replaceChildren(...items.map((n, i) => h("option", { value: String(i) }, String(n))));
-      sel.value = String(Math.min(keep, Math.max(items.length - 1, 0)));
-      return Number(sel.value);
-    };
-    state.layer = fill($("#rr-layer"), first ? first.layers : [], state.layer);
-    state.head = fill($("#rr-head"), first ? first.heads : [], state.head);
+    state.layer = fillPicker($("#rr-layer"), first ? first.layers : [], state.layer);
+    state.head = fillPicker($("#rr-head"), first ? first.heads : [], state.head);
     state.pick = 0;
     renderResults();
     $("#rr-views").hidden = false;
@@ -168,7 +120,7 @@ async function init() {
   $("#rr-layer").addEventListener("change", (e) => { state.layer = Number(e.target.value); draw(); });
   $("#rr-head").addEventListener("change", (e) => { state.head = Number(e.target.value); draw(); });
   $("#rr-dir").addEventListener("change", (e) => { state.dir = e.target.value; draw(); });
-  $("#rr-heat").addEventListener("mousemove", readout);
+  $("#rr-heat").addEventListener("mousemove", (e) => readout(e, block(), $("#rr-readout")));
   document.body.dataset.rrState = "idle";
 }
 

@@ -12,7 +12,7 @@
  */
 import { api, modelsWhere } from "./api.js";
 import { decodeAttention } from "./decode.js";
-import { cmapCss } from "./colours.js";
+import { drawBlock, fillPicker, readout } from "./blockheat.js";
 import { $, h } from "./dom.js";
 import { panelFailed } from "./errors.js";
 
@@ -20,7 +20,7 @@ const state = { models: [], result: null, pick: -1, layer: 0, head: 0, run: 0 };
 
 export const isTagger = (m) => m.task === "token-classification";
 
-// The block on screen: {tokens, labels, T, values (Float32Array, [T, T]), layer, head}.
+// The block on screen (blockheat.js's, [T, T] over the labelled tokens), with its layer and head.
 function block() {
   const res = state.result;
   if (!res) return null;
@@ -31,67 +31,21 @@ function block() {
   const off = (state.layer * H + state.head) * N * N;
   const values = new Float32Array(at.length * at.length);
   at.forEach((r, i) => at.forEach((c, j) => { values[i * at.length + j] = all[off + r * N + c]; }));
-  return {
-    tokens: d.tokens.map((t) => t.token), labels: d.tokens.map((t) => t.label), T: at.length, values,
-    layer: a.layers[state.layer], head: a.heads[state.head],
-  };
+  const tokens = d.tokens.map((t) => t.token);
+  return { rows: tokens, cols: tokens, R: at.length, C: at.length, values, layer: a.layers[state.layer],
+    head: a.heads[state.head] };
 }
 
 function draw() {
   const b = block();
   const canvas = $("#tg-heat");
   if (!b) return;
-  const cell = Math.max(8, Math.min(30, Math.floor(480 / Math.max(b.T, 1))));
-  const left = 100, top = 80;
-  canvas.width = left + b.T * cell + 4;
-  canvas.height = top + b.T * cell + 4;
-  let max = 0;
-  for (const v of b.values) max = Math.max(max, v);
-  Object.assign(canvas.dataset, { left, top, cell, rows: b.T, cols: b.T, layer: b.layer, head: b.head,
-    max: String(max) });
+  drawBlock(canvas, b, state.pick);
+  Object.assign(canvas.dataset, { layer: b.layer, head: b.head });
   canvas.setAttribute("aria-label", `Attention between the text's tokens, layer ${b.layer}, head ${b.head}: `
-    + `${b.T} rows × ${b.T} columns`);
-  const ctx = canvas.getContext("2d");
-  ctx.fillStyle = "#fff";
-  ctx.fillRect(0, 0, canvas.width, canvas.height);
-  for (let r = 0; r < b.T; r++) for (let c = 0; c < b.T; c++) {
-    ctx.fillStyle = cmapCss(b.values[r * b.T + c] / (max || 1));
-    ctx.fillRect(left + c * cell, top + r * cell, cell, cell);
-  }
-  ctx.strokeStyle = "#d9dde5";
-  ctx.strokeRect(left - 0.5, top - 0.5, b.T * cell + 1, b.T * cell + 1);
-  if (state.pick >= 0) {
-    ctx.strokeStyle = "#e8590c";
-    ctx.strokeRect(left - 0.5, top + state.pick * cell - 0.5, b.T * cell + 1, cell + 1);
-  }
-  ctx.fillStyle = "#1d2330";
-  ctx.font = `${Math.min(12, cell)}px system-ui, sans-serif`;
-  ctx.textBaseline = "middle";
-  ctx.textAlign = "right";
-  b.tokens.forEach((t, r) => ctx.fillText(String(t).slice(0, 12), left - 4, top + (r + 0.5) * cell));
-  ctx.textAlign = "left";
-  b.tokens.forEach((t, c) => {
-    ctx.save();
-    ctx.translate(left + (c + 0.5) * cell, top - 4);
-    ctx.rotate(-Math.PI / 3);
-    ctx.fillText(String(t).slice(0, 12), 0, 0);
-    ctx.restore();
-  });
-  $("#tg-caption").textContent = b.T ? `Layer ${b.layer} · head ${b.head} · rows attend to columns`
+    + `${b.R} rows × ${b.C} columns`);
+  $("#tg-caption").textContent = b.R ? `Layer ${b.layer} · head ${b.head} · rows attend to columns`
     : "The text has no token to show";
-}
-
-function readout(e) {
-  const b = block();
-  if (!b) return;
-  const d = e.currentTarget.dataset, rect = e.currentTarget.getBoundingClientRect();
-  const c = Math.floor((e.clientX - rect.left - Number(d.left)) / Number(d.cell));
-  const r = Math.floor((e.clientY - rect.top - Number(d.top)) / Number(d.cell));
-  if (r < 0 || c < 0 || r >= b.T || c >= b.T) return;
-  const v = b.values[r * b.T + c];
-  const out = $("#tg-readout");
-  Object.assign(out.dataset, { row: r, col: c, value: String(v) });
-  out.textContent = `${b.tokens[r]} → ${b.tokens[c]}: ${v.toPrecision(5)}`;
 }
 
 // Each token with its label and score; a label other than "O" is marked.
@@ -132,13 +86,8 @@ async function run() {
     if (seq !== state.run) return;
     state.result = res;
     const a = res.data[0].attention;
-    const fill = (sel, items, keep) => {
-      sel.replaceChildren(...items.map((n, i) => h("option", { value: String(i) }, String(n))));
-      sel.value = String(Math.min(keep, Math.max(items.length - 1, 0)));
-      return Number(sel.value);
-    };
-    state.layer = fill($("#tg-layer"), a.layers, state.layer);
-    state.head = fill($("#tg-head"), a.heads, state.head);
+    state.layer = fillPicker($("#tg-layer"), a.layers, state.layer);
+    state.head = fillPicker($("#tg-head"), a.heads, state.head);
     state.pick = -1;
     renderTokens();
     $("#tg-views").hidden = false;
@@ -168,7 +117,7 @@ async function init() {
   });
   $("#tg-layer").addEventListener("change", (e) => { state.layer = Number(e.target.value); draw(); });
   $("#tg-head").addEventListener("change", (e) => { state.head = Number(e.target.value); draw(); });
-  $("#tg-heat").addEventListener("mousemove", readout);
+  $("#tg-heat").addEventListener("mousemove", (e) => readout(e, block(), $("#tg-readout")));
   document.body.dataset.tgState = "idle";
 }
 
