@@ -29,21 +29,12 @@ from typing import Any
 from headwise.service.cpu import INFERENCE_NICENESS, lowered_thread
 from headwise.service.engine import traced
 from headwise.service.engine.cutting import bucket, cut, fits
-from headwise.service.engine.work import (
-    Done,
-    Entry,
-    Job,
-    Limits,
-    Outcome,
-    Phase,
-    Work,
-    length_buckets,
-)
+from headwise.service.engine.work import Done, Entry, Job, Limits, Outcome, Phase, Work
 from headwise.service.errors import Disconnected, NotReady, Overloaded
 
 log = logging.getLogger("headwise.service")
 
-__all__ = ["Batcher", "Done", "Entry", "Job", "Limits", "Phase", "Work", "length_buckets"]
+__all__ = ["Batcher", "Done", "Entry", "Job", "Limits", "Phase", "Work"]
 
 IDLE_AFTER_S = 0.05  # a queue quiet for this long has no clients about to come back
 # Tokenising beside a running batch costs a thread hop and a third thread contending for the

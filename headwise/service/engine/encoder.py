@@ -15,7 +15,7 @@ from headwise.service import tracing
 from headwise.service.backends.onnxruntime import LOOK_INSIDE, Backend, inside_graph, metric_variant
 from headwise.service.cpu import ANALYTICS_NICENESS
 from headwise.service.engine import traced
-from headwise.service.engine.batching import Batcher, Entry, Job, Limits, length_buckets
+from headwise.service.engine.batching import Batcher, Entry, Job, Limits
 from headwise.service.engine.faults import inject_fault, unlinked
 from headwise.service.engine.heads import Head, head_for
 from headwise.service.engine.internals import Ablation
@@ -25,7 +25,7 @@ from headwise.service.engine.runtime import Capability, base_card
 from headwise.service.engine.size import Measure, Size
 from headwise.service.engine.stats import ModelStats, Timing
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
-from headwise.service.engine.work import Inputs, Outcome
+from headwise.service.engine.work import Inputs, Outcome, length_buckets
 from headwise.service.errors import TooLarge, Validation
 from headwise.service.metrics import Metrics, ModelSeries, QueueHooks
 from headwise.service.package import ModelPackage

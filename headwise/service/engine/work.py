@@ -2,7 +2,7 @@
 (`Entry`), what tokenising a job came to (`Outcome`), the next hop (`Work`), a hop's outcome
 (`Done`), where the batcher's hop stands (`Phase`), and the limits a batch is cut by (`Limits`,
 `length_buckets`).
-service.engine.batching re-exports them."""
+service.engine.batching re-exports all but `Outcome` and `length_buckets`."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ import base64
 import numpy as np
 import pytest
 
-from headwise.service.engine.batching import length_buckets
 from headwise.service.engine.outputs import attention_payload, pool, select_attention, topk
 from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.work import length_buckets
 
 
 def spec(layers=None, heads=None, **kw):
