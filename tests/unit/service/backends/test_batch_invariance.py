@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from headwise.service.backends.onnxruntime import OrtBackend, choose_variant
-from headwise.service.engine.batching import length_buckets
+from headwise.service.engine.work import length_buckets
 from headwise.service.package import PackageError, load_package
 from headwise.service.settings import Settings
 
