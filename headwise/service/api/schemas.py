@@ -6,6 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from headwise.service.package import TASKS
+
+Task = Literal[TASKS]  # a package's task: the kinds service.package serves
+
 Inputs = StrictStr | list[StrictStr]
 
 
@@ -171,7 +175,7 @@ class ModelCard(BaseModel):
     version: str
     family: str
     architecture: str
-    task: Literal["embedding", "classification", "token-classification", "generation"]
+    task: Task
     labels: list[str] | None = Field(None, description="a classification model's labels, in logit order")
     n_layers: int
     n_encoder_layers: int | None = Field(None, description="an encoder-decoder's encoder layers (generative models)")
