@@ -20,8 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from headwise.service.api.body import read_body
 from headwise.service.api.compat import v2tensors as v2
-from headwise.service.api.compat.openapi import request_body
-from headwise.service.api.compat.schemas import (
+from headwise.service.api.compat.kserve import (
     V2Error,
     V2InferRequest,
     V2InferResponse,
@@ -29,6 +28,7 @@ from headwise.service.api.compat.schemas import (
     V2ModelStats,
     V2ServerMetadata,
 )
+from headwise.service.api.compat.openapi import request_body
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from headwise.service.api.responses import BudgetedResponse, json_response, probe

@@ -13,7 +13,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 
 from headwise.service.api.body import Json
-from headwise.service.api.compat.schemas import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
+from headwise.service.api.compat.openai import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 
 from headwise.service.api.body import Json
 from headwise.service.api.compat import vllm
-from headwise.service.api.compat.schemas import OpenAIError
+from headwise.service.api.compat.openai import OpenAIError
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,

@@ -11,8 +11,9 @@ import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from headwise.service.api.compat import v2tensors as v2
+from headwise.service.api.compat.kserve import V2InferRequest
+from headwise.service.api.compat.openai import EmbeddingsRequest
 from headwise.service.api.compat.openapi import inline_schema, request_body
-from headwise.service.api.compat.schemas import EmbeddingsRequest, V2InferRequest
 from headwise.service.api.routers.openai import shorten
 from headwise.service.errors import InvalidRequest
 

@@ -1,66 +1,12 @@
-"""Bodies of the compatible routes (OpenAI embeddings, KServe v2), with OpenAPI examples. The
-OpenAI request is parsed with these models; the KServe ones document what the router parses
-by hand (binary tensor data cannot go through a JSON model)."""
+"""KServe v2 (the Open Inference Protocol) bodies, with OpenAPI examples: they document what the
+router parses by hand (binary tensor data cannot go through a JSON model); the tensors
+themselves are compat/v2tensors.py's."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
-
-from headwise.service.api.schemas import Usage
-
-# -- OpenAI ----------------------------------------------------------------------------------
-
-
-class EmbeddingsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"model": "all-minilm-l6-v2", "input": "The cat sat on the mat."},
-        {"input": ["hello", "a longer sentence"], "encoding_format": "base64", "dimensions": 128},
-        {"input": [[101, 7592, 2088, 102]]},
-    ]})
-
-    input: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]] = Field(
-        ..., description="a text, a list of texts, or token ids (one list or a list of lists). Token "
-                         "ids go to the model as they are: no special tokens are added (send "
-                         "/v1/tokenize's ids, which carry them)")
-    model: StrictStr | None = Field(None, description="model name; optional when one model is served")
-    encoding_format: Literal["float", "base64"] = Field(
-        "float", description="base64: little-endian float32 bytes")
-    dimensions: StrictInt | None = Field(
-        None, description="keep the first n dimensions and re-normalise; 1..d_model")
-    user: StrictStr | None = Field(None, description="accepted and ignored")
-
-
-class EmbeddingItem(BaseModel):
-    object: Literal["embedding"] = "embedding"
-    index: int
-    embedding: list[float] | str
-
-
-class EmbeddingsResponse(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{
-        "object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.01, -0.02, 0.03]}],
-        "model": "all-minilm-l6-v2", "usage": {"prompt_tokens": 9, "total_tokens": 9}}]})
-
-    object: Literal["list"] = "list"
-    data: list[EmbeddingItem]
-    model: str
-    usage: Usage
-
-
-class OpenAIErrorBody(BaseModel):
-    message: str
-    type: str
-    param: str | None
-    code: int
-
-
-class OpenAIError(BaseModel):
-    error: OpenAIErrorBody
-
-
-# -- KServe v2 / Open Inference Protocol -----------------------------------------------------
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class V2Error(BaseModel):
