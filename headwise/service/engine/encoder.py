@@ -88,9 +88,9 @@ class EncoderRuntime:
                      field: str = "inputs") -> tuple[list, Size, int, Timing]:
         """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
         analysis variant's for hidden states or removed heads, else the attention variant's when
-        they ask for attention), tokenised on its thread together with
-        whatever else is waiting → (each input's answer, what the answer holds and the bytes
-        the engine's Measure says that takes, where its time went); counts the attention returned and its statistics."""
+        they ask for attention), tokenised on its thread together with whatever else is waiting
+        → (each input's answer, what the answer holds and the bytes the engine's Measure says
+        that takes, where its time went); counts the attention returned and its statistics."""
         role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
