@@ -33,7 +33,7 @@ def hidden_blocks(spec: HiddenSpec, prompt: int, new: int, d_model: int) -> tupl
     """What the hidden states of `new` steps write in the answer, with the prompt's (`prompt`
     tokens; 0 for an encoder-decoder, whose source has none): each a framed {shape, data}."""
     n = len(spec.layers)
-    steps = tuple(Block(n * d_model, spec.dtype, spec.encoding, rows=n) for _ in range(new))
+    steps = (Block(n * d_model, spec.dtype, spec.encoding, rows=n),) * new  # one step's block, new times
     if not prompt:
         return steps
     rows = n * (prompt if spec.pooling == "none" else 1)
