@@ -77,15 +77,15 @@ def entities(t: Tagged, labels: list[str], strategy: str, ignore: set[str], text
     singles = []
     for i in t.labelled:
         start, end = offsets[i]
-        word, sub = tokens[i], _is_subword(tokens[i], text, start, end, pieces.word_aware)
-        if ids[i] == pieces.unk_id:  # the text it stands for, a word of its own
-            word, sub = text[start:end], False
+        word = text[start:end] if ids[i] == pieces.unk_id else tokens[i]  # an unknown token: the text it stands for
         singles.append({"entity": labels[best[i]], "score": float(t.scores[i, best[i]]), "index": i, "word": word,
-                        "start": start, "end": end, "subword": sub})
+                        "start": start, "end": end})
     if strategy == "none":
-        return [{k: v for k, v in e.items() if k != "subword"} for e in singles if e["entity"] not in ignore]
+        return [e for e in singles if e["entity"] not in ignore]
     if strategy in WORDS:
-        singles = [_word(w, t.scores, labels, strategy, pieces) for w in _words(singles)]
+        later = [ids[e["index"]] != pieces.unk_id and _is_subword(e["word"], text, e["start"], e["end"],
+                                                                  pieces.word_aware) for e in singles]
+        singles = [_word(w, t.scores, labels, strategy, pieces) for w in _words(singles, later)]
     groups: list[list[dict]] = []
     for e in singles:
         bi, tag = _tag(e["entity"])
@@ -104,16 +104,17 @@ def entities(t: Tagged, labels: list[str], strategy: str, ignore: set[str], text
 
 
 def _is_subword(token: str, text: str, start: int, end: int, word_aware: bool) -> bool:
+    """A word's later piece, as the pipeline tells it (an unknown token never is one)."""
     if word_aware:
         return len(token) != end - start  # "##ing" covers 3 characters
     return start > 0 and " " not in text[start - 1:start + 1]
 
 
-def _words(singles: list[dict]) -> list[list[dict]]:
-    """Tokens in words: a word is a token and the pieces after it."""
+def _words(singles: list[dict], later: list[bool]) -> list[list[dict]]:
+    """Tokens in words: a word is a token and the pieces after it (`later[i]`: token i is one)."""
     words: list[list[dict]] = []
-    for e in singles:
-        if words and e["subword"]:
+    for e, piece in zip(singles, later, strict=True):
+        if words and piece:
             words[-1].append(e)
         else:
             words.append([e])
