@@ -18,7 +18,7 @@ import { drawBlock, fillPicker, readout } from "./blockheat.js";
 import { $, h } from "./dom.js";
 import { panelFailed } from "./errors.js";
 
-const state = { models: [], result: null, pick: 0, layer: 0, head: 0, dir: "qd", run: 0 };
+const state = { models: [], result: null, pick: 0, layer: 0, head: 0, dir: "qd", run: 0, shown: null };
 
 export const isReranker = (m) => m.task === "classification" && Array.isArray(m.labels) && m.labels.length === 1;
 
@@ -43,6 +43,7 @@ function block() {
 function draw() {
   const b = block();
   const canvas = $("#rr-heat");
+  state.shown = b;  // what the readout reads under the cursor, decoded once per drawing
   if (!b) return;
   drawBlock(canvas, b);
   Object.assign(canvas.dataset, { layer: b.layer, head: b.head, index: b.index, dir: state.dir });
@@ -120,7 +121,7 @@ async function init() {
   $("#rr-layer").addEventListener("change", (e) => { state.layer = Number(e.target.value); draw(); });
   $("#rr-head").addEventListener("change", (e) => { state.head = Number(e.target.value); draw(); });
   $("#rr-dir").addEventListener("change", (e) => { state.dir = e.target.value; draw(); });
-  $("#rr-heat").addEventListener("mousemove", (e) => readout(e, block(), $("#rr-readout")));
+  $("#rr-heat").addEventListener("mousemove", (e) => readout(e, state.shown, $("#rr-readout")));
   document.body.dataset.rrState = "idle";
 }
 

@@ -16,7 +16,7 @@ import { drawBlock, fillPicker, readout } from "./blockheat.js";
 import { $, h } from "./dom.js";
 import { panelFailed } from "./errors.js";
 
-const state = { models: [], result: null, pick: -1, layer: 0, head: 0, run: 0 };
+const state = { models: [], result: null, pick: -1, layer: 0, head: 0, run: 0, shown: null };
 
 export const isTagger = (m) => m.task === "token-classification";
 
@@ -39,6 +39,7 @@ function block() {
 function draw() {
   const b = block();
   const canvas = $("#tg-heat");
+  state.shown = b;  // what the readout reads under the cursor, decoded once per drawing
   if (!b) return;
   drawBlock(canvas, b, state.pick);
   Object.assign(canvas.dataset, { layer: b.layer, head: b.head });
@@ -117,7 +118,7 @@ async function init() {
   });
   $("#tg-layer").addEventListener("change", (e) => { state.layer = Number(e.target.value); draw(); });
   $("#tg-head").addEventListener("change", (e) => { state.head = Number(e.target.value); draw(); });
-  $("#tg-heat").addEventListener("mousemove", (e) => readout(e, block(), $("#tg-readout")));
+  $("#tg-heat").addEventListener("mousemove", (e) => readout(e, state.shown, $("#tg-readout")));
   document.body.dataset.tgState = "idle";
 }
 
