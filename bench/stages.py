@@ -237,8 +237,8 @@ class Sitting:
 
         self.answering.result = result
         captured = Captured()
-        need(router, "budgeted_json")
-        with mock.patch.object(router, "budgeted_json", captured):
+        need(router, "answer")
+        with mock.patch.object(router, "answer", captured):
             route = await self.clock.time(lambda: self.endpoint(self.request))
         self.prof.rows.insert(1, Row("validate", "route: engine.get, EmbedParams, Engine.check_inputs, response bound "
                                      "(embed answered at once)", route))  # in the request's order: after parse

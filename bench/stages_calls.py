@@ -206,7 +206,7 @@ def route_call(app, path: str, values: dict):
 
 
 class Captured:
-    """Stands for the router's `budgeted_json`: keeps the (budget, size, build) it is given and
+    """Stands for the router's `answer`: keeps the (budget, size, build) its writer gives and
     answers an empty response at once, so that the route's own work is timed without its JSON."""
 
     def __init__(self):
@@ -214,13 +214,16 @@ class Captured:
 
         self.args, self._response = None, Response(b"")
 
-    async def __call__(self, budget, size, build, *rest, **kw):
-        self.args = (budget, size, build)
+    def __call__(self, engine, writer, result, request=None, **kw):
+        self.args = (engine.responses, writer.bound(result, request), lambda: writer.build(result, request))
+        return self._ready()
+
+    async def _ready(self):
         return self._response
 
 
 def serialise_parts(build) -> dict:
-    """What budgeted_json does, each on its own: the route's payload dict, then its JSON as one
+    """What responses.budgeted_json does, each on its own: the route's payload dict, then its JSON as one
     orjson call (an answer bounded at 64 KiB or less) or as serialize.dumps_chunks writes it (a
     larger one, on a worker thread: a walk of the payload for arrays over 64 KiB, then orjson)."""
     from headwise.service.api import responses, serialize

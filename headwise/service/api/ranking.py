@@ -1,15 +1,14 @@
 """Ranking, written once for every rerank route (native /v1/rerank, Jina's body, TEI's /rerank,
 Cohere's /v2/rerank): the echoed texts' bound checked before any inference is spent on them,
 the engine's scores, the order (best first, `top_n` kept) and the answer's bound in bytes.
-Each route then only shapes the answer in its protocol's JSON."""
+Each route then only shapes the answer in its protocol's JSON, with its writer."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from headwise.service.api.responses import echoed_bytes
-from headwise.service.api.sizes import JSON, check_response_bytes
+from headwise.service.api.sizes import JSON, check_response_bytes, echoed_bytes
 from headwise.service.engine import Engine, Runtime
 from headwise.service.engine.classify import ClassifyParams, ClassifyResult, answer_size
 
@@ -33,9 +32,9 @@ async def rank(engine: Engine, rt: Runtime, query: str, texts: list[str], params
                order: Callable[[Sequence[float], int | None], list[int]] = best_first) -> Ranking:
     """Score `texts` against `query` → the ranking and its bound: `envelope` bytes around the
     results, each result's engine-counted bytes plus `item_bytes` (a protocol's own keys), and
-    the `echo` texts (the documents as sent, when the answer carries them). Over
-    HEADWISE_MAX_RESPONSE_BYTES → TooLarge with `too_large` as advice, before inference when the
-    echoed texts alone are over it."""
+    the `echo` texts (the documents as sent, when the answer carries them). The echoed texts
+    alone over HEADWISE_MAX_RESPONSE_BYTES → TooLarge with `too_large` as advice, before
+    inference; the whole bound is checked when it is answered (responses.answer)."""
     cap = engine.settings.max_response_bytes
     if echo is not None:
         check_response_bytes(envelope + echoed_bytes(echo, top_n), cap, too_large)
@@ -46,5 +45,4 @@ async def rank(engine: Engine, rt: Runtime, query: str, texts: list[str], params
                           for i in kept)
     if echo is not None:
         size += echoed_bytes([echo[i] for i in kept])
-        check_response_bytes(size, cap, too_large)
     return Ranking(result, scores, kept, size)

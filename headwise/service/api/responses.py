@@ -1,10 +1,15 @@
 """Responses of the native and compatible routes: JSON bodies, and bodies counted against the
-process's in-flight response budget (service.engine.budget) until their last byte is sent."""
+process's in-flight response budget (service.engine.budget) until their last byte is sent.
+
+Every JSON answer to an engine call is written by a `Writer` (service.api.writer), one per
+(protocol, operation), and goes out through `answer`: its bound checked against
+HEADWISE_MAX_RESPONSE_BYTES, reserved, and serialised."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import orjson
 from starlette.concurrency import run_in_threadpool
@@ -13,24 +18,38 @@ from starlette.responses import Response, StreamingResponse
 from headwise.service import tracing
 from headwise.service.api.errors import Protocol
 from headwise.service.api.serialize import CHUNK_BYTES, dumps_chunks
+from headwise.service.api.sizes import check_response_bytes
+from headwise.service.api.writer import Writer
 from headwise.service.engine.budget import Reservation, ResponseBudget, ShareOf
 from headwise.service.errors import NotReady
 
+if TYPE_CHECKING:
+    from headwise.service.engine import Engine
+
+R = TypeVar("R")
+Q = TypeVar("Q")
+
 DUMPS = orjson.OPT_SERIALIZE_NUMPY
-TEXT_BYTES = 6  # the most one character of a text takes in JSON (a \u00XX escape)
-TEXT_ITEM_BYTES = 16  # an echoed text's key, quotes and separators
-ENVELOPE_BYTES = 64  # a native answer's own keys around what the engine counted
 
 
 def json_response(payload: dict) -> Response:
     return Response(orjson.dumps(payload, option=DUMPS), media_type="application/json")
 
 
-def echoed_bytes(texts: list[str], n: int | None = None) -> int:
-    """A bound of the JSON bytes of echoing back `n` of `texts` (all when None), whichever n they
-    turn out to be (the n longest), every character escaped at worst. Known before inference."""
-    sizes = sorted((len(t) for t in texts), reverse=True)[:n]
-    return sum(TEXT_BYTES * k + TEXT_ITEM_BYTES for k in sizes)
+def answer(engine: Engine, writer: Writer[R, Q], result: R, request: Q = None, *,
+           headers: list[tuple[bytes, bytes]] | None = None, analytics: bool = False) -> Awaitable[Response]:
+    """`writer`'s answer to `result`: its bound checked (TooLarge with its advice) and reserved in
+    the in-flight budget (the analytics lane's share, and built on its thread, with `analytics`)
+    until sent. `headers`: the response's own, as raw pairs (TEI's timing headers)."""
+    size = writer.bound(result, request)
+    cap = engine.settings.max_response_bytes
+    if size > cap:
+        check_response_bytes(size, cap, writer.advice)
+    build = writer.build
+    if analytics:
+        lane = engine.analytics
+        return budgeted_json(lane.responses, size, lambda: build(result, request), lane.run, headers)
+    return budgeted_json(engine.responses, size, lambda: build(result, request), None, headers)
 
 
 def probe(protocol: Protocol, check: Callable[[], object], ok: dict) -> Response:

@@ -19,6 +19,8 @@ TOKEN_BYTES = 48  # one token's string and [start, end] offsets, generously
 CHAR_BYTES = 6  # the most one character of a text takes (a \u00XX escape)
 LABEL_BYTES = 32  # one {"label": ..., "score": ...} beyond its label's characters and its score
 RECORD_BYTES = 64  # one small keyed object's keys and separators, generously
+TEXT_ITEM_BYTES = 16  # an echoed text's key, quotes and separators
+ENVELOPE_BYTES = 64  # a native answer's own keys around what the engine counted
 
 
 def written_bytes(values: int, dtype: str, encoding: str, indices: int = 0) -> int:
@@ -33,6 +35,13 @@ def block_bytes(b: Block) -> int:
     """A block's values, and for a framed one its `{"shape": [..], "data": ..}` and brackets."""
     frame = 32 + 2 * (b.rows + 1) if b.rows else 0
     return written_bytes(b.values, b.dtype, b.encoding, b.indices) + frame
+
+
+def echoed_bytes(texts: list[str], n: int | None = None) -> int:
+    """A bound of the JSON bytes of echoing back `n` of `texts` (all when None), whichever n they
+    turn out to be (the n longest), every character escaped at worst. Known before inference."""
+    sizes = sorted((len(t) for t in texts), reverse=True)[:n]
+    return sum(CHAR_BYTES * k + TEXT_ITEM_BYTES for k in sizes)
 
 
 def check_response_bytes(size: int, cap: int, advice: str) -> None:

@@ -1,6 +1,6 @@
 """Cohere's v2 embed wire format (its API's /v2/embed; the `cohere` SDK's ClientV2.embed):
-the request body with Cohere's names and defaults, its EmbedByTypeResponse, and the embedding
-types as pure numpy functions (no HTTP, no engine calls here).
+the request body with Cohere's names and defaults, its EmbedByTypeResponse and writer, and the
+embedding types as pure numpy functions (no HTTP, no engine calls here).
 
 The quantised types. `binary` and `ubinary` are Cohere's and sentence-transformers'
 (`quantize_embeddings`): one sign bit per dimension (value > 0 → 1), packed eight to a byte
@@ -16,11 +16,14 @@ little-endian bytes of the (shortened) embedding, base64-encoded.
 from __future__ import annotations
 
 import base64
-from typing import Literal
+import uuid
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from headwise.service.api.compat.openai import shorten
+from headwise.service.api.writer import Writer
 from headwise.service.errors import Validation
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
@@ -133,3 +136,26 @@ def embeddings_by_type(m: np.ndarray, types: list[str]) -> dict:
     make = {"float": lambda x: x, "int8": to_int8, "uint8": to_uint8, "binary": to_binary,
             "ubinary": to_ubinary, "base64": to_base64}
     return {t: make[t](m) for t in types}
+
+
+class Embedding(NamedTuple):
+    """/v2/embed's request as its answer reads it."""
+
+    texts: list[str]  # echoed back
+    types: list[str]  # embedding_types, in order
+    dimension: int  # output_dimension (the first values, re-normalised), else the model's
+    echoed: int  # the echoed texts' bound and the envelope (checked before any inference)
+
+
+def _embeddings(result, q: Embedding) -> dict:
+    m = np.stack([e.sentence for e in result.data])
+    if q.dimension < m.shape[1]:
+        m = np.stack([shorten(v, q.dimension) for v in m])
+    return {"id": str(uuid.uuid4()), "embeddings": embeddings_by_type(m, q.types), "texts": q.texts,
+            "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": result.n_tokens}},
+            "response_type": "embeddings_by_type"}
+
+
+# an EmbedResult: each type writes at most what float does (16 bytes a value, tokens counted besides)
+EMBED = Writer(lambda r, q: q.echoed + r.answer_bytes * len(q.types), _embeddings,
+               "ask for fewer embedding_types, or send fewer texts")

@@ -1,13 +1,16 @@
-"""OpenAI's embeddings wire format: the request `/v1/embeddings` is parsed with, its answer and
-its error body (also vLLM's), with OpenAPI examples."""
+"""OpenAI's embeddings wire format: the request `/v1/embeddings` is parsed with, its answer, its
+writer and its error body (also vLLM's), with OpenAPI examples."""
 
 from __future__ import annotations
 
-from typing import Literal
+import base64
+from typing import Literal, NamedTuple
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from headwise.service.api.schemas import Usage
+from headwise.service.api.writer import Writer, counted
 
 
 class EmbeddingsRequest(BaseModel):
@@ -55,3 +58,34 @@ class OpenAIErrorBody(BaseModel):
 
 class OpenAIError(BaseModel):
     error: OpenAIErrorBody
+
+
+def shorten(v: np.ndarray, n: int) -> np.ndarray:
+    """First n dimensions, re-normalised (what OpenAI's `dimensions` does)."""
+    if n >= len(v):
+        return v
+    w = np.asarray(v[:n], dtype=np.float64)
+    return (w / max(np.linalg.norm(w), 1e-12)).astype(np.float32)
+
+
+class Embeddings(NamedTuple):
+    """/v1/embeddings' request as its answer reads it."""
+
+    cut: int | None  # `dimensions`, for a model with Matryoshka dimensions
+    base64: bool  # encoding_format: base64
+
+
+def _embeddings(result, q: Embeddings) -> dict:
+    data = []
+    for i, e in enumerate(result.data):
+        emb = e.sentence
+        if q.cut is not None:
+            emb = shorten(emb, q.cut)
+        if q.base64:
+            emb = base64.b64encode(np.asarray(emb, dtype="<f4").tobytes()).decode("ascii")
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    return {"object": "list", "data": data, "model": result.model, "usage": result.usage}
+
+
+# an EmbedResult; the engine's bound (it counts tokens it does not send: an upper bound)
+EMBEDDINGS = Writer(counted, _embeddings)

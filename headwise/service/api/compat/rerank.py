@@ -1,7 +1,7 @@
 """Rerank wire shapes of other APIs (docs/api.md): Jina's body and answer, which the native
 `/v1/rerank` takes beside its own (routers/classify.py) and TEI's `/rerank` too (routers/tei.py
 imports the Jina pieces from here), and Cohere's v2 (routers/cohere_rerank.py). Pure: request
-and response models, and the shaping the routes share; no HTTP, no engine calls.
+and response models, the shaping the routes share and their writers; no HTTP, no engine calls.
 
 A route that takes its own body or Jina's tells them apart by one key: `texts` (its own) or
 `documents` (Jina's), `keyed_body`. Scores are the engine's, as the native route's `score`: a
@@ -11,9 +11,10 @@ cross-encoder's sigmoid.
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -27,12 +28,14 @@ from pydantic import (
     Tag,
 )
 
+from headwise.service.api.writer import Writer, ranked
 from headwise.service.errors import ServiceError
 
 OWN, JINA = "texts", "documents"  # the key that names each body, and its union tag
 BOTH = "both_bodies"
 ITEM_BYTES = 48  # a relevance result's keys beyond the native {"index", "score"} (its text counted apart)
 SEARCH_UNIT_DOCUMENTS = 100  # Cohere bills one search unit per query of up to 100 documents
+COHERE_META_BYTES = 256  # Cohere's id and meta around the results
 
 
 class RerankDocument(BaseModel):
@@ -214,3 +217,27 @@ def fields_named(names: dict[str, str]) -> Iterator[None]:
         if e.field in names:
             e.message, e.field = e.render(names), names[e.field]
         raise
+
+
+# -- the answers ---------------------------------------------------------------------------------
+
+# Jina's answer: a Ranking and the documents' texts when they are echoed (else None)
+JINA_RERANK = Writer(ranked, lambda r, echo: {"model": r.result.model, "usage": r.result.usage,
+                                       "results": relevance_results(r.order, r.scores, echo)},
+              "ask for fewer documents, top_n, or return_documents: false")
+
+
+class CohereRerank(NamedTuple):
+    """/v2/rerank's request as its answer reads it."""
+
+    n_documents: int  # what Cohere bills search units for
+    echo: list[str] | None  # the documents' texts, when they are echoed
+
+
+def _cohere(r, q: CohereRerank) -> dict:
+    meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": search_units(q.n_documents)},
+            "tokens": {"input_tokens": r.result.n_tokens, "output_tokens": 0}}
+    return {"id": str(uuid.uuid4()), "results": relevance_results(r.order, r.scores, q.echo), "meta": meta}
+
+
+COHERE_RERANK = Writer(ranked, _cohere, "ask for fewer documents, top_n, or return_documents: false")

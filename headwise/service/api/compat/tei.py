@@ -1,6 +1,6 @@
 """text-embeddings-inference's wire format (its router/src/http/types.rs): request and response
-bodies with TEI's field names and defaults, and the pure shaping the TEI routes share (no HTTP,
-no engine calls here).
+bodies with TEI's field names and defaults, the pure shaping the TEI routes share, and one writer
+per route (no HTTP, no engine calls here).
 
 Every body also takes `model`, headwise's addition, to pick one of several served models. A
 field that would change the answer and that headwise cannot honour is refused (422), never
@@ -11,11 +11,13 @@ have (service.engine.prompts), `dimensions` on a model without Matryoshka dimens
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from headwise.service.api.sizes import echoed_bytes
+from headwise.service.api.writer import Writer, counted, priced, ranked
 from headwise.service.errors import Validation
 
 Direction = Literal["Right", "right", "Left", "left"]
@@ -236,10 +238,10 @@ def best_first(items: list, score) -> list:
     return sorted(items, key=score)[::-1]
 
 
-def ranked(scores, top_n: int | None = None) -> list[int]:
+def order(scores, top_n: int | None = None) -> list[int]:
     """Indices in TEI's order (best_first: ties by the later index first); the top_n when given."""
-    order = best_first(list(range(len(scores))), lambda i: scores[i])
-    return order if top_n is None else order[:top_n]
+    best = best_first(list(range(len(scores))), lambda i: scores[i])
+    return best if top_n is None else best[:top_n]
 
 
 def byte_offsets(text: str) -> list[int] | None:
@@ -273,3 +275,59 @@ def tokens_bytes(texts: list[str], n_tokens: int) -> int:
     """A bound of the JSON bytes of /tokenize's answer: per token its fields, and its text
     at most once more than the input's own bytes, escaped (6 bytes per character)."""
     return n_tokens * 96 + sum(6 * len(t) for t in texts)
+
+
+# -- the answers, a writer per route -------------------------------------------------------------
+
+class Cut(NamedTuple):
+    """/embed's request as its answer reads it."""
+
+    dimensions: int | None  # Matryoshka: the first n values
+    normalize: bool
+
+
+# an EmbedResult each
+EMBED = Writer(counted, lambda r, q: [matryoshka(e.sentence, q.dimensions, q.normalize) for e in r.data])
+EMBED_ALL = Writer(counted, lambda r, _: [e.tokens for e in r.data])
+# a Similarity
+SIMILARITY = Writer(priced, lambda res, _: res.scores, "send fewer sentences")
+# a Ranking and the route's body
+RERANK = Writer(ranked, lambda r, body: [{"index": i, **({"text": body.texts[i]} if body.return_text else {}),
+                                          "score": r.scores[i]} for i in r.order],
+                "send fewer texts, or return_text: false")
+
+
+class Predicted(NamedTuple):
+    """/predict's request as its answer reads it."""
+
+    function: str | None  # parameters.function_to_apply, applied to the logits; None: the scores
+    top_k: int | None
+    single: bool  # one text or pair: one list, not a list of lists
+
+
+def _predict(result, q: Predicted) -> list:
+    out = []
+    for c in result.data:
+        scores = activate(c.logits, q.function) if q.function is not None else c.scores
+        best = best_first([{"score": float(s), "label": label} for s, label in zip(scores, result.labels, strict=True)],
+                          lambda p: p["score"])
+        out.append(best[:q.top_k] if q.top_k else best)
+    return out[0] if q.single else out
+
+
+PREDICT = Writer(counted, _predict, "send fewer inputs")
+
+
+class Tokenized(NamedTuple):
+    """/tokenize's request as its answer reads it."""
+
+    texts: list[str]  # as tokenised (the prompt before each)
+    special: frozenset[int]  # the tokenizer's special ids
+
+
+# the texts' encodings (Engine.tokenize)
+TOKENIZE = Writer(lambda encs, q: tokens_bytes(q.texts, sum(e.length for e in encs)),
+                  lambda encs, q: [simple_tokens(t, e.ids, e.tokens, e.offsets, q.special)
+                                   for t, e in zip(q.texts, encs, strict=True)])
+# the decoded texts
+DECODE = Writer(lambda texts, _: echoed_bytes(texts), lambda texts, _: texts, "send fewer ids")

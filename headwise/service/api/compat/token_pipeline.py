@@ -8,16 +8,17 @@ piece's label: `aggregate_words`), then fuse those. A word's later pieces are to
 pipeline tells them: by their string's length against the text they cover when the tokenizer
 marks pieces (WordPiece's "##"), else by having no space before them. Labels in
 `ignore_labels` (the pipeline's default: ["O"]) are left out after grouping. Pure shaping: the
-TEI router's POST / calls Engine.tag and this."""
+TEI router's POST / calls Engine.tag and answers with ENTITIES."""
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from headwise.service.api.compat.tei import TeiBody
+from headwise.service.api.writer import Writer
 from headwise.service.engine.heads.tokens import Tagged
 from headwise.service.errors import Validation
 
@@ -101,6 +102,21 @@ def entities(t: Tagged, labels: list[str], strategy: str, ignore: set[str], text
         out.append({"entity_group": group, "score": float(np.nanmean([e["score"] for e in g])),
                     "word": pieces.join([e["word"] for e in g]), "start": g[0]["start"], "end": g[-1]["end"]})
     return out
+
+
+class Pipeline(NamedTuple):
+    """POST /'s token-classification request as its answer reads it."""
+
+    text: str
+    strategy: str  # aggregation_strategy
+    ignore: set[str]  # ignore_labels
+    pieces: Pieces  # the model's tokenizer
+
+
+# a TagResult of one text
+ENTITIES = Writer(lambda r, q: size(q.text, r.data[0].encoding.length, r.labels),
+                  lambda r, q: entities(r.data[0], r.labels, q.strategy, q.ignore, q.text, q.pieces),
+                  "send a shorter text")
 
 
 def _is_subword(token: str, text: str, start: int, end: int, word_aware: bool) -> bool:

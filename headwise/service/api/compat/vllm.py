@@ -1,6 +1,6 @@
 """vLLM's pooling wire format (its entrypoints' ScoreRequest, ScoreResponse, ClassificationRequest,
 ClassificationResponse): request and response bodies with vLLM's field names, and the pure
-shaping the /score and /classify routes share (no HTTP, no engine calls here).
+shaping the /score and /classify routes share, and their writers (no HTTP, no engine calls here).
 
 A field that would change the answer and that headwise cannot honour is refused, never
 ignored: `truncate_prompt_tokens` other than null, -1 or max_len (inputs are cut at max_len
@@ -18,7 +18,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from headwise.service.api.responses import TEXT_BYTES
+from headwise.service.api.sizes import CHAR_BYTES
+from headwise.service.api.writer import Writer
 from headwise.service.engine.analytics.cosine import cosine
 from headwise.service.errors import InvalidRequest, TooLarge, Validation
 
@@ -253,10 +254,19 @@ VALUE_BYTES = 26  # a float as orjson writes it, and its comma
 
 def score_bytes(n: int, model: str) -> int:
     """A bound of /score's answer as written: the envelope and n scores."""
-    return ENVELOPE_BYTES + TEXT_BYTES * len(model) + n * SCORE_ITEM_BYTES
+    return ENVELOPE_BYTES + CHAR_BYTES * len(model) + n * SCORE_ITEM_BYTES
 
 
 def classification_bytes(n: int, labels: list[str], model: str) -> int:
     """A bound of /classify's answer as written: per input its longest label and every probability."""
-    item = 64 + TEXT_BYTES * max((len(x) for x in labels), default=0) + VALUE_BYTES * len(labels)
-    return ENVELOPE_BYTES + TEXT_BYTES * len(model) + n * item
+    item = 64 + CHAR_BYTES * max((len(x) for x in labels), default=0) + VALUE_BYTES * len(labels)
+    return ENVELOPE_BYTES + CHAR_BYTES * len(model) + n * item
+
+
+# /score: the engine's result (a ClassifyResult or an EmbedResult) and each pair's score
+SCORE = Writer(lambda r, scores: score_bytes(len(scores), r.model),
+               lambda r, scores: envelope("score", r.model, score_data(scores), r.n_tokens))
+# /classify: a ClassifyResult
+CLASSIFY = Writer(lambda r, _: classification_bytes(len(r.data), r.labels, r.model),
+                  lambda r, _: envelope("classify", r.model, classification_data(r.labels, [c.scores for c in r.data]),
+                                        r.n_tokens))

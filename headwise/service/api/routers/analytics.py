@@ -9,6 +9,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from headwise.service.api import native
 from headwise.service.api.body import Json
 from headwise.service.api.dependencies import (
     disconnect_probe,
@@ -16,9 +17,8 @@ from headwise.service.api.dependencies import (
     model_for,
     require_api_key,
 )
-from headwise.service.api.responses import budgeted_json
+from headwise.service.api.responses import answer
 from headwise.service.api.schemas import PromptUsed, Usage, error_responses
-from headwise.service.api.sizes import JSON
 from headwise.service.engine import Engine, prompts
 from headwise.service.engine.analytics.spans import check_spans
 
@@ -109,23 +109,7 @@ async def similarity(request: Request, body: Json[SimilarityRequest],
     prompt = prompts.resolve(rt.package, engine.settings.default_prompt_name, body.prompt_name)
     source, *targets = prompts.apply([body.source, *body.targets], prompt)
     res = await engine.similarity(rt, source, targets, body.explain, body.truncate, body.top_k, probe)
-    used = prompts.payload(prompt)
-
-    def build() -> dict:
-        data = []
-        for i, (enc, score) in enumerate(zip(res.targets, res.scores, strict=True)):
-            item = {"index": i, "score": score}
-            if res.explained is not None:
-                ex = res.explained[i]
-                item.update(tokens=enc.tokens, offsets=enc.offsets, contributions=ex.contributions,
-                            top_pairs=[{"source": s, "target": t, "value": v} for s, t, v in ex.pairs])
-            data.append(item)
-        out = {"model": res.model, **({"prompt": used} if used else {}), "data": data, "usage": res.usage}
-        if res.explained is not None:
-            out["source"] = {"tokens": res.source.tokens, "offsets": res.source.offsets}
-        return out
-
-    return await budgeted_json(engine.analytics.responses, JSON.bytes(res.answer), build, engine.analytics.run)
+    return await answer(engine, native.SIMILARITY, res, prompts.payload(prompt), analytics=True)
 
 
 @router.post("/v1/occlusion", response_model=OcclusionResponse, response_model_exclude_none=True,
@@ -144,21 +128,6 @@ async def occlusion(request: Request, body: Json[OcclusionRequest],
     if spans is not None and shift:  # checked against `input` first: a span must not reach into the prompt
         spans = [(a + shift, b + shift) for a, b in check_spans(spans, len(body.input), engine.settings.max_client_batch - 1)]
     res = await engine.occlusion(rt, text, body.truncate, probe, unit, spans)
-    enc, used = res.encoding, prompts.payload(prompt)
-
-    def build() -> dict:
-        head = {"model": res.model}
-        if used:
-            head["prompt"] = used
-            where = prompts.span(prompt, enc.ids, enc.offsets, rt.tokenizer.special_ids)
-            if where:
-                head["prompt_span"] = where
-        if res.units is None:
-            return {**head, "tokens": enc.tokens, "offsets": enc.offsets, "effects": res.effects,
-                    "forward_passes": res.passes, "usage": res.usage}
-        units = [{"text": text[u.start:u.end], "start": u.start, "end": u.end, "tokens": u.tokens, "effect": effect}
-                 for u, effect in zip(res.units.units, res.effects, strict=True)]
-        return {**head, "unit": res.units.kind, "tokens": enc.tokens, "offsets": enc.offsets,
-                "units": units, "forward_passes": res.passes, "usage": res.usage}
-
-    return await budgeted_json(engine.analytics.responses, JSON.bytes(res.answer), build, engine.analytics.run)
+    used = prompts.payload(prompt)
+    asked = native.Occluded(text, prompt, used, rt.tokenizer.special_ids)
+    return await answer(engine, native.OCCLUSION, res, asked, analytics=True)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from headwise.service.api import native
 from headwise.service.api.body import Json, json_body
 from headwise.service.api.compat import rerank as compat
 from headwise.service.api.dependencies import (
@@ -20,8 +21,9 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.ranking import rank
-from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json
+from headwise.service.api.responses import answer
 from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
+from headwise.service.api.sizes import ENVELOPE_BYTES
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.internals import Ablation
@@ -30,8 +32,6 @@ from headwise.service.errors import Validation
 
 router = APIRouter(tags=["classify"], dependencies=[Depends(require_api_key)])
 
-TOO_LARGE = "ask for fewer texts, top_n, or return_text: false"
-JINA_TOO_LARGE = "ask for fewer documents, top_n, or return_documents: false"
 
 class RerankRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
@@ -155,22 +155,8 @@ async def rerank(request: Request, body: Annotated[RerankRequest | compat.JinaRe
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention),
                             ablate=_ablate(rt, body.ablate))
     r = await rank(engine, rt, body.query, body.texts, params, probe, echo=body.texts if body.return_text else None,
-                   top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=0, too_large=TOO_LARGE)
-    result = r.result
-
-    def build() -> dict:
-        results = []
-        for i in r.order:
-            c = result.data[i]
-            item = {"index": i, "score": r.scores[i]}
-            if body.return_text:
-                item["text"] = body.texts[i]
-            if c.attention is not None:
-                item["attention"] = c.attention
-            results.append(item)
-        return {"model": result.model, "results": results, "usage": result.usage}
-
-    return await budgeted_json(engine.responses, r.size, build)
+                   top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=0, too_large=native.RERANK.advice)
+    return await answer(engine, native.RERANK, r, body)
 
 
 async def jina_rerank(rt: Runtime, body: compat.JinaRerankRequest, engine: Engine, probe):
@@ -180,10 +166,8 @@ async def jina_rerank(rt: Runtime, body: compat.JinaRerankRequest, engine: Engin
     with compat.fields_named({"texts": "documents"}):
         r = await rank(engine, rt, body.query, texts, ClassifyParams(), probe, echo=texts if echo else None,
                        top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=compat.ITEM_BYTES,
-                       too_large=JINA_TOO_LARGE)
-    return await budgeted_json(engine.responses, r.size, lambda: {
-        "model": r.result.model, "usage": r.result.usage,
-        "results": compat.relevance_results(r.order, r.scores, texts if echo else None)})
+                       too_large=compat.JINA_RERANK.advice)
+    return await answer(engine, compat.JINA_RERANK, r, texts if echo else None)
 
 
 @router.post("/v1/predict", response_model=PredictResponse,
@@ -194,15 +178,7 @@ async def predict(request: Request, body: Json[PredictRequest],
     rt = model_for(request, engine, body.model)
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, ablate=_ablate(rt, body.ablate))
     result = await engine.classify(rt, predict_inputs(body.inputs), params, probe)
-
-    def build() -> dict:
-        data = []
-        for c in result.data:
-            ranked = sorted(range(len(result.labels)), key=lambda j: -float(c.scores[j]))
-            data.append([{"label": result.labels[j], "score": float(c.scores[j])} for j in ranked])
-        return {"model": result.model, "data": data, "usage": result.usage}
-
-    return await budgeted_json(engine.responses, ENVELOPE_BYTES + result.answer_bytes, build)
+    return await answer(engine, native.PREDICT, result)
 
 
 def predict_inputs(inputs) -> list:

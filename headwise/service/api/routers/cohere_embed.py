@@ -12,9 +12,6 @@ prompts but none for that use.
 
 from __future__ import annotations
 
-import uuid
-
-import numpy as np
 from fastapi import APIRouter, Depends, Request
 
 from headwise.service.api.body import Json
@@ -26,9 +23,8 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.errors import COHERE, route_class
-from headwise.service.api.responses import budgeted_json, echoed_bytes
-from headwise.service.api.routers.openai import shorten
-from headwise.service.api.sizes import check_response_bytes
+from headwise.service.api.responses import answer
+from headwise.service.api.sizes import check_response_bytes, echoed_bytes
 from headwise.service.engine import Capability, Engine, matryoshka, prompts
 from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import (
@@ -64,19 +60,7 @@ async def embed(request: Request, body: Json[cohere.EmbedRequest],
                                     probe)
     except Validation as e:
         raise _too_long(e, body.truncate) from None
-    # each type writes at most what float does (16 bytes a value, tokens counted besides)
-    size = echoed + result.answer_bytes * len(types)
-    check_response_bytes(size, cap, "ask for fewer embedding_types, or send fewer texts")
-
-    def build() -> dict:
-        m = np.stack([e.sentence for e in result.data])
-        if n < d:
-            m = np.stack([shorten(v, n) for v in m])
-        return {"id": str(uuid.uuid4()), "embeddings": cohere.embeddings_by_type(m, types), "texts": texts,
-                "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": result.n_tokens}},
-                "response_type": "embeddings_by_type"}
-
-    return await budgeted_json(engine.responses, size, build)
+    return await answer(engine, cohere.EMBED, result, cohere.Embedding(texts, types, n, echoed))
 
 
 def _texts(body: cohere.EmbedRequest) -> list[str]:

@@ -7,8 +7,6 @@ tokenizer before it is paired with the query.
 
 from __future__ import annotations
 
-import uuid
-
 from fastapi import APIRouter, Depends, Request
 
 from headwise.service.api.body import Json
@@ -22,17 +20,14 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.errors import COHERE, route_class
 from headwise.service.api.ranking import rank
-from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json, echoed_bytes
-from headwise.service.api.sizes import check_response_bytes
+from headwise.service.api.responses import answer
+from headwise.service.api.sizes import ENVELOPE_BYTES, check_response_bytes, echoed_bytes
 from headwise.service.engine import Capability, Engine, Runtime
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.errors import Validation
 
 router = APIRouter(tags=["cohere"], route_class=route_class(COHERE), dependencies=[Depends(require_api_key)])
 
-
-TOO_LARGE = "ask for fewer documents, top_n, or return_documents: false"
-META_BYTES = 256  # the id and meta around the results
 
 
 @router.post("/v2/rerank", response_model=compat.CohereRerankResponse, response_model_exclude_none=True,
@@ -46,21 +41,14 @@ async def rerank(request: Request, body: Json[compat.CohereRerankRequest],
         raise Validation("relevant_spans: this server returns no spans; send mode 'disabled' or leave it out",
                          field="relevant_spans")
     texts, echo = compat.document_texts(body.documents), body.return_documents
+    envelope = compat.COHERE_META_BYTES + ENVELOPE_BYTES
     if echo:  # the echoed texts alone, before any inference (or tokenising) is spent on them
-        check_response_bytes(META_BYTES + ENVELOPE_BYTES + echoed_bytes(texts, body.top_n),
-                             engine.settings.max_response_bytes, TOO_LARGE)
+        check_response_bytes(envelope + echoed_bytes(texts, body.top_n), engine.settings.max_response_bytes,
+                             compat.COHERE_RERANK.advice)
     pairs = await _cut(engine, rt, texts, body.max_tokens_per_doc)
     r = await rank(engine, rt, body.query, pairs, ClassifyParams(), probe, echo=texts if echo else None,
-                   top_n=body.top_n, envelope=META_BYTES + ENVELOPE_BYTES, item_bytes=compat.ITEM_BYTES,
-                   too_large=TOO_LARGE)
-
-    def build() -> dict:
-        meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": compat.search_units(len(texts))},
-                "tokens": {"input_tokens": r.result.n_tokens, "output_tokens": 0}}
-        return {"id": str(uuid.uuid4()), "results": compat.relevance_results(r.order, r.scores, texts if echo else None),
-                "meta": meta}
-
-    return await budgeted_json(engine.responses, r.size, build)
+                   top_n=body.top_n, envelope=envelope, item_bytes=compat.ITEM_BYTES, too_large=compat.COHERE_RERANK.advice)
+    return await answer(engine, compat.COHERE_RERANK, r, compat.CohereRerank(len(texts), texts if echo else None))
 
 
 async def _cut(engine: Engine, rt: Runtime, texts: list[str], n: int) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from fastapi import APIRouter, Depends, Request
 
+from headwise.service.api import native
 from headwise.service.api.body import Json
 from headwise.service.api.dependencies import (
     disconnect_probe,
@@ -14,7 +15,7 @@ from headwise.service.api.dependencies import (
     model_for,
     require_api_key,
 )
-from headwise.service.api.responses import budgeted_json
+from headwise.service.api.responses import answer
 from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
 from headwise.service.api.timing import characters, tei_headers
 from headwise.service.engine import Engine, prompts
@@ -47,27 +48,8 @@ async def embed(request: Request, body: Json[EmbedRequest], engine: Engine = Dep
     result = await engine.embed(rt, texts, params, probe)
 
     used = prompts.payload(prompt)
-
-    def build() -> dict:
-        data = []
-        special = rt.tokenizer.special_ids if used else frozenset()
-        for i, e in enumerate(result.data):
-            item = {"index": i, "embedding": e.tokens if tokens else e.sentence, "tokens": e.encoding.tokens,
-                    "offsets": e.encoding.offsets}
-            if e.attention is not None:
-                item["attention"] = e.attention
-            if e.hidden is not None:
-                item["hidden_states"] = e.hidden
-            if used and (where := prompts.span(prompt, e.encoding.ids, e.encoding.offsets, special)):
-                item["prompt_span"] = where
-            data.append(item)
-        out = {"model": result.model, "data": data, "usage": result.usage}
-        return {"model": result.model, "prompt": used, **out} if used else out
-
-    # the prompt's echo and each item's span: beyond what the engine counted per token
-    extra = 64 + 6 * len(used["text"]) + 32 * len(texts) if used else 0
-    return await budgeted_json(engine.responses, result.answer_bytes + extra, build,
-                               headers=tei_headers(rt, result, started, characters(texts)))
+    asked = native.Embedding(tokens, prompt, used, rt.tokenizer.special_ids if used else native.NO_IDS)
+    return await answer(engine, native.EMBED, result, asked, headers=tei_headers(rt, result, started, characters(texts)))
 
 
 def internals(rt, body) -> dict:

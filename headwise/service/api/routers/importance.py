@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from headwise.service.api import native
 from headwise.service.api.body import Json
 from headwise.service.api.dependencies import (
     disconnect_probe,
@@ -13,16 +14,11 @@ from headwise.service.api.dependencies import (
     model_for,
     require_api_key,
 )
-from headwise.service.api.responses import budgeted_json
+from headwise.service.api.responses import answer
 from headwise.service.api.schemas import Usage, error_responses
-from headwise.service.api.sizes import JSON_VALUE_BYTES, TOKEN_BYTES
 from headwise.service.engine import Engine, prompts
 
 router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
-
-TOP_BYTES = 64  # one {"layer", "head", "effect"}
-ENVELOPE = 512
-
 
 class HeadImportanceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
@@ -73,13 +69,4 @@ async def head_importance(request: Request, body: Json[HeadImportanceRequest],
     if isinstance(item, str):  # an embedding model's default prompt, as /v1/embed's
         [item] = prompts.apply([item], prompts.default(rt.package, engine.settings.default_prompt_name))
     res = await engine.head_importance(rt, item, body.truncate, body.raw_scores, probe)
-    t, rows = res.encoding.length, res.forward_passes
-    size = ENVELOPE + res.effects.size * JSON_VALUE_BYTES["float32"] + body.top_k * TOP_BYTES + t * TOKEN_BYTES
-
-    def build() -> dict:
-        return {"model": res.model, "measure": res.measure, "baseline": res.baseline,
-                "shape": list(res.effects.shape), "importance": res.effects.tolist(), "top": res.top(body.top_k),
-                "tokens": res.encoding.tokens, "forward_passes": rows,
-                "usage": {"prompt_tokens": t, "total_tokens": rows * t}}
-
-    return await budgeted_json(engine.analytics.responses, size, build, engine.analytics.run)
+    return await answer(engine, native.HEAD_IMPORTANCE, res, body.top_k, analytics=True)

@@ -7,12 +7,10 @@ and vLLM do: no special tokens added, 1..max_len ids each in the vocabulary (no 
 
 from __future__ import annotations
 
-import base64
-
-import numpy as np
 from fastapi import APIRouter, Depends, Request
 
 from headwise.service.api.body import Json
+from headwise.service.api.compat import openai as compat
 from headwise.service.api.compat.openai import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
 from headwise.service.api.dependencies import (
     disconnect_probe,
@@ -21,20 +19,12 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.errors import OPENAI, route_class
-from headwise.service.api.responses import budgeted_json
+from headwise.service.api.responses import answer
 from headwise.service.engine import Engine, matryoshka, prompts
 from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import InvalidRequest
 
 router = APIRouter(tags=["openai"], route_class=route_class(OPENAI), dependencies=[Depends(require_api_key)])
-
-
-def shorten(v: np.ndarray, n: int) -> np.ndarray:
-    """First n dimensions, re-normalised (what OpenAI's `dimensions` does)."""
-    if n >= len(v):
-        return v
-    w = np.asarray(v[:n], dtype=np.float64)
-    return (w / max(np.linalg.norm(w), 1e-12)).astype(np.float32)
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingsResponse,
@@ -55,16 +45,4 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
     inputs = prompts.apply(inputs, prompts.default(rt.package, engine.settings.default_prompt_name))
     result = await engine.embed(rt, inputs, EmbedParams(), probe)
 
-    def build() -> dict:
-        data = []
-        for i, e in enumerate(result.data):
-            emb = e.sentence
-            if cut is not None:
-                emb = shorten(emb, cut)
-            if body.encoding_format == "base64":
-                emb = base64.b64encode(np.asarray(emb, dtype="<f4").tobytes()).decode("ascii")
-            data.append({"object": "embedding", "index": i, "embedding": emb})
-        return {"object": "list", "data": data, "model": result.model, "usage": result.usage}
-
-    # counted in flight like /v1/embed's answers (an upper bound: it counts tokens it does not send)
-    return await budgeted_json(engine.responses, result.answer_bytes, build)
+    return await answer(engine, compat.EMBEDDINGS, result, compat.Embeddings(cut, body.encoding_format == "base64"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from headwise.service.api import native
 from headwise.service.api.body import Json
 from headwise.service.api.dependencies import (
     disconnect_probe,
@@ -14,7 +15,7 @@ from headwise.service.api.dependencies import (
     model_for,
     require_api_key,
 )
-from headwise.service.api.responses import ENVELOPE_BYTES, budgeted_json
+from headwise.service.api.responses import answer
 from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
 from headwise.service.engine import Engine
 from headwise.service.engine.heads.tokens import TagParams
@@ -74,28 +75,4 @@ async def tag(request: Request, body: Json[TagRequest], engine: Engine = Depends
     params = TagParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=spec,
                        ablate=Ablation.select(rt.package.n_layers, rt.package.n_heads, body.ablate))
     result = await engine.tag(rt, [body.inputs] if isinstance(body.inputs, str) else body.inputs, params, probe)
-    labels, ignored = result.labels, set(body.ignore_labels)
-
-    def build() -> dict:
-        data = []
-        for i, t in enumerate(result.data):
-            best = t.logits.argmax(axis=-1).tolist()  # one label: always it (its sigmoid is the score)
-            tokens, offsets = t.encoding.tokens, t.encoding.offsets
-            rows = []
-            for pos in t.labelled:
-                label = labels[best[pos]]
-                if label in ignored:
-                    continue
-                row = {"index": pos, "token": tokens[pos], "start": offsets[pos][0], "end": offsets[pos][1],
-                       "label": label, "score": float(t.scores[pos, best[pos]])}
-                if body.all_scores:
-                    row["scores"] = t.scores[pos].tolist()
-                rows.append(row)
-            item = {"index": i, "tokens": rows}
-            if t.attention is not None:
-                item["attention"] = t.attention
-            data.append(item)
-        return {"model": result.model, "labels": labels, "data": data, "usage": result.usage}
-
-    extra = ENVELOPE_BYTES + sum(6 * len(x) + 4 for x in labels)  # the labels' list, beside the envelope
-    return await budgeted_json(engine.responses, result.answer_bytes + extra, build)
+    return await answer(engine, native.TAG, result, body)

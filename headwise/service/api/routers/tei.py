@@ -27,9 +27,8 @@ from headwise.service.api.compat.rerank import JinaRerankRequest, JinaRerankResp
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
 from headwise.service.api.ranking import rank
-from headwise.service.api.responses import budgeted_json, echoed_bytes, json_response
+from headwise.service.api.responses import answer, json_response
 from headwise.service.api.routers.classify import jina_rerank, own_or_jina
-from headwise.service.api.sizes import JSON, check_response_bytes
 from headwise.service.api.timing import characters, started_at, tei_headers
 from headwise.service.engine import Capability, Engine, Runtime, matryoshka, prompts
 from headwise.service.engine.classify import ClassifyParams
@@ -104,9 +103,8 @@ async def embed(request: Request, body: Json[tei.EmbedRequest], engine: Engine =
     cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
     inputs = _prompted(engine, rt, inputs, body.prompt_name)
     result = await engine.embed(rt, inputs, EmbedParams(normalize=body.normalize, truncate=truncate), probe)
-    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [
-        tei.matryoshka(e.sentence, cut, body.normalize) for e in result.data],
-        headers=tei_headers(rt, result, started, characters(inputs)))
+    return await answer(engine, tei.EMBED, result, tei.Cut(cut, body.normalize),
+                        headers=tei_headers(rt, result, started, characters(inputs)))
 
 
 @router.post("/embed_all", response_model=list[list[list[float]]], responses=ERRORS)
@@ -117,8 +115,7 @@ async def embed_all(request: Request, body: Json[tei.EmbedAllRequest], engine: E
     params = EmbedParams(sentence=False, tokens=True, truncate=truncate)
     inputs = _prompted(engine, rt, _inputs(body.inputs), body.prompt_name)
     result = await engine.embed(rt, inputs, params, probe)
-    return await budgeted_json(engine.responses, result.answer_bytes, lambda: [e.tokens for e in result.data],
-                               headers=tei_headers(rt, result, started, characters(inputs)))
+    return await answer(engine, tei.EMBED_ALL, result, headers=tei_headers(rt, result, started, characters(inputs)))
 
 
 @router.post("/similarity", response_model=list[float], responses=ERRORS)
@@ -135,7 +132,7 @@ async def similarity(request: Request, body: Json[tei.SimilarityRequest],
     source, *sentences = _prompted(engine, rt, [body.inputs.source_sentence, *body.inputs.sentences],
                                    params.prompt_name)
     res = await engine.similarity(rt, source, sentences, False, truncate, 1, probe)
-    return await budgeted_json(engine.responses, JSON.bytes(res.answer), lambda: res.scores)
+    return await answer(engine, tei.SIMILARITY, res)
 
 
 @router.post("/rerank", response_model=list[tei.Rank] | JinaRerankResponse, response_model_exclude_none=True,
@@ -156,15 +153,9 @@ async def rerank(request: Request, body: Annotated[tei.RerankRequest | JinaReran
         raise Empty("'texts' is empty", field="texts")
     params = ClassifyParams(truncate=truncate, raw_scores=body.raw_scores)
     r = await rank(engine, rt, body.query, body.texts, params, probe, echo=body.texts if body.return_text else None,
-                   top_n=None, envelope=0, item_bytes=0, too_large="send fewer texts, or return_text: false",
-                   order=tei.ranked)
-
-    def build() -> list:
-        return [{"index": i, **({"text": body.texts[i]} if body.return_text else {}), "score": r.scores[i]}
-                for i in r.order]
-
+                   top_n=None, envelope=0, item_bytes=0, too_large=tei.RERANK.advice, order=tei.order)
     chars = len(body.query) * len(body.texts) + characters(body.texts)
-    return await budgeted_json(engine.responses, r.size, build, headers=tei_headers(rt, r.result, started, chars))
+    return await answer(engine, tei.RERANK, r, body, headers=tei_headers(rt, r.result, started, chars))
 
 
 @router.post("/predict", response_model=list[tei.Prediction] | list[list[tei.Prediction]],
@@ -185,18 +176,8 @@ async def predict(request: Request, body: Json[tei.PredictRequest], engine: Engi
     raw = body.raw_scores or how is not None
     params = ClassifyParams(truncate=truncate, raw_scores=raw)
     result = await engine.classify(rt, items, params, probe)
-
-    def build() -> list:
-        out = []
-        for c in result.data:
-            scores = tei.activate(c.logits, how) if how is not None else c.scores
-            ranked = tei.best_first([{"score": float(s), "label": label}
-                                     for s, label in zip(scores, result.labels, strict=True)], lambda p: p["score"])
-            out.append(ranked[:extra.top_k] if extra.top_k else ranked)
-        return out[0] if single else out
-
-    return await budgeted_json(engine.responses, result.answer_bytes, build,
-                               headers=tei_headers(rt, result, started, characters(items)))
+    return await answer(engine, tei.PREDICT, result, tei.Predicted(how, extra.top_k, single),
+                        headers=tei_headers(rt, result, started, characters(items)))
 
 
 @router.post("/tokenize", response_model=list[list[tei.SimpleToken]], responses=ERRORS)
@@ -209,11 +190,7 @@ async def tokenize(request: Request, body: Json[tei.TokenizeRequest],
         raise Empty("'inputs' is empty", field="inputs")
     texts = _prompted(engine, rt, texts, body.prompt_name)  # TEI tokenises the prompted text too
     encs = await engine.tokenize(rt, texts, truncate=False, special_tokens=body.add_special_tokens, whole=True)
-    size = tei.tokens_bytes(texts, sum(e.length for e in encs))
-    check_response_bytes(size, engine.settings.max_response_bytes, "send fewer or shorter texts")
-    special = rt.tokenizer.special_ids
-    return await budgeted_json(engine.responses, size, lambda: [
-        tei.simple_tokens(t, e.ids, e.tokens, e.offsets, special) for t, e in zip(texts, encs, strict=True)])
+    return await answer(engine, tei.TOKENIZE, encs, tei.Tokenized(texts, rt.tokenizer.special_ids))
 
 
 @router.post("/decode", response_model=list[str], responses=ERRORS)
@@ -225,9 +202,7 @@ async def decode(request: Request, body: Json[tei.DecodeRequest],
     if not seqs or any(not s for s in seqs):
         raise Empty("'ids' is empty", field="ids")
     texts = await engine.decode(rt, seqs, body.skip_special_tokens)
-    size = echoed_bytes(texts)
-    check_response_bytes(size, engine.settings.max_response_bytes, "send fewer ids")
-    return await budgeted_json(engine.responses, size, lambda: texts)
+    return await answer(engine, tei.DECODE, texts)
 
 
 @probes.get("/health", response_class=Response, responses={200: {"description": "healthy (no body)"}, 503: ERRORS[503]})
@@ -311,11 +286,8 @@ async def token_classification(body: token_pipeline.TokenClassificationRequest, 
     Inference Endpoints', huggingface_hub's InferenceClient.token_classification)."""
     strategy, ignore = token_pipeline.options(body)
     result = await engine.tag(rt, [body.inputs], TagParams(), probe)
-    tagged = result.data[0]
-    size = token_pipeline.size(body.inputs, tagged.encoding.length, result.labels)
-    check_response_bytes(size, engine.settings.max_response_bytes, "send a shorter text")
-    return await budgeted_json(engine.responses, size, lambda: token_pipeline.entities(
-        tagged, result.labels, strategy, ignore, body.inputs, rt.tokenizer))
+    asked = token_pipeline.Pipeline(body.inputs, strategy, ignore, rt.tokenizer)
+    return await answer(engine, token_pipeline.ENTITIES, result, asked)
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.errors import VLLM, WrongModelKind, route_class
-from headwise.service.api.responses import budgeted_json
+from headwise.service.api.responses import answer
 from headwise.service.engine import Capability, Engine, Runtime, prompts
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.params import EmbedParams
@@ -61,8 +61,7 @@ async def score(request: Request, body: Json[vllm.ScoreRequest],
         texts = prompts.apply(inputs.firsts + inputs.seconds, prompts.default(rt.package, s.default_prompt_name))
         result = await engine.embed(rt, texts, EmbedParams(), probe)
         scores = vllm.cosines([e.sentence for e in result.data], inputs)
-    return await budgeted_json(engine.responses, vllm.score_bytes(len(scores), result.model), lambda: vllm.envelope(
-        "score", result.model, vllm.score_data(scores), result.n_tokens))
+    return await answer(engine, vllm.SCORE, result, scores)
 
 
 @router.post("/classify", response_model=vllm.VllmClassificationResponse, responses=ERRORS)
@@ -76,7 +75,4 @@ async def classify(request: Request, body: Json[vllm.ClassifyRequest],
     activated = vllm.check_options(body, rt.package.max_len)
     texts = [body.input] if isinstance(body.input, str) else body.input
     result = await engine.classify(rt, texts, ClassifyParams(raw_scores=not activated), probe)
-    size = vllm.classification_bytes(len(result.data), result.labels, result.model)
-    return await budgeted_json(engine.responses, size, lambda: vllm.envelope(
-        "classify", result.model, vllm.classification_data(result.labels, [c.scores for c in result.data]),
-        result.n_tokens))
+    return await answer(engine, vllm.CLASSIFY, result)

@@ -167,8 +167,7 @@ def test_missing_model_and_malformed_body(client):
 
 
 def test_response_bound_counts_every_type(package):
-    from headwise.service.api.responses import echoed_bytes
-    from headwise.service.api.sizes import JSON
+    from headwise.service.api.sizes import JSON, echoed_bytes
     from headwise.service.engine.size import Size
     from tests.unit.fakes import client_for, wait_ready
 

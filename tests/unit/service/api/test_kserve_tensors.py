@@ -12,9 +12,8 @@ from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from headwise.service.api.compat import v2tensors as v2
 from headwise.service.api.compat.kserve import V2InferRequest
-from headwise.service.api.compat.openai import EmbeddingsRequest
+from headwise.service.api.compat.openai import EmbeddingsRequest, shorten
 from headwise.service.api.compat.openapi import inline_schema, request_body
-from headwise.service.api.routers.openai import shorten
 from headwise.service.errors import InvalidRequest
 
 ITEMS = [b"hello", b"", "naïve 東京 🙂".encode(), b"\x00\xffraw"]

@@ -23,7 +23,7 @@ def test_predict_inputs_as_tei_reads_them():
 def test_best_first_keeps_teis_order_for_ties():
     items = [{"i": 0, "s": 0.5}, {"i": 1, "s": 0.9}, {"i": 2, "s": 0.5}]
     assert [x["i"] for x in tei.best_first(items, lambda x: x["s"])] == [1, 2, 0]
-    assert tei.ranked([0.5, 0.9, 0.9]) == [2, 1, 0] and tei.ranked([0.5, 0.9, 0.9], 1) == [2]
+    assert tei.order([0.5, 0.9, 0.9]) == [2, 1, 0] and tei.order([0.5, 0.9, 0.9], 1) == [2]
 
 
 def test_activations_and_offsets():

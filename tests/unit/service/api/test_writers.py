@@ -1,0 +1,71 @@
+"""One writer per (protocol, operation) (issue 39, item 1): every JSON answer to an engine call
+goes out through responses.answer, which checks the writer's bound against
+HEADWISE_MAX_RESPONSE_BYTES, reserves it and serialises; no router writes or checks a JSON
+answer of its own (KServe's tensors apart)."""
+
+import ast
+import asyncio
+import types
+from pathlib import Path
+
+import orjson
+import pytest
+
+from headwise.service.api import native, responses
+from headwise.service.api.compat import cohere, openai, rerank, tei, token_pipeline, vllm
+from headwise.service.api.writer import Writer, counted
+from headwise.service.engine.budget import ResponseBudget
+from headwise.service.errors import TooLarge
+
+ROUTERS = Path(responses.__file__).parent / "routers"
+KSERVE = {"kserve.py", "kserve_classify.py"}  # tensors, JSON or binary: their own bound and writer
+MODULES = (native, openai, tei, token_pipeline, cohere, rerank, vllm)
+
+
+def _called(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {(c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", ""))
+            for c in ast.walk(tree) if isinstance(c, ast.Call)}
+
+
+def test_no_router_serialises_or_bounds_an_answer_itself():
+    routers = [p for p in ROUTERS.glob("*.py") if p.name not in KSERVE]
+    assert len(routers) > 10
+    assert {p.name: "budgeted_json" for p in routers if "budgeted_json" in _called(p)} == {}
+    # a route checks a bound itself only before inference (echoed texts): cohere's two
+    checks = {p.name for p in routers if "check_response_bytes" in _called(p)}
+    assert checks <= {"cohere_embed.py", "cohere_rerank.py"}
+
+
+def test_every_protocol_module_declares_its_writers():
+    writers = {f"{m.__name__.rsplit('.', 1)[-1]}.{k}" for m in MODULES for k, v in vars(m).items()
+               if isinstance(v, Writer)}
+    assert writers >= {"native.EMBED", "native.RERANK", "native.PREDICT", "native.TAG", "native.SIMILARITY",
+                       "native.OCCLUSION", "native.HEAD_IMPORTANCE", "openai.EMBEDDINGS", "tei.EMBED",
+                       "tei.EMBED_ALL", "tei.SIMILARITY", "tei.RERANK", "tei.PREDICT", "tei.TOKENIZE", "tei.DECODE",
+                       "token_pipeline.ENTITIES", "cohere.EMBED", "rerank.JINA_RERANK", "rerank.COHERE_RERANK",
+                       "vllm.SCORE", "vllm.CLASSIFY"}
+
+
+def _engine(cap: int, budget: int = 1 << 20):
+    return types.SimpleNamespace(settings=types.SimpleNamespace(max_response_bytes=cap),
+                                 responses=ResponseBudget(budget))
+
+
+def test_answer_checks_the_bound_with_the_writers_advice_before_building():
+    built = []
+    w = Writer(lambda r, q: r["n"] + q, lambda r, q: built.append(1) or {"n": r["n"]}, "ask for less")
+    with pytest.raises(TooLarge, match=r"takes up to 101 bytes, over HEADWISE_MAX_RESPONSE_BYTES \(100\); ask for less"):
+        asyncio.run(responses.answer(_engine(100), w, {"n": 100}, 1))
+    assert built == []
+
+
+def test_answer_reserves_the_bound_until_sent_and_writes_the_payload():
+    engine = _engine(1000, budget=1000)
+    w = Writer(counted, lambda r, q: {"model": r.model, "asked": q})
+    result = types.SimpleNamespace(answer_bytes=600, model="m")
+    response = asyncio.run(responses.answer(engine, w, result, "x"))
+    assert orjson.loads(response.body) == {"model": "m", "asked": "x"}
+    assert engine.responses.used == 600  # held by the response until its last byte is sent
+    response.reservation.release()
+    assert engine.responses.used == 0
