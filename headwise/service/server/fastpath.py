@@ -7,10 +7,12 @@ other ASGI server run. `install(app)` makes the same endpoints cheaper to reach:
 in HOT whose dependencies are plain `async def f(request)` callables, ServiceMiddleware calls
 them and the endpoint itself (FastAPI's routing and dependency solving are a large share of a
 small request's server CPU, measured with bench/overhead.py). Exceptions go to the handlers
-FastAPI would use (service.api.errors.handle); `scope["route"]` is set as routing would.
+FastAPI would use (service.api.errors.handle); `scope["route"]` is set as routing would. A hot
+request also enters the app at ServiceMiddleware (`HotFirst`), past the layers Starlette and
+FastAPI put outside every user middleware, which have nothing to do for it.
 
 This module and server.http_protocol are the only ones that rely on the internals of
-FastAPI (`APIRoute.dependant`), Starlette (`scope["route"]`) and uvicorn; only server.serve
+FastAPI (`APIRoute.dependant`), Starlette (`scope["route"]`, `middleware_stack`) and uvicorn; only server.serve
 imports them (import-linter), and only at the versions server.versions names;
 tests/unit/service/server/test_fastpath.py checks that both paths answer alike.
 """
@@ -27,6 +29,7 @@ from starlette.responses import Response
 from headwise.service.api import errors
 from headwise.service.api.app import api_routes
 from headwise.service.api.app import create_app as create_plain_app
+from headwise.service.api.middleware import ServiceMiddleware
 from headwise.service.server.http_protocol import body_pending, uvicorn_disconnect_probe
 
 FACTORY = "headwise.service.server.fastpath:create_app"  # uvicorn's factory string (workers > 1)
@@ -85,11 +88,35 @@ def _direct(route: APIRoute, request_name: str | None, calls: list):
     return answer
 
 
+class HotFirst:
+    """The app's middleware stack, with a hot route's request handed straight to
+    ServiceMiddleware. The layers it skips are those FastAPI builds outside every user
+    middleware: Starlette's ServerErrorMiddleware (ServiceMiddleware already answers any
+    exception in the route's protocol, and the server a 500 for one of its own), FastAPI's
+    exception telemetry (off: the spans are headwise's, service.tracing) and its body limit (a
+    pass-through: no route sets one; HEADWISE_MAX_BODY_BYTES is ServiceMiddleware's). Not a
+    coroutine of its own: it returns the awaitable of the layer that answers."""
+
+    def __init__(self, stack, service: ServiceMiddleware, hot):
+        self.stack, self.service, self.hot = stack, service, hot
+
+    def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and (scope["method"], scope["path"]) in self.hot:
+            return self.service(scope, receive, send)
+        return self.stack(scope, receive, send)
+
+
 def install(app: FastAPI) -> FastAPI:
-    """Answer the hot routes directly, and read disconnects and pending bodies from uvicorn."""
+    """Answer the hot routes directly, and read disconnects and pending bodies from uvicorn.
+    Builds the app's middleware stack now (Starlette would at its first request)."""
     app.state.shortcuts.update(direct_routes(app))
     app.state.disconnect_probe = uvicorn_disconnect_probe
     app.state.activity.body_pending = body_pending
+    stack = app.build_middleware_stack()
+    service = stack
+    while not isinstance(service, ServiceMiddleware):
+        service = service.app
+    app.middleware_stack = HotFirst(stack, service, app.state.shortcuts)
     return app
 
 
