@@ -13,7 +13,7 @@ from headwise.service.api.sizes import (
     RECORD_BYTES,
     TOKEN_BYTES,
 )
-from headwise.service.api.writer import Writer, priced, ranked
+from headwise.service.api.writer import Writer, counted, priced, ranked
 from headwise.service.engine import prompts
 
 NO_IDS: frozenset[int] = frozenset()
@@ -126,7 +126,7 @@ def _similarity(res, used: dict | None) -> dict:
 
 
 # a Similarity and the prompt as echoed
-SIMILARITY = Writer(priced, _similarity, "send fewer targets, or a smaller top_k")
+SIMILARITY = Writer(counted, _similarity, "send fewer targets, or a smaller top_k")
 
 
 class Occluded(NamedTuple):

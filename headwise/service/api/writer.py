@@ -27,7 +27,7 @@ class Writer(Generic[R, Q]):
 
 def counted(result, _request) -> int:
     """The bound when it is the engine's own: what its Measure gave when it checked the request
-    (EmbedResult, ClassifyResult, TagResult `.answer_bytes`)."""
+    (EmbedResult, ClassifyResult, TagResult, Similarity `.answer_bytes`)."""
     return result.answer_bytes
 
 
@@ -38,6 +38,6 @@ def ranked(ranking, _request) -> int:
 
 
 def priced(result, _request) -> int:
-    """The bound of an answer the engine counted without pricing (an analytics result's
-    `answer`): its counts priced in JSON."""
+    """The bound of an answer the engine counted without pricing it (Occlusion's `answer`, checked
+    by the engine only for units): its counts priced in JSON."""
     return JSON.bytes(result.answer)

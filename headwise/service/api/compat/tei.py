@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from headwise.service.api.sizes import echoed_bytes
-from headwise.service.api.writer import Writer, counted, priced, ranked
+from headwise.service.api.writer import Writer, counted, ranked
 from headwise.service.errors import Validation
 
 Direction = Literal["Right", "right", "Left", "left"]
@@ -290,7 +290,7 @@ class Cut(NamedTuple):
 EMBED = Writer(counted, lambda r, q: [matryoshka(e.sentence, q.dimensions, q.normalize) for e in r.data])
 EMBED_ALL = Writer(counted, lambda r, _: [e.tokens for e in r.data])
 # a Similarity
-SIMILARITY = Writer(priced, lambda res, _: res.scores, "send fewer sentences")
+SIMILARITY = Writer(counted, lambda res, _: res.scores, "send fewer sentences")
 # a Ranking and the route's body
 RERANK = Writer(ranked, lambda r, body: [{"index": i, **({"text": body.texts[i]} if body.return_text else {}),
                                           "score": r.scores[i]} for i in r.order],

@@ -49,6 +49,7 @@ class Similarity:
     scores: list[float]
     explained: list[Explained] | None
     answer: Size  # similarity_size: what the answer holds
+    answer_bytes: int  # what the engine's Measure said it takes, when it checked it
 
     @property
     def n_tokens(self) -> int:
@@ -116,7 +117,7 @@ async def similarity(rt: Analyser, encs: list[Encoded], explain: bool, top_k: in
                          "ask without explain")
     source, targets = encs[0], encs[1:]
     size = similarity_size(rt.name, source.length, [e.length for e in targets], explain, top_k)
-    measure.check(size, cap, "send fewer or shorter targets, or ask without explain")
+    priced = measure.check(size, cap, "send fewer or shorter targets, or ask without explain")
     params = EmbedParams(sentence=True, tokens=explain, normalize=True)
     cost = sum(work(1, e.length, "fast") for e in encs)
     with lane.budget.admit(cost, f"similarity of {len(encs)} texts ({cost} tokens)").held():
@@ -124,7 +125,7 @@ async def similarity(rt: Analyser, encs: list[Encoded], explain: bool, top_k: in
         # held until the split is done: the rows' token embeddings are alive until then
         scores, explained = await lane.run(_split, data, explain, top_k)
     rt.series.analytic("similarity_explain" if explain else "similarity").inc()
-    return Similarity(rt.name, rt.package.version, source, targets, scores, explained, size)
+    return Similarity(rt.name, rt.package.version, source, targets, scores, explained, size, priced)
 
 
 def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float], list[Explained] | None]:
