@@ -29,7 +29,6 @@ from headwise.service.errors import Validation
 router = APIRouter(tags=["cohere"], route_class=route_class(COHERE), dependencies=[Depends(require_api_key)])
 
 
-
 @router.post("/v2/rerank", response_model=compat.CohereRerankResponse, response_model_exclude_none=True,
              responses=cohere.ERROR_RESPONSES)
 async def rerank(request: Request, body: Json[compat.CohereRerankRequest],

@@ -20,6 +20,7 @@ from headwise.service.engine import Engine, prompts
 
 router = APIRouter(tags=["analytics"], dependencies=[Depends(require_api_key)])
 
+
 class HeadImportanceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"input": "The cat sat on the mat."},
