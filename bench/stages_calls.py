@@ -1,7 +1,8 @@
 """The service's request path made callable one stage at a time, for bench.stages: stand-ins
 for the backend (record the runs, answer them again at once), for the engine as the route sees
-it (answer at once) and for the route's `budgeted_json` (keep its arguments), and the parts of
-tokenising, batching, copying out and serialising, each as a call of its own."""
+it (answer at once) and for the route's `responses.answer` (keep its writer's bound and
+build), and the parts of tokenising, batching, copying out and serialising, each as a call of
+its own."""
 
 from __future__ import annotations
 

@@ -95,7 +95,9 @@ class HotFirst:
     exception in the route's protocol, and the server a 500 for one of its own), FastAPI's
     exception telemetry (off: the spans are headwise's, service.tracing) and its body limit (a
     pass-through: no route sets one; HEADWISE_MAX_BODY_BYTES is ServiceMiddleware's). Not a
-    coroutine of its own: it returns the awaitable of the layer that answers."""
+    coroutine of its own: it returns the awaitable of the layer that answers. One difference:
+    an exception ServiceMiddleware itself lets out (a failing error handler) is answered by the
+    server's plain 500, not by the app's 500 handler in the route's shape."""
 
     def __init__(self, stack, service: ServiceMiddleware, hot):
         self.stack, self.service, self.hot = stack, service, hot
