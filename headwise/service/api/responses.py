@@ -19,7 +19,7 @@ from headwise.service import tracing
 from headwise.service.api.errors import Protocol
 from headwise.service.api.serialize import CHUNK_BYTES, dumps_chunks
 from headwise.service.api.sizes import check_response_bytes
-from headwise.service.api.writer import Writer
+from headwise.service.api.writer import Raw, Writer
 from headwise.service.engine.budget import Reservation, ResponseBudget, ShareOf
 from headwise.service.errors import NotReady
 
@@ -46,6 +46,8 @@ def answer(engine: Engine, writer: Writer[R, Q], result: R, request: Q = None, *
     if size > cap:
         check_response_bytes(size, cap, writer.advice)
     build = writer.build
+    if writer.raw:
+        return budgeted_raw(engine.responses, size, lambda: build(result, request))
     if analytics:
         lane = engine.analytics
         return budgeted_json(lane.responses, size, lambda: build(result, request), lane.run, headers)
@@ -77,6 +79,14 @@ async def budgeted_json(budget: ResponseBudget | ShareOf, size: int, build, offl
         else:  # one orjson call of at most a chunk: cheaper than a thread hop or a walk for pieces
             body = orjson.dumps(build(), option=DUMPS)
     return BudgetedResponse(body, reservation, headers=headers)
+
+
+async def budgeted_raw(budget: ResponseBudget, size: int, build: Callable[[], Raw]) -> Response:
+    """A body its writer wrote (`build()` → Raw), made off the event loop when `size` is over a
+    chunk, and counted against the in-flight response budget until sent."""
+    with budget.reserve(size) as reservation, tracing.span("serialise", **{"headwise.response.bound_bytes": size}):
+        raw = await run_in_threadpool(build) if size > CHUNK_BYTES else build()
+    return BudgetedResponse(raw.body, reservation, media_type=raw.media_type, headers=list(raw.headers))
 
 
 CHUNK = 1 << 20  # bytes handed to the server per send

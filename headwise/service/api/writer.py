@@ -1,6 +1,8 @@
 """A writer: one protocol's answer to one operation (service.api.responses.answer sends it).
 Writers sit with their protocol: the native API's in service.api.native, the others' in
-service.api.compat. Pure: no HTTP, no engine calls, so a protocol module may hold its writers."""
+service.api.compat. Pure: no HTTP, no engine calls, so a protocol module may hold its writers.
+A writer's payload is JSON (a dict or list, serialised by `answer`), or with `raw` a `Raw`
+body it wrote itself (KServe v2's tensors, binary or JSON)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,16 @@ class Writer(Generic[R, Q]):
     bound: Callable[[R, Q], int]
     build: Callable[[R, Q], Any]
     advice: str = "send fewer or shorter texts"
+    raw: bool = False  # build returns a Raw body, not a payload to write as JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    """A body its writer wrote: its bytes, media type and own headers (raw name, value pairs)."""
+
+    body: bytes
+    media_type: str = "application/json"
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 def counted(result, _request) -> int:

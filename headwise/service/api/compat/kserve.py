@@ -1,12 +1,18 @@
 """KServe v2 (the Open Inference Protocol) bodies, with OpenAPI examples: they document what the
 router parses by hand (binary tensor data cannot go through a JSON model); the tensors
-themselves are compat/v2tensors.py's."""
+themselves are compat/v2tensors.py's. And the infer answers' writers: TENSORS (a classifier's
+arrays, which the route made), EMBEDDING (an embedding model's) and TOKENS (a tagger's), the
+last two padded here to the batch's longest input."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from headwise.service.api.compat import v2tensors as v2
+from headwise.service.api.writer import Raw, Writer
 
 
 class V2Error(BaseModel):
@@ -123,3 +129,134 @@ class V2InferResponse(BaseModel):
     model_version: str
     id: str | None = None
     outputs: list[V2Output]
+
+
+# -- the answers -------------------------------------------------------------------------------
+
+class Outputs(NamedTuple):
+    """An infer request as its answer reads it."""
+
+    model: tuple[str, str]  # its name and version
+    id: str | None  # the request's id, echoed when it is a string
+    binary: dict[str, bool]  # each output asked for, in the order asked: as binary data?
+    size: int  # the outputs' bound in bytes: raw, JSON numbers or strings (the route counts each output's cells)
+
+
+def echoed_id(header: dict) -> str | None:
+    """The request's `id`, echoed in the answer when it is a string."""
+    return header["id"] if isinstance(header.get("id"), str) else None
+
+
+def encode_outputs(arrays: dict[str, np.ndarray], q: Outputs) -> Raw:
+    """The outputs `q` asks for, from `arrays`, as JSON or with their binary data after the
+    JSON header (its length in Inference-Header-Content-Length)."""
+    outs, buffers = [], []
+    for name, binary in q.binary.items():
+        a = arrays[name]
+        if a.dtype == object:  # the classification extension's strings
+            o, raw = v2.bytes_output(name, list(a.shape), a.reshape(-1).tolist(), binary)
+        else:
+            o, raw = v2.output(name, v2.datatype_of(a), a, binary)
+        outs.append(o)
+        if raw is not None:
+            buffers.append(raw)
+    head = {"model_name": q.model[0], "model_version": q.model[1], "outputs": outs}
+    if q.id is not None:
+        head["id"] = q.id
+    body, n = v2.encode_response(head, buffers)
+    if n is None:
+        return Raw(body)
+    return Raw(body, "application/octet-stream", ((v2.HEADER.encode(), str(n).encode()),))
+
+
+def _sized(_result, q: Outputs) -> int:
+    return q.size
+
+
+# the arrays the route made (a classifier's logits and scores, and its classification strings)
+TENSORS = Writer(_sized, encode_outputs, "send fewer inputs", raw=True)
+
+
+class EmbeddingOutputs(NamedTuple):
+    """An embedding model's infer request as its answer reads it (Outputs' fields first)."""
+
+    model: tuple[str, str]
+    id: str | None
+    binary: dict[str, bool]
+    size: int
+    lengths: list[int]  # each input's tokens
+    attention_dtype: str
+
+
+def pad_tokens(arrays: list[np.ndarray], t: int) -> np.ndarray:
+    """[T_i, d] per input → [N, t, d], zeros past each input's end."""
+    out = np.zeros((len(arrays), t, arrays[0].shape[-1]), dtype=np.float32)
+    for i, a in enumerate(arrays):
+        out[i, :len(a)] = a
+    return out
+
+
+def pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
+    """[..., T_i, T_i] per input ([L, H], [L] or nothing before) → [N, ..., t, t], zeros past
+    each input's end."""
+    out = np.zeros((len(arrays), *arrays[0].shape[:-2], t, t), dtype=dtype)
+    for i, a in enumerate(arrays):
+        n = a.shape[-1]
+        out[i, ..., :n, :n] = a
+    return out
+
+
+def pad_hidden(arrays: list[np.ndarray], t: int) -> np.ndarray:
+    """[L', T_i, d] per input → [N, L', t, d], zeros past each input's end; pooled [L', d] → [N, L', d]."""
+    if arrays[0].ndim == 2:
+        return np.stack(arrays).astype(np.float32)
+    out = np.zeros((len(arrays), arrays[0].shape[0], t, arrays[0].shape[-1]), dtype=np.float32)
+    for i, a in enumerate(arrays):
+        out[i, :, :a.shape[1]] = a
+    return out
+
+
+def _embedding(result, q: EmbeddingOutputs) -> Raw:
+    """An EmbedResult's outputs (None: the attention mask alone), padded to the longest input."""
+    t = max(q.lengths)
+    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(q.lengths)[:, None]).astype(np.int64)}
+    if "sentence_embedding" in q.binary:
+        arrays["sentence_embedding"] = np.stack([e.sentence for e in result.data]).astype(np.float32)
+    if "last_hidden_state" in q.binary:
+        arrays["last_hidden_state"] = pad_tokens([e.tokens for e in result.data], t)
+    if "attentions" in q.binary:
+        arrays["attentions"] = pad_attention([e.attention["data"] for e in result.data], t, q.attention_dtype)
+    if "hidden_states" in q.binary:
+        arrays["hidden_states"] = pad_hidden([e.hidden["data"] for e in result.data], t)
+    return encode_outputs(arrays, q)
+
+
+EMBEDDING = Writer(_sized, _embedding, "ask for fewer inputs, layers or heads, or binary outputs", raw=True)
+
+
+class TokenOutputs(NamedTuple):
+    """A tagger's infer request as its answer reads it (Outputs' fields first)."""
+
+    model: tuple[str, str]
+    id: str | None
+    binary: dict[str, bool]
+    size: int
+    lengths: list[int]  # each input's tokens
+    n_labels: int
+
+
+def _tokens(result, q: TokenOutputs) -> Raw:
+    """A TagResult's token_logits and token_scores [N, T, n_labels], zeros past each input's
+    end, and its attention_mask [N, T]."""
+    n, t, k = len(q.lengths), max(q.lengths), q.n_labels
+    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(q.lengths)[:, None]).astype(np.int64)}
+    for name, field in (("token_logits", "logits"), ("token_scores", "scores")):
+        if name in q.binary:
+            a = np.zeros((n, t, k), dtype=np.float32)
+            for i, tagged in enumerate(result.data):
+                a[i, :q.lengths[i]] = getattr(tagged, field)
+            arrays[name] = a
+    return encode_outputs(arrays, q)
+
+
+TOKENS = Writer(_sized, _tokens, "send fewer or shorter texts, or binary outputs", raw=True)

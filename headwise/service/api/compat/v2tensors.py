@@ -4,7 +4,8 @@ little-endian bytes in tensor order; the header's length travels in the
 Inference-Header-Content-Length HTTP header. A BYTES element is a 4-byte little-endian
 length and then its bytes.
 
-Mistakes raise service.errors.InvalidRequest (400): they are the client's.
+Mistakes raise service.errors.InvalidRequest (400): they are the client's. The answers'
+writers are in service.api.compat.kserve.
 """
 
 from __future__ import annotations

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import zlib
 
-import numpy as np
 from fastapi import APIRouter, Depends, Request
-from starlette.concurrency import run_in_threadpool
 
 from headwise.service.api.body import read_body
+from headwise.service.api.compat import kserve
 from headwise.service.api.compat import v2tensors as v2
 from headwise.service.api.compat.kserve import (
     V2Error,
@@ -31,12 +30,12 @@ from headwise.service.api.compat.kserve import (
 from headwise.service.api.compat.openapi import request_body
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
-from headwise.service.api.responses import BudgetedResponse, json_response, probe
+from headwise.service.api.responses import answer, json_response, probe
 from headwise.service.api.routers import kserve_classify
-from headwise.service.api.sizes import JSON_VALUE_BYTES, check_response_bytes
+from headwise.service.api.sizes import JSON_VALUE_BYTES
 from headwise.service.engine import Capability, Engine, Runtime, prompts
 from headwise.service.engine.internals import POOLINGS, HiddenSpec
-from headwise.service.engine.params import AGGREGATES, EmbedParams, EmbedResult
+from headwise.service.engine.params import AGGREGATES, EmbedParams
 from headwise.service.engine.values import ascii_index
 from headwise.service.errors import InvalidRequest, NotFound, TooLarge
 
@@ -206,34 +205,6 @@ def _outputs(header: dict, rt: Runtime, binary_default: bool) -> dict[str, bool]
     return out
 
 
-def _pad_tokens(arrays: list[np.ndarray], t: int) -> np.ndarray:
-    """[T_i, d] per input → [N, t, d], zeros past each input's end."""
-    out = np.zeros((len(arrays), t, arrays[0].shape[-1]), dtype=np.float32)
-    for i, a in enumerate(arrays):
-        out[i, :len(a)] = a
-    return out
-
-
-def _pad_attention(arrays: list[np.ndarray], t: int, dtype: str) -> np.ndarray:
-    """[..., T_i, T_i] per input ([L, H], [L] or nothing before) → [N, ..., t, t], zeros past
-    each input's end."""
-    out = np.zeros((len(arrays), *arrays[0].shape[:-2], t, t), dtype=dtype)
-    for i, a in enumerate(arrays):
-        n = a.shape[-1]
-        out[i, ..., :n, :n] = a
-    return out
-
-
-def _pad_hidden(arrays: list[np.ndarray], t: int) -> np.ndarray:
-    """[L', T_i, d] per input → [N, L', t, d], zeros past each input's end; pooled [L', d] → [N, L', d]."""
-    if arrays[0].ndim == 2:
-        return np.stack(arrays).astype(np.float32)
-    out = np.zeros((len(arrays), arrays[0].shape[0], t, arrays[0].shape[-1]), dtype=np.float32)
-    for i, a in enumerate(arrays):
-        out[i, :, :a.shape[1]] = a
-    return out
-
-
 def _hidden_spec(params: dict, rt: Runtime) -> HiddenSpec:
     """hidden_states_layers (as attention_layers, 0..n_layers) and hidden_states_pooling."""
     pooling = params.get("hidden_states_pooling", "none")
@@ -241,30 +212,6 @@ def _hidden_spec(params: dict, rt: Runtime) -> HiddenSpec:
         raise InvalidRequest("parameter hidden_states_pooling must be none, mean or cls")
     n = rt.package.n_layers
     return HiddenSpec.select(n, _indices(params, "hidden_states_layers", n + 1), pooling=pooling)
-
-
-def _respond(header: dict, want: dict[str, bool], lengths: list[int], result: EmbedResult | None,
-             att_dtype: str) -> tuple[bytes, int | None]:
-    t = max(lengths)
-    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)}
-    if "sentence_embedding" in want:
-        arrays["sentence_embedding"] = np.stack([e.sentence for e in result.data]).astype(np.float32)
-    if "last_hidden_state" in want:
-        arrays["last_hidden_state"] = _pad_tokens([e.tokens for e in result.data], t)
-    if "attentions" in want:
-        arrays["attentions"] = _pad_attention([e.attention["data"] for e in result.data], t, att_dtype)
-    if "hidden_states" in want:
-        arrays["hidden_states"] = _pad_hidden([e.hidden["data"] for e in result.data], t)
-    outs, buffers = [], []
-    for name, binary in want.items():
-        o, raw = v2.output(name, v2.datatype_of(arrays[name]), arrays[name], binary)
-        outs.append(o)
-        if raw is not None:
-            buffers.append(raw)
-    head = {"model_name": header["model_name"], "model_version": header["model_version"], "outputs": outs}
-    if isinstance(header.get("id"), str):
-        head["id"] = header["id"]
-    return v2.encode_response(head, buffers)
 
 
 def _response_bound(rt: Runtime, want: dict[str, bool], lengths: list[int], spec, hidden: HiddenSpec | None) -> int:
@@ -321,17 +268,6 @@ async def infer(model: str, request: Request, version: str | None = None, engine
         lengths = [e.encoding.length for e in result.data]
     else:  # the attention mask alone
         lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
-    size = _response_bound(rt, want, lengths, spec, hidden)
-    check_response_bytes(size, engine.settings.max_response_bytes,
-                         "ask for fewer inputs, layers or heads, or binary outputs")
-    header = {**header, "model_name": rt.name, "model_version": rt.package.version}
-    with engine.responses.reserve(size) as reservation:
-        if "attentions" in want or "last_hidden_state" in want or "hidden_states" in want:
-            body, n = await run_in_threadpool(_respond, header, want, lengths, result, att_dtype)
-        else:
-            body, n = _respond(header, want, lengths, result, att_dtype)
-    if n is None:
-        return BudgetedResponse(body, reservation)
-    response = BudgetedResponse(body, reservation, media_type="application/octet-stream")
-    response.headers["Inference-Header-Content-Length"] = str(n)
-    return response
+    asked = kserve.EmbeddingOutputs((rt.name, rt.package.version), kserve.echoed_id(header), want,
+                                _response_bound(rt, want, lengths, spec, hidden), lengths, att_dtype)
+    return await answer(engine, kserve.EMBEDDING, result, asked)

@@ -14,11 +14,12 @@ through Engine.tag as /v1/tag: every position of the model's input, zeros past a
 from __future__ import annotations
 
 import numpy as np
-from fastapi import Request
+from fastapi import Request, Response
 
+from headwise.service.api.compat import kserve
 from headwise.service.api.compat import v2tensors as v2
 from headwise.service.api.dependencies import disconnect_probe
-from headwise.service.api.responses import BudgetedResponse
+from headwise.service.api.responses import answer
 from headwise.service.api.sizes import JSON_VALUE_BYTES, check_response_bytes
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
@@ -76,7 +77,7 @@ def classification(values: np.ndarray, k: int, labels: list[str]) -> np.ndarray:
 
 
 async def infer(engine: Engine, rt: Runtime, request: Request, header: dict, binary: memoryview,
-                params: dict) -> BudgetedResponse:
+                params: dict) -> Response:
     inputs = v2.text_inputs(header, binary, INPUTS, TAKES)
     texts, seconds = inputs["text"], inputs.get("text_pair")
     if seconds is not None and len(seconds) != len(texts):
@@ -94,7 +95,8 @@ async def infer(engine: Engine, rt: Runtime, request: Request, header: dict, bin
     for name, (_, k) in want.items():
         if k:
             arrays[name] = classification(arrays[name], k, labels)
-    return _respond(engine, rt, header, {name: as_binary for name, (as_binary, _) in want.items()}, arrays, size)
+    asked = kserve.Outputs((rt.name, rt.package.version), kserve.echoed_id(header), {name: b for name, (b, _) in want.items()}, size)
+    return await answer(engine, kserve.TENSORS, arrays, asked)
 
 
 TOKEN_OUTPUTS = ("token_logits", "token_scores", "attention_mask")
@@ -108,7 +110,7 @@ def token_outputs_of(rt: Runtime) -> list[dict]:
 
 
 async def infer_tags(engine: Engine, rt: Runtime, request: Request, header: dict, binary: memoryview,
-                     params: dict) -> BudgetedResponse:
+                     params: dict) -> Response:
     texts = v2.text_inputs(header, binary, ("text",), "one input, 'text' (BYTES [N])")["text"]
     binary_default = v2.flag(params, "binary_data_output", False)
     want = {}
@@ -123,36 +125,5 @@ async def infer_tags(engine: Engine, rt: Runtime, request: Request, header: dict
     n, t, k = len(lengths), max(lengths), len(rt.package.labels)
     cells = {"token_logits": n * t * k, "token_scores": n * t * k, "attention_mask": n * t}
     size = sum(cells[name] * (8 if as_binary else JSON_VALUE_BYTES["float32"]) for name, as_binary in want.items())
-    check_response_bytes(size, engine.settings.max_response_bytes, "send fewer or shorter texts, or binary outputs")
-    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)}
-    for name, field in (("token_logits", "logits"), ("token_scores", "scores")):
-        if name in want:
-            a = np.zeros((n, t, k), dtype=np.float32)  # [N, T, n_labels], zeros past each input's end
-            for i, tagged in enumerate(result.data):
-                a[i, :lengths[i]] = getattr(tagged, field)
-            arrays[name] = a
-    return _respond(engine, rt, header, want, arrays, size)
-
-
-def _respond(engine: Engine, rt: Runtime, header: dict, want: dict[str, bool], arrays: dict[str, np.ndarray],
-             size: int) -> BudgetedResponse:
-    outs, buffers = [], []
-    for name, as_binary in want.items():
-        a = arrays[name]
-        if a.dtype == object:  # the classification extension's strings
-            o, raw = v2.bytes_output(name, list(a.shape), a.reshape(-1).tolist(), as_binary)
-        else:
-            o, raw = v2.output(name, v2.datatype_of(a), a, as_binary)
-        outs.append(o)
-        if raw is not None:
-            buffers.append(raw)
-    head = {"model_name": rt.name, "model_version": rt.package.version, "outputs": outs}
-    if isinstance(header.get("id"), str):
-        head["id"] = header["id"]
-    with engine.responses.reserve(size) as reservation:
-        body, n = v2.encode_response(head, buffers)
-    if n is None:
-        return BudgetedResponse(body, reservation)
-    response = BudgetedResponse(body, reservation, media_type="application/octet-stream")
-    response.headers["Inference-Header-Content-Length"] = str(n)
-    return response
+    asked = kserve.TokenOutputs((rt.name, rt.package.version), kserve.echoed_id(header), want, size, lengths, k)
+    return await answer(engine, kserve.TOKENS, result, asked)

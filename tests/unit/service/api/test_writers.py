@@ -1,7 +1,7 @@
 """One writer per (protocol, operation) (issue 39, item 1): every JSON answer to an engine call
 goes out through responses.answer, which checks the writer's bound against
-HEADWISE_MAX_RESPONSE_BYTES, reserves it and serialises; no router writes or checks a JSON
-answer of its own (KServe's tensors apart)."""
+HEADWISE_MAX_RESPONSE_BYTES, reserves it and serialises (JSON, or the body a raw writer made:
+KServe's tensors); no router writes an answer or checks its bound after inference itself."""
 
 import ast
 import asyncio
@@ -12,14 +12,13 @@ import orjson
 import pytest
 
 from headwise.service.api import native, responses
-from headwise.service.api.compat import cohere, openai, rerank, tei, token_pipeline, vllm
-from headwise.service.api.writer import Writer, counted
+from headwise.service.api.compat import cohere, kserve, openai, rerank, tei, token_pipeline, vllm
+from headwise.service.api.writer import Raw, Writer, counted
 from headwise.service.engine.budget import ResponseBudget
 from headwise.service.errors import TooLarge
 
 ROUTERS = Path(responses.__file__).parent / "routers"
-KSERVE = {"kserve.py", "kserve_classify.py"}  # tensors, JSON or binary: their own bound and writer
-MODULES = (native, openai, tei, token_pipeline, cohere, rerank, vllm)
+MODULES = (native, openai, tei, token_pipeline, cohere, rerank, vllm, kserve)
 
 
 def _called(path: Path) -> set[str]:
@@ -29,12 +28,15 @@ def _called(path: Path) -> set[str]:
 
 
 def test_no_router_serialises_or_bounds_an_answer_itself():
-    routers = [p for p in ROUTERS.glob("*.py") if p.name not in KSERVE]
+    # generation's bound is reserved when it is admitted, before any step (Engine.generate), and
+    # its answer may be a stream of events: it sends its own
+    routers = [p for p in ROUTERS.glob("*.py") if p.name != "generate.py"]
     assert len(routers) > 10
-    assert {p.name: "budgeted_json" for p in routers if "budgeted_json" in _called(p)} == {}
-    # a route checks a bound itself only before inference (echoed texts): cohere's two
+    writes = {"budgeted_json", "budgeted_raw", "BudgetedResponse", "reserve"}
+    assert {p.name: sorted(writes & _called(p)) for p in routers if writes & _called(p)} == {}
+    # a route checks a bound itself only before inference: Cohere's echoed texts, a classifier's tensors
     checks = {p.name for p in routers if "check_response_bytes" in _called(p)}
-    assert checks <= {"cohere_embed.py", "cohere_rerank.py"}
+    assert checks <= {"cohere_embed.py", "cohere_rerank.py", "kserve_classify.py"}
 
 
 def test_every_protocol_module_declares_its_writers():
@@ -44,7 +46,7 @@ def test_every_protocol_module_declares_its_writers():
                        "native.OCCLUSION", "native.HEAD_IMPORTANCE", "openai.EMBEDDINGS", "tei.EMBED",
                        "tei.EMBED_ALL", "tei.SIMILARITY", "tei.RERANK", "tei.PREDICT", "tei.TOKENIZE", "tei.DECODE",
                        "token_pipeline.ENTITIES", "cohere.EMBED", "rerank.JINA_RERANK", "rerank.COHERE_RERANK",
-                       "vllm.SCORE", "vllm.CLASSIFY"}
+                       "vllm.SCORE", "vllm.CLASSIFY", "kserve.TENSORS", "kserve.EMBEDDING", "kserve.TOKENS"}
 
 
 def _engine(cap: int, budget: int = 1 << 20):
@@ -69,3 +71,13 @@ def test_answer_reserves_the_bound_until_sent_and_writes_the_payload():
     assert engine.responses.used == 600  # held by the response until its last byte is sent
     response.reservation.release()
     assert engine.responses.used == 0
+
+
+def test_a_raw_writers_body_goes_out_as_it_wrote_it():
+    engine = _engine(1000)
+    w = Writer(lambda r, q: 10, lambda r, q: Raw(b"head" + r, "application/octet-stream", ((b"x-len", b"4"),)),
+               raw=True)
+    response = asyncio.run(responses.answer(engine, w, b"tail"))
+    assert response.body == b"headtail" and response.media_type == "application/octet-stream"
+    assert (b"x-len", b"4") in response.raw_headers and engine.responses.used == 10
+    response.reservation.release()
