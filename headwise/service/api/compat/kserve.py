@@ -140,6 +140,9 @@ class Outputs(NamedTuple):
     id: str | None  # the request's id, echoed when it is a string
     binary: dict[str, bool]  # each output asked for, in the order asked: as binary data?
     size: int  # the outputs' bound in bytes: raw, JSON numbers or strings (the route counts each output's cells)
+    lengths: tuple[int, ...] | list[int] = ()  # each input's tokens, to pad to the longest (EMBEDDING, TOKENS)
+    attention_dtype: str = "float32"  # EMBEDDING's attentions
+    n_labels: int = 0  # TOKENS' last axis
 
 
 def echoed_id(header: dict) -> str | None:
@@ -177,17 +180,6 @@ def _sized(_result, q: Outputs) -> int:
 TENSORS = Writer(_sized, encode_outputs, "send fewer inputs", raw=True)
 
 
-class EmbeddingOutputs(NamedTuple):
-    """An embedding model's infer request as its answer reads it (Outputs' fields first)."""
-
-    model: tuple[str, str]
-    id: str | None
-    binary: dict[str, bool]
-    size: int
-    lengths: list[int]  # each input's tokens
-    attention_dtype: str
-
-
 def pad_tokens(arrays: list[np.ndarray], t: int) -> np.ndarray:
     """[T_i, d] per input → [N, t, d], zeros past each input's end."""
     out = np.zeros((len(arrays), t, arrays[0].shape[-1]), dtype=np.float32)
@@ -216,10 +208,15 @@ def pad_hidden(arrays: list[np.ndarray], t: int) -> np.ndarray:
     return out
 
 
-def _embedding(result, q: EmbeddingOutputs) -> Raw:
+def attention_mask(lengths: list[int], t: int) -> np.ndarray:
+    """[N, t] int64: 1 at each input's real positions."""
+    return (np.arange(t)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)
+
+
+def _embedding(result, q: Outputs) -> Raw:
     """An EmbedResult's outputs (None: the attention mask alone), padded to the longest input."""
     t = max(q.lengths)
-    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(q.lengths)[:, None]).astype(np.int64)}
+    arrays = {"attention_mask": attention_mask(q.lengths, t)}
     if "sentence_embedding" in q.binary:
         arrays["sentence_embedding"] = np.stack([e.sentence for e in result.data]).astype(np.float32)
     if "last_hidden_state" in q.binary:
@@ -234,22 +231,11 @@ def _embedding(result, q: EmbeddingOutputs) -> Raw:
 EMBEDDING = Writer(_sized, _embedding, "ask for fewer inputs, layers or heads, or binary outputs", raw=True)
 
 
-class TokenOutputs(NamedTuple):
-    """A tagger's infer request as its answer reads it (Outputs' fields first)."""
-
-    model: tuple[str, str]
-    id: str | None
-    binary: dict[str, bool]
-    size: int
-    lengths: list[int]  # each input's tokens
-    n_labels: int
-
-
-def _tokens(result, q: TokenOutputs) -> Raw:
+def _tokens(result, q: Outputs) -> Raw:
     """A TagResult's token_logits and token_scores [N, T, n_labels], zeros past each input's
     end, and its attention_mask [N, T]."""
     n, t, k = len(q.lengths), max(q.lengths), q.n_labels
-    arrays = {"attention_mask": (np.arange(t)[None, :] < np.asarray(q.lengths)[:, None]).astype(np.int64)}
+    arrays = {"attention_mask": attention_mask(q.lengths, t)}
     for name, field in (("token_logits", "logits"), ("token_scores", "scores")):
         if name in q.binary:
             a = np.zeros((n, t, k), dtype=np.float32)

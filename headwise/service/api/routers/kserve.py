@@ -268,6 +268,6 @@ async def infer(model: str, request: Request, version: str | None = None, engine
         lengths = [e.encoding.length for e in result.data]
     else:  # the attention mask alone
         lengths = [e.length for e in await engine.tokenize(rt, texts, truncate)]
-    asked = kserve.EmbeddingOutputs((rt.name, rt.package.version), kserve.echoed_id(header), want,
-                                _response_bound(rt, want, lengths, spec, hidden), lengths, att_dtype)
+    asked = kserve.Outputs((rt.name, rt.package.version), kserve.echoed_id(header), want,
+                           _response_bound(rt, want, lengths, spec, hidden), lengths, attention_dtype=att_dtype)
     return await answer(engine, kserve.EMBEDDING, result, asked)

@@ -125,5 +125,5 @@ async def infer_tags(engine: Engine, rt: Runtime, request: Request, header: dict
     n, t, k = len(lengths), max(lengths), len(rt.package.labels)
     cells = {"token_logits": n * t * k, "token_scores": n * t * k, "attention_mask": n * t}
     size = sum(cells[name] * (8 if as_binary else JSON_VALUE_BYTES["float32"]) for name, as_binary in want.items())
-    asked = kserve.TokenOutputs((rt.name, rt.package.version), kserve.echoed_id(header), want, size, lengths, k)
+    asked = kserve.Outputs((rt.name, rt.package.version), kserve.echoed_id(header), want, size, lengths, n_labels=k)
     return await answer(engine, kserve.TOKENS, result, asked)
