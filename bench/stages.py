@@ -166,7 +166,7 @@ class Sitting:
         role = "attention" if params.attention is not None else "embed"  # as EncoderRuntime._submit
         entries = await self.tokenise(job)
         data = await self.run_batches(role, job, entries)
-        await self.answer(EmbedResult(self.rt.name, self.rt.package.version, data, job.answer, job.answer_bytes))
+        await self.answer(EmbedResult(self.rt.name, self.rt.package.version, data, job.answer_bytes))
         await self.end_to_end(inputs, params)
         return self.prof
 

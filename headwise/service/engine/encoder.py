@@ -22,7 +22,7 @@ from headwise.service.engine.internals import Ablation
 from headwise.service.engine.lane import Lane, overlap, shared_queue
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import Capability, base_card
-from headwise.service.engine.size import Measure, Size
+from headwise.service.engine.size import Measure
 from headwise.service.engine.stats import ModelStats, Timing
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Inputs, Outcome, length_buckets
@@ -85,12 +85,12 @@ class EncoderRuntime:
     # -- the operations (event loop; the engine has checked the capability) -------------------
     async def submit(self, inputs: Inputs, params: RequestParams,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-                     field: str = "inputs") -> tuple[list, Size, int, Timing]:
+                     field: str = "inputs") -> tuple[list, int, Timing]:
         """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
         analysis variant's for hidden states or removed heads, else the attention variant's when
         they ask for attention), tokenised on its thread together with whatever else is waiting
-        → (each input's answer, what the answer holds and the bytes the engine's Measure says
-        that takes, where its time went); counts the attention returned and its statistics."""
+        → (each input's answer, the bytes the engine's Measure says the answer takes, where its
+        time went); counts the attention returned and its statistics."""
         role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
         batcher = self.batchers.get(role)
         if batcher is None:
@@ -109,7 +109,7 @@ class EncoderRuntime:
             self.series.attention_bytes.inc(sum(self.head.returned_bytes(spec, d.encoding) for d in data))
             if spec.aggregate != "none":
                 self.series.aggregate(spec.aggregate).inc()
-        return data, job.answer, job.answer_bytes, job.timing
+        return data, job.answer_bytes, job.timing
 
     async def run_encoded(self, encs: list[Encoded], params: RequestParams,
                           holes: list[tuple[int, ...]] | None = None,
@@ -323,8 +323,8 @@ class EncoderRuntime:
             if need > budget:
                 raise TooLarge(f"{what} is {need} bytes, over the budget of {budget}; ask for fewer layers, "
                                "heads or inputs" + (", or inputs of similar length" if params.padded_attention else ""))
-        job.answer = answer = self.head.answer_size(params, encs)
-        job.answer_bytes = self.measure.check(answer, self.settings.max_response_bytes, TOO_LARGE)
+        job.answer_bytes = self.measure.check(self.head.answer_size(params, encs), self.settings.max_response_bytes,
+                                              TOO_LARGE)
         hist = self.series.input_tokens
         for e in encs:
             hist.observe(e.length)

@@ -218,10 +218,10 @@ class Engine:
         emb.head.check(params)
         if token_ids(inputs):
             emb.tokenizer.check_ids(inputs)
-        data, size, nbytes, timing = await emb.submit(inputs, params, is_disconnected)
+        data, nbytes, timing = await emb.submit(inputs, params, is_disconnected)
         if self.drift is not None:
             self.drift.offer(emb, inputs, params, data)
-        return EmbedResult(emb.name, emb.package.version, data, size, nbytes, timing)
+        return EmbedResult(emb.name, emb.package.version, data, nbytes, timing)
 
     async def classify(self, rt: Runtime, inputs: list[str | tuple[str, str]], params: ClassifyParams,
                        is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> ClassifyResult:
@@ -248,17 +248,16 @@ class Engine:
 
     async def _classify(self, rt: Classifier, items: list, params: ClassifyParams,
                         is_disconnected: Callable[[], Awaitable[bool]] | None, field: str) -> ClassifyResult:
-        data, size, nbytes, timing = await rt.submit(items, params, is_disconnected, field)
-        return ClassifyResult(rt.name, rt.package.version, list(rt.package.labels), data, size, nbytes, timing)
+        data, nbytes, timing = await rt.submit(items, params, is_disconnected, field)
+        return ClassifyResult(rt.name, rt.package.version, list(rt.package.labels), data, nbytes, timing)
 
     async def tag(self, rt: Runtime, texts: list[str], params: TagParams,
                   is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> TagResult:
         """Every text's tokens with each label's score (and attention), in input order."""
         self.check_inputs(texts)
         tagger = Capability.TAG.of(rt)
-        data, size, nbytes, timing = await tagger.submit(texts, params, is_disconnected)
-        return TagResult(tagger.name, tagger.package.version, list(tagger.package.labels), data, size, nbytes,
-                         timing)
+        data, nbytes, timing = await tagger.submit(texts, params, is_disconnected)
+        return TagResult(tagger.name, tagger.package.version, list(tagger.package.labels), data, nbytes, timing)
 
     async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from headwise.service.engine.size import Block, Size
+from headwise.service.engine.size import Block
 from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.engine.values import DTYPES, INDEX_DTYPE
@@ -176,6 +176,5 @@ class EmbedResult(Counted):
     model: str
     version: str
     data: list[Embedded]
-    answer: Size  # what the answer holds, counted when it was tokenised
-    answer_bytes: int  # what that takes as the engine's Measure writes it (JSON: what routers reserve)
+    answer_bytes: int  # what the answer takes as the engine's Measure writes it, checked when it was tokenised
     timing: Timing | None = None  # where its time went (None: not run through a batcher's job)

@@ -46,8 +46,6 @@ class Size:
                     self.blocks + other.blocks)
 
 
-NOTHING = Size()
-
 
 def total(sizes) -> Size:
     """The sum of `sizes`, made once (adding them in turn would copy the blocks again each time)."""

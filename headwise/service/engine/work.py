@@ -15,7 +15,6 @@ import numpy as np
 
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.params import RequestParams
-from headwise.service.engine.size import NOTHING, Size
 from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded
 
@@ -57,8 +56,7 @@ class Job:
     results: list = field(default_factory=list)
     left: int = 0
     enqueued_at: float = 0.0
-    answer: Size = NOTHING  # what its answer holds, counted once when it is tokenised
-    answer_bytes: int = 0  # what that takes as the engine's Measure writes it (checked then)
+    answer_bytes: int = 0  # what its answer takes as the engine's Measure writes it, checked once when tokenised
     timing: Timing = field(default_factory=Timing)
     trace: object = None  # the request's span context when tracing (service.tracing)
 

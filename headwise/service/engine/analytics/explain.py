@@ -48,8 +48,7 @@ class Similarity:
     targets: list[Encoded]
     scores: list[float]
     explained: list[Explained] | None
-    answer: Size  # similarity_size: what the answer holds
-    answer_bytes: int  # what the engine's Measure said it takes, when it checked it
+    answer_bytes: int  # what the engine's Measure said the answer (similarity_size) takes, when it checked it
 
     @property
     def n_tokens(self) -> int:
@@ -125,7 +124,7 @@ async def similarity(rt: Analyser, encs: list[Encoded], explain: bool, top_k: in
         # held until the split is done: the rows' token embeddings are alive until then
         scores, explained = await lane.run(_split, data, explain, top_k)
     rt.series.analytic("similarity_explain" if explain else "similarity").inc()
-    return Similarity(rt.name, rt.package.version, source, targets, scores, explained, size, priced)
+    return Similarity(rt.name, rt.package.version, source, targets, scores, explained, priced)
 
 
 def _split(data: list[Embedded], explain: bool, top_k: int) -> tuple[list[float], list[Explained] | None]:

@@ -44,8 +44,7 @@ class TagResult(Counted):
     version: str
     labels: list[str]  # id2label order
     data: list[Tagged]  # in input order
-    answer: Size  # what every input's answer holds, counted when they were tokenised
-    answer_bytes: int  # what that takes as the engine's Measure writes it (JSON: what routers reserve)
+    answer_bytes: int  # what every input's answer takes as the engine's Measure writes it, checked when tokenised
     timing: Timing | None = None
 
 

@@ -70,7 +70,7 @@ def _classifier(c, monkeypatch, labels, logits):
         data = [Classified(enc, np.float32(row), activate(np.float32(row), params.raw_scores), None)
                 for row in logits[:len(items)]]
         size = total(answer_size(params, d.encoding, list(labels)) for d in data)
-        return ClassifyResult("zcls", "1", list(labels), data, size, JSON.bytes(size))
+        return ClassifyResult("zcls", "1", list(labels), data, JSON.bytes(size))
 
     async def rerank(rt, query, texts, params, probe=None):
         return await classify(rt, [(query, t) for t in texts], params, probe)
