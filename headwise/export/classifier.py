@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from headwise.export.encoder import EncoderKind
 from headwise.export.pipeline import Options
+from headwise.export.verify import PARITY_PAIRS
 from headwise.model.sentence import LoadedModel
 
 
@@ -18,6 +19,7 @@ class ClassifierKind(EncoderKind):
     task = "classification"
     outputs = ("logits",)
     int8 = False
+    parity_inputs = PARITY_PAIRS
 
     def notes(self, options: Options) -> list[str]:
         return ["classification packages have fp32 and fp16 variants, no int8"] if options.int8 else []

@@ -15,7 +15,7 @@ from headwise.export.optimize import optimize
 from headwise.export.pipeline import Kind, Options, Variant
 from headwise.export.quantize import SCHEME as INT8_SCHEME
 from headwise.export.quantize import quantize_int8
-from headwise.export.verify import verify
+from headwise.export.verify import PARITY_SENTENCES, verify
 from headwise.model.importers import CheckpointError
 from headwise.model.sentence import LoadedModel, load_encoder_model
 
@@ -31,6 +31,7 @@ def attention_pattern(cfg) -> str:
 class EncoderKind(Kind):
     outputs: tuple[str, ...]  # the fast graph's outputs; the analysis graph adds its own
     int8: bool  # whether the kind has a fast.int8 variant
+    parity_inputs: list = PARITY_SENTENCES  # what verify compares the graphs on: texts, or texts and pairs
 
     def load(self, checkpoint: Path) -> LoadedModel:
         loaded = load_encoder_model(checkpoint)
@@ -83,4 +84,4 @@ class EncoderKind(Kind):
                 "tokenizer": {"pad_id": loaded.tokenizer.pad_id}}
 
     def verify(self, pkg: Path, checkpoint: Path | None, options: Options, progress) -> dict:
-        return verify(pkg, checkpoint, options.stsb_path, progress, options.quality)
+        return verify(pkg, checkpoint, options.stsb_path, progress, options.quality, self.parity_inputs)

@@ -41,9 +41,6 @@ PARITY_PAIRS: list = [
     ("how do transformers work", "Attention weighs every token against every other token."),
     ("short", ""), ("", "an empty query"),
 ]
-# A token classifier (tagger) reads single texts only.
-PARITY_INPUTS = {"embedding": PARITY_SENTENCES, "classification": PARITY_PAIRS,
-                 "token-classification": PARITY_SENTENCES}
 # Outputs with a row per token (B, T, ...), compared at real tokens only: padding rows are unused.
 PER_TOKEN = ("last_hidden_state", "token_logits")
 # The head's own output, whichever the package has.
@@ -198,10 +195,12 @@ def verify(
     stsb_path: Path | None = None,
     progress: Callable[[str], None] = print,
     quality: bool = True,
+    inputs: list = PARITY_SENTENCES,
 ) -> dict:
-    """Re-check hashes, measure parity (and for embeddings quality), write them into
-    manifest.parity. Raises PackageError naming the file or the figure that fails.
-    quality=False skips the STS-B figures (meaningless for tiny random test models)."""
+    """Re-check hashes, measure parity on `inputs` (the kind's: texts, or texts and pairs) and
+    for embeddings quality, write them into manifest.parity. Raises PackageError naming the
+    file or the figure that fails. quality=False skips the STS-B figures (meaningless for tiny
+    random test models)."""
     manifest = mf.read(pkg)
     mf.check_hashes(pkg, manifest)
     progress("hashes ok")
@@ -209,7 +208,7 @@ def verify(
     if loaded.task != manifest.get("task", "embedding"):
         raise mf.PackageError(f"{manifest['name']!r} is a {manifest.get('task', 'embedding')} package, "
                               f"its checkpoint a {loaded.task} model")
-    texts = PARITY_INPUTS[loaded.task]
+    texts = inputs
     ref, mask = torch_reference(loaded, texts)
     sts_file = stsb.find_stsb(stsb_path) if quality and loaded.task == "embedding" else None
     pairs = stsb.load_pairs(sts_file) if sts_file else None

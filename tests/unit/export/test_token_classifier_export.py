@@ -13,13 +13,14 @@ import torch
 
 from headwise.export.package import KINDS, kind_of_checkpoint, verify_package
 from headwise.export.pipeline import Options
-from headwise.export.verify import PARITY_INPUTS, parity_table
+from headwise.export.token_classifier import TokenClassifierKind
+from headwise.export.verify import parity_table
 from headwise.model.tokenizer import Tokenizer
 from headwise.service.package import load_package
 from tests.fixtures.references import ablated_forward
 from tests.fixtures.tiny import TAGGER_LABELS, make_tagger_package
 
-TEXTS = PARITY_INPUTS["token-classification"]
+TEXTS = TokenClassifierKind.parity_inputs
 LABELS = list(TAGGER_LABELS.values())
 
 
