@@ -82,12 +82,11 @@ def load_encoder_model(path: str | Path | None = None) -> LoadedModel:
 
 
 def load_sentence_model(path: str | Path | None = None) -> LoadedModel:
-    """load_encoder_model, refusing a sequence or token classifier: served as embeddings, its
+    """load_encoder_model, refusing a model with a task head (a classifier, a tagger): served as embeddings, its
     head would be dropped and its answers wrong."""
     path = Path(path) if path is not None else default_checkpoint()
     loaded = load_encoder_model(path)
     if loaded.task != "embedding":
-        what = "a token classifier" if loaded.task == "token-classification" else "a sequence classifier"
-        raise CheckpointError(f"{path}: {what} (labels {loaded.model.head.labels}) is not a "
+        raise CheckpointError(f"{path}: a {loaded.task} model (labels {loaded.model.head.labels}) is not a "
                               f"sentence-embedding model; it exports as a {loaded.task} package")
     return loaded

@@ -17,11 +17,10 @@ GRAPHS = {"encoder": ("fast",), "decoder": ("prefill", "decode"),
           "encoder-decoder": ("encoder", "decoder_step")}
 
 
-# What a package's `task` may be; "classification": an encoder whose graphs output `logits`
-# (cross-encoders, classifiers), served by /v1/rerank and /v1/predict, never by /v1/embed;
-# "token-classification": one whose graphs output `token_logits` (NER and PII taggers).
-TASKS = ("embedding", "classification", "token-classification", "generation")
-LABELLED = ("classification", "token-classification")
+# A decoder's or an encoder-decoder's `task`. An encoder package's task names its head
+# ("embedding", "classification", ...: service.engine.heads.HEADS, which the engine checks
+# when it loads the package, with the labels a head needs).
+GENERATION = "generation"
 
 
 class PackageError(ValueError):
@@ -53,8 +52,8 @@ class ModelPackage:
     pad_id: int
     variants: dict[str, Variant]
     manifest: dict = field(repr=False)
-    task: str = "embedding"  # one of TASKS
-    labels: tuple[str, ...] = ()  # a (token-)classification package's labels, in logit order
+    task: str = "embedding"  # GENERATION, or an encoder's head (service.engine.heads.HEADS)
+    labels: tuple[str, ...] = ()  # an encoder's labels where its head has them, in logit order
     # an embedding package's sentence-transformers prompts (name → text) and default prompt
     # (service.engine.prompts), and the Matryoshka sizes it was trained to be cut to, largest first
     prompts: dict[str, str] = field(default_factory=dict)
@@ -133,16 +132,16 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     if missing:
         raise PackageError(f"{mf}: missing fields {', '.join(missing)}")
     arch = m["architecture"]
-    task = m.get("task", "embedding" if arch == "encoder" else "generation")
-    if task not in TASKS:
-        raise PackageError(f"{mf}: task {str(task)[:40]!r} is not served ({', '.join(TASKS)})")
-    labels = m.get("labels", [])
-    if task in LABELLED and (arch != "encoder" or not _labels_ok(labels)):
-        raise PackageError(f"{mf}: a {task} package needs architecture 'encoder' and "
+    task = m.get("task", "embedding" if arch == "encoder" else GENERATION)
+    if not isinstance(task, str) or not task:
+        raise PackageError(f"{mf}: 'task' must be a non-empty string")
+    labels = m.get("labels") if arch == "encoder" else None
+    if labels is not None and not _labels_ok(labels):
+        raise PackageError(f"{mf}: a {task[:40]} package needs architecture 'encoder' and "
                            "'labels', a non-empty list of distinct strings")
     if arch not in GRAPHS:
         raise PackageError(f"{mf}: architecture {arch!r} is not served (encoder, decoder, encoder-decoder)")
-    if (task == "generation") != (arch != "encoder"):  # an encoder carries a head; a decoder generates
+    if (task == GENERATION) != (arch != "encoder"):  # an encoder carries a head; a decoder generates
         raise PackageError(f"{mf}: task {task!r} is not served with architecture {arch!r} (an encoder "
                            "serves embedding or classification; a decoder or encoder-decoder, generation)")
     lacking = [g for g in GRAPHS[arch] if g not in m["variants"]]
@@ -170,7 +169,7 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
         architecture=m["architecture"], **sizes, pooling=str(m["pooling"] or "none"),
         normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=pad_id,
         variants=variants, manifest=m, task=task,
-        labels=tuple(labels) if task in LABELLED else (), **declared,
+        labels=tuple(labels or ()), **declared,
     )
 
 

@@ -6,9 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from headwise.service.package import TASKS
+from headwise.service.engine.heads import HEADS
+from headwise.service.package import GENERATION
 
-Task = Literal[TASKS]  # a package's task: the kinds service.package serves
+Task = Literal[(*HEADS, GENERATION)]  # a package's task: an encoder's head, or generation
 
 Inputs = StrictStr | list[StrictStr]
 

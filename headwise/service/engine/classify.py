@@ -42,13 +42,18 @@ class Classified:
 
 
 @dataclass(frozen=True)
-class ClassifyResult(Counted):
+class HeadResult(Counted):
+    """A head's answers to one request (Engine.submit): a classifier's, a tagger's, ..."""
+
     model: str
     version: str
-    labels: list[str]  # id2label order
-    data: list[Classified]  # in input order
+    labels: list[str]  # the package's labels, in logit order (none where its head has none)
+    data: list  # each input's answer, in input order (a classifier's: Classified)
     answer_bytes: int  # what every input's answer takes as the engine's Measure writes it, checked when tokenised
     timing: Timing | None = None  # where its time went
+
+
+ClassifyResult = HeadResult
 
 
 def activate(logits: np.ndarray, raw: bool) -> np.ndarray:

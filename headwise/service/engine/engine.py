@@ -29,7 +29,7 @@ from headwise.service.engine.analytics.importance import Importance, head_import
 from headwise.service.engine.analytics.lane import AnalyticsLane
 from headwise.service.engine.analytics.spans import check_spans, span_units, word_units
 from headwise.service.engine.budget import ResponseBudget, ShareOf, TokenBudget
-from headwise.service.engine.classify import ClassifyParams, ClassifyResult
+from headwise.service.engine.classify import ClassifyParams, ClassifyResult, HeadResult
 from headwise.service.engine.encoder import BackendFactory, EncoderRuntime
 from headwise.service.engine.generation import GenerativeRuntime
 from headwise.service.engine.generation.runtime import Generation
@@ -38,7 +38,7 @@ from headwise.service.engine.heads.embedding import token_ids
 from headwise.service.engine.heads.tokens import TagParams, TagResult
 from headwise.service.engine.params import EmbedParams, EmbedResult, RequestParams
 from headwise.service.engine.prompts import check_default_prompt_name
-from headwise.service.engine.runtime import Capability, Classifier, R, Runtime
+from headwise.service.engine.runtime import Batched, Capability, Classifier, R, Runtime
 from headwise.service.engine.size import Measure
 from headwise.service.engine.tokenizer import Encoded
 from headwise.service.errors import (
@@ -249,15 +249,23 @@ class Engine:
     async def _classify(self, rt: Classifier, items: list, params: ClassifyParams,
                         is_disconnected: Callable[[], Awaitable[bool]] | None, field: str) -> ClassifyResult:
         data, nbytes, timing = await rt.submit(items, params, is_disconnected, field)
-        return ClassifyResult(rt.name, rt.package.version, list(rt.package.labels), data, nbytes, timing)
+        return HeadResult(rt.name, rt.package.version, list(rt.package.labels), data, nbytes, timing)
 
     async def tag(self, rt: Runtime, texts: list[str], params: TagParams,
                   is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> TagResult:
         """Every text's tokens with each label's score (and attention), in input order."""
-        self.check_inputs(texts)
-        tagger = Capability.TAG.of(rt)
-        data, nbytes, timing = await tagger.submit(texts, params, is_disconnected)
-        return TagResult(tagger.name, tagger.package.version, list(tagger.package.labels), data, nbytes, timing)
+        return await self.submit(rt, Capability.TAG, texts, params, is_disconnected)
+
+    async def submit(self, rt: Runtime, needs: Capability[Batched], items: list, params: RequestParams,
+                     is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+                     field: str = "inputs") -> HeadResult:
+        """What the head that declares `needs` answers for every item (a text or a pair: what
+        the head encodes), in input order: a kind's one call here, for a kind whose answer
+        needs nothing else of the engine (a tagger's, a question answerer's)."""
+        self.check_inputs(items, field)
+        head = needs.of(rt)
+        data, nbytes, timing = await head.submit(items, params, is_disconnected, field)
+        return HeadResult(head.name, head.package.version, list(head.package.labels), data, nbytes, timing)
 
     async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:

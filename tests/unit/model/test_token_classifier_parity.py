@@ -78,7 +78,7 @@ def test_an_unknown_weight_is_refused_by_name(tmp_path):
 
 def test_a_tagger_is_not_an_embedding_model(tmp_path):
     make_tiny_bert_tagger(tmp_path / "ner")
-    with pytest.raises(CheckpointError, match=r"a token classifier .* not a sentence-embedding model; it exports "
+    with pytest.raises(CheckpointError, match=r"a token-classification model .* not a sentence-embedding model; it exports "
                                               r"as a token-classification package"):
         load_sentence_model(tmp_path / "ner")
 

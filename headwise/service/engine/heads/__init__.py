@@ -5,7 +5,8 @@ holds (counted, service.engine.size) and the attention the budget counts, and th
 it declares. The encoder keeps
 everything else (batchers, limits, warm-up, metrics); the engine dispatches on capabilities.
 
-A package's `task` picks its head (`HEADS`), at load only."""
+A package's `task` picks its head (`HEADS`), at load only: a task no head serves is refused
+then, as is a labelled head's package without labels."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
-from headwise.service.package import ModelPackage
+from headwise.service.package import GENERATION, ModelPackage, PackageError
 
 
 class Head(Protocol):
@@ -61,8 +62,21 @@ HEADS: dict[str, Callable[[ModelPackage, TextTokenizer], Head]] = {
 }
 
 
+# the heads that answer with the package's labels
+LABELLED = frozenset({"classification", "token-classification"})
+
+
 def head_for(package: ModelPackage, tokenizer: TextTokenizer) -> Head:
-    return HEADS[package.task](package, tokenizer)
+    """The head `package.task` names; PackageError for a task no head serves, or a labelled
+    head's package without labels."""
+    mf = package.path / "manifest.json"
+    make = HEADS.get(package.task)
+    if make is None:
+        raise PackageError(f"{mf}: task {package.task[:40]!r} is not served ({', '.join([*HEADS, GENERATION])})")
+    if package.task in LABELLED and not package.labels:
+        raise PackageError(f"{mf}: a {package.task} package needs architecture 'encoder' and "
+                           "'labels', a non-empty list of distinct strings")
+    return make(package, tokenizer)
 
 
-__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "TokenHead", "head_for"]
+__all__ = ["HEADS", "LABELLED", "EmbeddingHead", "Head", "LogitsHead", "TokenHead", "head_for"]

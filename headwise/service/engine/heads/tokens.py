@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headwise.service.engine.classify import ClassifyParams, activate
+from headwise.service.engine.classify import ClassifyParams, HeadResult, activate
 from headwise.service.engine.outputs import attention_payload
-from headwise.service.engine.params import AttentionSpec, Counted
+from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.stats import Timing
 from headwise.service.engine.tokenizer import Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
@@ -38,14 +37,7 @@ class Tagged:
     attention: dict | None  # service.engine.outputs.attention_payload, over every position
 
 
-@dataclass(frozen=True)
-class TagResult(Counted):
-    model: str
-    version: str
-    labels: list[str]  # id2label order
-    data: list[Tagged]  # in input order
-    answer_bytes: int  # what every input's answer takes as the engine's Measure writes it, checked when tokenised
-    timing: Timing | None = None
+TagResult = HeadResult
 
 
 def tag_size(params: TagParams, t: int, labels: tuple[str, ...]) -> Size:

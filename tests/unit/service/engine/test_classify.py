@@ -66,19 +66,25 @@ def test_a_classification_manifest_needs_its_labels(tmp_path):
     folder = make_package(tmp_path / "models")
     mf = folder / "manifest.json"
     m = json.loads(mf.read_text())
+    from headwise.service.engine import Engine
+
+    def load():  # the package as the engine loads it, its head included
+        Engine(Settings(models_dir=tmp_path / "models"), Metrics(gpu=None), FakeBackend, measure=JSON).load_packages()
+
     for labels in (None, [], ["a", "a"], ["a", 3], "ab"):
         m.update(task="classification", labels=labels)
         mf.write_text(json.dumps(m))
         with pytest.raises(PackageError, match="needs architecture 'encoder' and 'labels'"):
-            load_package(folder)
+            load()
     m.update(labels=["no", "yes"])
     mf.write_text(json.dumps(m))
     p = load_package(folder)
     assert p.task == "classification" and p.labels == ("no", "yes")
+    load()
     m.update(task="translation")
     mf.write_text(json.dumps(m))
     with pytest.raises(PackageError, match="task 'translation' is not served"):
-        load_package(folder)
+        load()
 
 
 def test_an_embedding_model_refuses_classification(tmp_path):
