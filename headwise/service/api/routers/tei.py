@@ -51,8 +51,9 @@ KINDS = ((Capability.RERANK, RERANKER), (Capability.CLASSIFY, CLASSIFIER), (Capa
 
 
 def kind(rt: Runtime) -> str:
-    """TEI's model type for what the model declares."""
-    return next(k for cap, k in KINDS if cap in rt.capabilities)
+    """TEI's model type for what the model declares; a kind TEI has no type for is named by
+    its task (headwise's own)."""
+    return next((k for cap, k in KINDS if cap in rt.capabilities), rt.package.task)
 
 
 @overload
