@@ -44,6 +44,15 @@ def tagger_package(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="session")
+def qa_package(tmp_path_factory) -> dict:
+    """tests/fixtures/tiny.make_qa_package, once per session: a tiny random
+    BertForQuestionAnswering exported as "tiny-qa"."""
+    from tests.fixtures.tiny import make_qa_package
+
+    return make_qa_package(tmp_path_factory.mktemp("qa"))
+
+
+@pytest.fixture(scope="session")
 def minilm_package(tmp_path_factory) -> Path:
     """The real default package, exported once per test session (about a minute on 2 cores).
     Set HEADWISE_TEST_PACKAGE to reuse an existing one."""

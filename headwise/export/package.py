@@ -10,13 +10,15 @@ from headwise.export import manifest as mf
 from headwise.export.classifier import ClassifierKind
 from headwise.export.generative import GenerativeKind
 from headwise.export.pipeline import Kind, Options, build
+from headwise.export.question_answering import QuestionAnsweringKind
 from headwise.export.sentence import SentenceKind
 from headwise.export.token_classifier import TokenClassifierKind
 from headwise.model.importers import checkpoint_task
 from headwise.model.sentence import default_checkpoint
 
 KINDS: dict[str, Kind] = {"embedding": SentenceKind(), "classification": ClassifierKind(),
-                          "token-classification": TokenClassifierKind(), "generation": GenerativeKind()}
+                          "token-classification": TokenClassifierKind(), "question-answering": QuestionAnsweringKind(),
+                          "generation": GenerativeKind()}
 
 
 def default_name(checkpoint: Path) -> str:
@@ -48,8 +50,8 @@ def build_package(
     matryoshka_dimensions: tuple[int, ...] = (),
 ) -> Path:
     """Export `checkpoint` (default: bundled all-MiniLM-L6-v2) to out/name as the kind its
-    config.json says (sentence embedding, classification, token classification or
-    generation). Written to a temporary folder and moved into place only when complete (and
+    config.json says (sentence embedding, classification, token classification, question
+    answering or generation). Written to a temporary folder and moved into place only when complete (and
     verified).
     `matryoshka_dimensions`: the sizes an embedding model was trained to be cut to
     (export.prompts), the only ones the service will cut it to."""

@@ -151,6 +151,24 @@ def tagger(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dic
     return model, {"family": family, "architecture": "encoder", "task": "token-classification", "labels": labels}
 
 
+QA = "BertForQuestionAnswering"
+# Extractive question answering (Devlin et al. 2019, "BERT", §4.2, SQuAD): a start vector S and
+# an end vector E scored against every token, i.e. a token classifier with two labels;
+# transformers names it `qa_outputs` (out_features 2: start, end).
+QA_KEYS = {"head.classifier.weight": "qa_outputs.weight", "head.classifier.bias": "qa_outputs.bias"}
+SPAN_LABELS = ["start", "end"]
+
+
+def load_question_answering(path: Path, raw: dict, state: dict) -> tuple[EncoderModel, dict]:
+    """A BertForQuestionAnswering checkpoint (extractive QA: SQuAD-style) as an EncoderModel
+    with a TokenClassificationHead whose labels are the span's start and end; info adds task
+    "question-answering"."""
+    cfg = config_from_hf(raw)
+    model = with_head(path, state, cfg, key_map(cfg), TokenClassificationHead(cfg.d_model, SPAN_LABELS), QA_KEYS,
+                      UNUSED, QA)
+    return model, {"family": "bert", "architecture": "encoder", "task": "question-answering", "labels": SPAN_LABELS}
+
+
 def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, str], head: nn.Module,
               head_keys: dict[str, str], unused: frozenset | set, name: str) -> EncoderModel:
     """Encoder(cfg) under `head`, assigned by `keys` (the encoder's) and `head_keys`; a weight
@@ -169,6 +187,8 @@ def load(path: Path):
         return load_classifier(path, raw, state)
     if raw.get("architectures") == [TAGGER]:
         return load_tagger(path, raw, state)
+    if raw.get("architectures") == [QA]:
+        return load_question_answering(path, raw, state)
     cfg = config_from_hf(raw)
     keys = key_map(cfg)
     check_no_task_head(path, raw, state, set(keys.values()), tagger=TAGGER)

@@ -36,7 +36,8 @@ def checkpoint_architecture(path: str | Path) -> str:
 def checkpoint_task(path: str | Path) -> str:
     """"classification" for a sequence classifier (config.json's architectures names one,
     e.g. BertForSequenceClassification: cross-encoders, classifiers), "token-classification"
-    for a token classifier (BertForTokenClassification: NER and PII taggers), else "embedding"
+    for a token classifier (BertForTokenClassification: NER and PII taggers), "question-answering"
+    for an extractive answerer (BertForQuestionAnswering), else "embedding"
     for encoders and "generation" for the others. Whether the family's importer reads that
     head is the importer's to say (it refuses one it does not, naming it)."""
     architectures = [str(a) for a in read_config(Path(path)).get("architectures") or []]
@@ -44,6 +45,8 @@ def checkpoint_task(path: str | Path) -> str:
         return "classification"
     if any(a.endswith("ForTokenClassification") for a in architectures):
         return "token-classification"
+    if any(a.endswith("ForQuestionAnswering") for a in architectures):
+        return "question-answering"
     return "embedding" if checkpoint_architecture(path) == "encoder" else "generation"
 
 

@@ -30,6 +30,7 @@ from headwise.service.api.compat.openapi import inline_schema
 from headwise.service.api.middleware import Activity, ServiceMiddleware
 from headwise.service.api.routers import (
     analytics,
+    answer,
     classify,
     cohere_embed,
     cohere_rerank,
@@ -233,7 +234,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.engine = Engine(settings, m, backend_factory, measure=JSON)
     errors.install(app)
     routers = [r.router for r in (embed, tokenize, analytics, importance, models, health, metrics, generate, classify, tag,
-                                  openai, kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]
+                                  answer, openai, kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by server.fastpath under `headwise serve`

@@ -57,6 +57,14 @@ class Encoded:
             self._offsets = self._encoding().offsets
         return self._offsets
 
+    def word_chars(self, i: int) -> tuple[int, int] | None:
+        """The characters [start, end) in its own text of the word token `i` is a piece of, as
+        far as this encoding holds it (the tokenizer's word_to_chars); None for a token of no
+        word, or once `materialize` let the encoding go."""
+        e = self._encoding() if self._source is not None else None
+        w = e.token_to_word(i) if e is not None else None
+        return None if w is None else e.word_to_chars(w, e.token_to_sequence(i))
+
     def materialize(self) -> Encoded:
         """Build the strings and offsets now, and let the tokenizer's encoding go."""
         if self._source is not None:
@@ -166,7 +174,8 @@ class TextTokenizer:
             full = [e for group in _groups(range(len(pairs)), [len(a) + len(b) for a, b in settled])
                     for e in self._truncating.encode_batch([settled[i] for i in group])]
         return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64), e.tokens,
-                        e.offsets, np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8))
+                        e.offsets, np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8),
+                        source=e)
                 for e in full]
 
     def _enough(self, whole: tuple[bool, bool], counts: tuple[int, int], truncate: bool) -> bool:

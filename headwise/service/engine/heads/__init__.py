@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from headwise.service.engine.heads.embedding import EmbeddingHead
+from headwise.service.engine.heads.extractive import SpanHead
 from headwise.service.engine.heads.logits import LogitsHead
 from headwise.service.engine.heads.tokens import TokenHead
 from headwise.service.engine.params import AttentionSpec, RequestParams
@@ -59,6 +60,7 @@ HEADS: dict[str, Callable[[ModelPackage, TextTokenizer], Head]] = {
     "embedding": lambda package, tokenizer: EmbeddingHead(package),
     "classification": lambda package, tokenizer: LogitsHead(package),
     "token-classification": lambda package, tokenizer: TokenHead(package, tokenizer.special_ids),
+    "question-answering": lambda package, tokenizer: SpanHead(package),
 }
 
 
@@ -79,4 +81,4 @@ def head_for(package: ModelPackage, tokenizer: TextTokenizer) -> Head:
     return make(package, tokenizer)
 
 
-__all__ = ["HEADS", "LABELLED", "EmbeddingHead", "Head", "LogitsHead", "TokenHead", "head_for"]
+__all__ = ["HEADS", "LABELLED", "EmbeddingHead", "Head", "LogitsHead", "SpanHead", "TokenHead", "head_for"]

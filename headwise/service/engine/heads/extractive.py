@@ -1,0 +1,167 @@
+"""The extractive question-answering head (SQuAD-style answerers: `*ForQuestionAnswering`),
+with what its requests ask for (SpanParams), each input's answer (Spans) and what an answer
+holds. An input is a (question, context) pair, tokenised as the package's tokenizer encodes
+pairs; the graphs answer `token_logits` [B, T, 2], every token's start and end logits (Devlin
+et al. 2019, "BERT", §4.2: the span i..j scoring S·T_i + E·T_j).
+
+The spans are chosen as transformers' question-answering pipeline chooses them
+(`select_starts_ends`, `decode_spans`): start and end softmaxed over the context's tokens and
+the first token, a span's score the product of its start's and its end's probabilities, end
+not before start and at most `max_answer_len` tokens, the best `top_k`; each widened to whole
+words of the context (`align_to_words`) and cut from it by character offsets. A context
+longer than the model reads is refused unless `truncate` (the pipeline would read it in
+overlapping windows, which this head does not)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from headwise.service.engine.internals import Ablation
+from headwise.service.engine.outputs import attention_payload
+from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.runtime import Batched, Capability
+from headwise.service.engine.size import Size, total
+from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.work import Entry, Inputs
+from headwise.service.package import ModelPackage
+
+ANSWER: Capability[Batched] = Capability(
+    "answer", "an extractive question-answering model (`*ForQuestionAnswering`)",
+    "{use}; /v1/answer serves extractive question-answering models")
+
+
+@dataclass(frozen=True)
+class SpanParams:
+    truncate: bool = False  # cut a pair longer than max_len (longest_first); else refused
+    top_k: int = 1  # answers per input, best first
+    max_answer_len: int = 15  # tokens an answer may span
+    handle_impossible_answer: bool = False  # also offer the empty answer, scored by the first token
+    align_to_words: bool = True  # widen an answer to the context's whole words
+    attention: AttentionSpec | None = None  # over every position of the pair
+    ablate: Ablation | None = None  # heads removed (service.engine.internals)
+    padded_attention: ClassVar[bool] = False
+    token_strings: ClassVar[bool] = False  # a pair's encoding keeps its strings, offsets and words
+
+    @property
+    def analysis(self) -> bool:
+        return self.ablate is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    answer: str  # the context's characters [start, end)
+    score: float
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Spans:
+    """One input's answers, best first."""
+
+    encoding: Encoded
+    answers: list[Span]
+    attention: dict | None  # service.engine.outputs.attention_payload, over every position
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum()
+
+
+def choose(logits: np.ndarray, desired: np.ndarray, p: SpanParams) -> tuple[list[tuple[int, int, float]], float]:
+    """[T, 2] start and end logits and the positions an answer may hold (`desired`: the
+    context's tokens, and the first) → the best (start, end, score) spans and the empty
+    answer's score, as transformers' `select_starts_ends` and `decode_spans` compute them."""
+    start = softmax(np.where(desired == 0, -10000.0, logits[:, 0]))  # (T,)
+    end = softmax(np.where(desired == 0, -10000.0, logits[:, 1]))
+    null = float(start[0] * end[0])
+    start[0] = end[0] = 0.0
+    candidates = np.tril(np.triu(np.outer(start, end)), p.max_answer_len - 1)  # (T, T): end ≥ start, short enough
+    flat = candidates.ravel()
+    if p.top_k == 1:
+        order = np.array([np.argmax(flat)])
+    elif len(flat) < p.top_k:
+        order = np.argsort(-flat)
+    else:
+        part = np.argpartition(-flat, p.top_k)[: p.top_k]
+        order = part[np.argsort(-flat[part])]
+    starts, ends = np.unravel_index(order, candidates.shape)
+    keep = desired.nonzero()[0]
+    ok = np.isin(starts, keep) & np.isin(ends, keep)
+    return [(int(s), int(e), float(candidates[s, e])) for s, e in zip(starts[ok], ends[ok], strict=True)], null
+
+
+def in_context(enc: Encoded) -> np.ndarray:
+    """(T,) 1 where a token is the context's (the pair's second text; every token of a single
+    text, as warm-up sends), else 0."""
+    return (enc.segments == 1).astype(np.int64) if enc.segments is not None else np.ones(enc.length, np.int64)
+
+
+def span_size(p: SpanParams, enc: Encoded) -> Size:
+    """What one input answers: `top_k` answers (and the empty one), each at most the context's
+    characters that its tokens cover; with attention its [L', H', T, T] weights."""
+    n = p.top_k + p.handle_impossible_answer
+    context = max((e for (_, e), s in zip(enc.offsets, in_context(enc), strict=True) if s), default=0)
+    spec = p.attention
+    return Size(chars=n * context, values=n, indices=2 * n, records=n + 1,
+                blocks=(spec.block(enc.length),) if spec is not None else ())
+
+
+class SpanHead:
+    use = "use POST /v1/answer"
+
+    def __init__(self, package: ModelPackage):
+        self.capabilities = frozenset({ANSWER})
+        self.described = "an extractive question-answering model"
+
+    def card(self) -> dict:
+        return {}
+
+    def pretokenised(self, inputs: Inputs) -> bool:
+        return False
+
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
+        return tokenizer.encode_items(inputs, truncate)  # (question, context) pairs, with offsets
+
+    def attention_need(self, params: SpanParams, encs: list[Encoded]) -> tuple[int, str]:
+        return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"
+
+    def answer_size(self, params: SpanParams, encs: list[Encoded]) -> Size:
+        return total(span_size(params, e) for e in encs)
+
+    def returned_bytes(self, spec: AttentionSpec, enc: Encoded) -> int:
+        return spec.returned_bytes(enc.length)
+
+    def warm_params(self, attention: AttentionSpec | None) -> SpanParams:
+        return SpanParams(attention=attention, truncate=True)
+
+    def outputs(self, entries: list[Entry]) -> list[str]:
+        return ["token_logits"]
+
+    def answer(self, out: dict, i: int, e: Entry, weights: np.ndarray | None) -> Spans:
+        p: SpanParams = e.job.params
+        t, enc = e.length, e.encoding
+        logits = out["token_logits"][i, :t].astype("float32", copy=True)  # [T, 2]: start, end
+        desired = in_context(enc)[:t]  # warm-up cuts a long encoding's ids to each length
+        desired[0] = 1  # the first token ([CLS]) stands for no answer, as in the pipeline's p_mask
+        spans, null = choose(logits, desired, p)
+        context = e.job.inputs[e.index][1] if e.job.inputs is not None else ""  # none: entries made by the caller
+        answers = [self._cut(context, enc, s, x, score, p.align_to_words) for s, x, score in spans]
+        if p.handle_impossible_answer:
+            answers.append(Span("", null, 0, 0))
+        answers = sorted(answers, key=lambda a: a.score, reverse=True)[: p.top_k]
+        att = attention_payload(weights, t, p.attention) if weights is not None else None
+        return Spans(enc, answers, att)
+
+    @staticmethod
+    def _cut(context: str, enc: Encoded, s: int, e: int, score: float, words: bool) -> Span:
+        """Tokens s..e as characters of the context, widened to their words with `words` (a token
+        of no word keeps its own characters, as in the pipeline's get_indices)."""
+        start, end = enc.offsets[s][0], enc.offsets[e][1]
+        if words and (a := enc.word_chars(s)) is not None and (b := enc.word_chars(e)) is not None:
+            start, end = a[0], b[1]
+        return Span(context[start:end], score, start, end)
