@@ -4,10 +4,12 @@ holds. An input is a (question, context) pair, tokenised as the package's tokeni
 pairs; the graphs answer `token_logits` [B, T, 2], every token's start and end logits (Devlin
 et al. 2019, "BERT", §4.2: the span i..j scoring S·T_i + E·T_j).
 
-The spans are chosen as transformers' question-answering pipeline chooses them
-(`select_starts_ends`, `decode_spans`): start and end softmaxed over the context's tokens and
+The spans are chosen as transformers' question-answering pipeline chose them (its
+`select_starts_ends` and `decode_spans`, which transformers 5 keeps in
+`pipelines.document_question_answering`): start and end softmaxed over the context's tokens and
 the first token, a span's score the product of its start's and its end's probabilities, end
-not before start and at most `max_answer_len` tokens, the best `top_k`; each widened to whole
+not before start and at most `max_answer_len` tokens, the best `top_k` (fewer where fewer
+spans are possible: the pipeline would fill them up with impossible ones at score 0); each widened to whole
 words of the context (`align_to_words`) and cut from it by character offsets. A context
 longer than the model reads is refused unless `truncate` (the pipeline would read it in
 overlapping windows, which this head does not)."""
@@ -84,14 +86,15 @@ def choose(logits: np.ndarray, desired: np.ndarray, p: SpanParams) -> tuple[list
     flat = candidates.ravel()
     if p.top_k == 1:
         order = np.array([np.argmax(flat)])
-    elif len(flat) < p.top_k:
+    elif len(flat) <= p.top_k:
         order = np.argsort(-flat)
     else:
         part = np.argpartition(-flat, p.top_k)[: p.top_k]
         order = part[np.argsort(-flat[part])]
     starts, ends = np.unravel_index(order, candidates.shape)
     keep = desired.nonzero()[0]
-    ok = np.isin(starts, keep) & np.isin(ends, keep)
+    # past the possible spans the pipeline would go on listing impossible ones at score 0
+    ok = np.isin(starts, keep) & np.isin(ends, keep) & (candidates[starts, ends] > 0)
     return [(int(s), int(e), float(candidates[s, e])) for s, e in zip(starts[ok], ends[ok], strict=True)], null
 
 

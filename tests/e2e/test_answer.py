@@ -1,0 +1,116 @@
+"""Extractive question answering end to end: a real `headwise serve` (in process, and with the
+engine in its own process) on a tiny random BertForQuestionAnswering package. /v1/answer's
+spans equal what transformers' model and its span choice (`select_starts_ends`, the
+question-answering pipeline's) give, widened to words as the pipeline's `get_indices` does with
+the fast tokenizer's encoding, whatever shares the batch; the per-head attention is the
+model's own; other routes and bad requests are refused in the native shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+PAIRS = [("who sat", "the cat sat on the mat, and the dog jumps over the lazy fox"),
+         ("what is quick", "the quick brown fox jumps over the lazy dog"),
+         ("where", "Berkeleyan wanderings of Zoë in 中國, #1 attention heads look at tokens"),
+         ("", "a")]
+
+
+@pytest.fixture(scope="module", params=["inprocess", "process"])
+def srv(request, start_server, qa_package):
+    env = {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"} if request.param == "process" else {}
+    return start_server(models=qa_package["models"], env=env)
+
+
+@pytest.fixture(scope="module")
+def ref(qa_package):
+    from transformers import PreTrainedTokenizerFast
+
+    ckpt, model = qa_package["tiny-qa"]
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"), pad_token="[PAD]", unk_token="[UNK]",
+                                  cls_token="[CLS]", sep_token="[SEP]", model_max_length=64,
+                                  model_input_names=["input_ids", "token_type_ids", "attention_mask"])  # a pair's segments
+    return tok, model.eval()
+
+
+def reference(ref, question: str, context: str, top_k: int, impossible: bool, attentions: bool = False):
+    """transformers' answers to one pair, as its question-answering pipeline made them."""
+    from transformers.pipelines.document_question_answering import select_starts_ends
+
+    tok, model = ref
+    b = tok([question], [context], truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**b, output_attentions=attentions)
+    enc = b.encodings[0]
+    p_mask = np.array([[s != 1 for s in enc.sequence_ids]], dtype=np.int64)
+    p_mask[0, 0] = 0  # [CLS]
+    starts, ends, scores, null = select_starts_ends(out.start_logits.numpy(), out.end_logits.numpy(), p_mask,
+                                                    b["attention_mask"].numpy(), top_k=top_k,
+                                                    handle_impossible_answer=impossible)
+    answers = []
+    for s, e, score in zip(starts, ends, scores, strict=True):
+        if score <= 0:
+            continue
+        try:  # the pipeline's get_indices with align_to_words
+            a = enc.word_to_chars(enc.token_to_word(s), sequence_index=1)[0]
+            z = enc.word_to_chars(enc.token_to_word(e), sequence_index=1)[1]
+        except Exception:
+            a, z = enc.offsets[s][0], enc.offsets[e][1]
+        answers.append({"answer": context[a:z], "score": float(score), "start": a, "end": z})
+    if impossible:
+        answers.append({"answer": "", "score": null, "start": 0, "end": 0})
+    return sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k], out
+
+
+def test_answers_equal_transformers_whatever_shares_the_batch(srv, ref):
+    asked = [{"question": q, "context": c} for q, c in PAIRS]
+    r = srv.post("/v1/answer", {"inputs": asked, "top_k": 3, "handle_impossible_answer": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == "tiny-qa" and body["usage"]["prompt_tokens"] > 0
+    for (q, c), item in zip(PAIRS, body["data"], strict=True):
+        want, _ = reference(ref, q, c, 3, True)
+        got = item["answers"]
+        assert [(a["answer"], a["start"], a["end"]) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
+        np.testing.assert_allclose([a["score"] for a in got], [a["score"] for a in want], rtol=1e-3, atol=1e-6)
+        assert all(c[a["start"]:a["end"]] == a["answer"] for a in got)
+    for one, (q, c) in zip(asked, PAIRS, strict=True):  # alone, with the defaults: the best span
+        alone = srv.post("/v1/answer", {"inputs": one}).json()["data"][0]["answers"]
+        want, _ = reference(ref, q, c, 1, False)
+        assert [(a["answer"], a["start"], a["end"]) for a in alone] == [(a["answer"], a["start"], a["end"])
+                                                                        for a in want]
+
+
+def test_attention_is_the_models_own(srv, ref):
+    q, c = PAIRS[1]
+    r = srv.post("/v1/answer", {"inputs": {"question": q, "context": c}, "attention": {"layers": [1], "heads": [0]}})
+    assert r.status_code == 200, r.text
+    att = r.json()["data"][0]["attention"]
+    _, out = reference(ref, q, c, 1, False, attentions=True)
+    want = out.attentions[1][0, 0].numpy()
+    assert att["shape"] == [1, 1, *want.shape]
+    np.testing.assert_allclose(np.array(att["data"]).reshape(want.shape), want, atol=1e-4)
+
+
+def test_a_context_past_max_len_is_refused_unless_cut(srv):
+    long = {"question": "who", "context": " ".join(["cat"] * 200)}
+    r = srv.post("/v1/answer", {"inputs": long})
+    assert r.status_code == 422 and "truncate" in r.json()["error"]["message"], r.text
+    r = srv.post("/v1/answer", {"inputs": long, "truncate": True})
+    assert r.status_code == 200 and r.json()["data"][0]["answers"][0]["answer"].strip("cat ") == "", r.text
+
+
+def test_other_routes_and_bad_requests_are_refused_in_the_native_shape(srv):
+    r = srv.post("/v1/embed", {"inputs": "x"})
+    assert r.status_code == 422 and "use POST /v1/answer" in r.json()["error"]["message"], r.text
+    r = srv.post("/v1/tag", {"inputs": "x"})
+    assert r.status_code == 422 and "question-answering model" in r.json()["error"]["message"], r.text
+    for bad in ({"inputs": {"question": "q"}}, {"inputs": {"question": "q", "context": "c"}, "top_k": 0},
+                {"inputs": "q"}, {"inputs": []}):
+        r = srv.post("/v1/answer", bad)
+        assert r.status_code in (400, 422) and r.json()["error"]["type"], (bad, r.text)
+    info = srv.get("/info").json()
+    assert info["model_type"] == {"question-answering": {}}
