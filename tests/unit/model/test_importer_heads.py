@@ -1,8 +1,9 @@
-"""A BERT checkpoint with a task head headwise does not know (a masked-LM, multiple-choice or
-question-answering head, or classifier weights that config.json does not declare) is refused
-with a clear error instead of being served as an embedding model without its head.
-BertForSequenceClassification and BertForTokenClassification are imported with their heads
-(test_classifier_parity.py, test_token_classifier_parity.py)."""
+"""A BERT checkpoint with a task head headwise does not know (a masked-LM or multiple-choice
+head, or classifier weights that config.json does not declare) is refused with a clear error
+instead of being served as an embedding model without its head; so is another family's
+question-answering head. BertForSequenceClassification, BertForTokenClassification and
+BertForQuestionAnswering are imported with their heads (test_classifier_parity.py,
+test_token_classifier_parity.py, test_qa_parity.py)."""
 
 import json
 
@@ -27,8 +28,7 @@ def tiny_config(**kw):
                       intermediate_size=64, max_position_embeddings=64, **kw)
 
 
-@pytest.mark.parametrize("cls,labels", [("BertForMaskedLM", None), ("BertForMultipleChoice", None),
-                                        ("BertForQuestionAnswering", None)])
+@pytest.mark.parametrize("cls,labels", [("BertForMaskedLM", None), ("BertForMultipleChoice", None)])
 def test_a_task_head_is_refused_naming_it(tmp_path, cls, labels):
     import transformers
 
@@ -37,6 +37,20 @@ def test_a_task_head_is_refused_naming_it(tmp_path, cls, labels):
     path = save(getattr(transformers, cls)(cfg), tmp_path / cls)
     with pytest.raises(CheckpointError, match=rf"task head \(architectures \['{cls}'\].*headwise would drop"):
         load_checkpoint(path)
+
+
+def test_another_familys_question_answering_head_is_refused_naming_it(tmp_path):
+    from transformers import DistilBertConfig, DistilBertForQuestionAnswering
+
+    from headwise.export.package import kind_of_checkpoint
+
+    torch.manual_seed(0)
+    cfg = DistilBertConfig(vocab_size=60, dim=32, n_heads=2, n_layers=2, hidden_dim=64, max_position_embeddings=64)
+    path = save(DistilBertForQuestionAnswering(cfg), tmp_path / "dqa")
+    kind = kind_of_checkpoint(path)
+    assert kind.task == "question-answering"
+    with pytest.raises(CheckpointError, match=r"DistilBertForQuestionAnswering"):
+        kind.load(path)
 
 
 def test_head_weights_are_refused_even_without_architectures(tmp_path):
