@@ -17,6 +17,7 @@ from headwise.model.sentence import LoadedModel
 
 class ClassifierKind(EncoderKind):
     task = "classification"
+    head = "ForSequenceClassification"
     outputs = ("logits",)
     int8 = False
     parity_inputs = PARITY_PAIRS

@@ -13,7 +13,7 @@ from headwise.export.pipeline import Kind, Options, build
 from headwise.export.question_answering import QuestionAnsweringKind
 from headwise.export.sentence import SentenceKind
 from headwise.export.token_classifier import TokenClassifierKind
-from headwise.model.importers import checkpoint_task
+from headwise.model.importers import checkpoint_architecture, checkpoint_heads
 from headwise.model.sentence import default_checkpoint
 
 KINDS: dict[str, Kind] = {"embedding": SentenceKind(), "classification": ClassifierKind(),
@@ -28,7 +28,13 @@ def default_name(checkpoint: Path) -> str:
 
 
 def kind_of_checkpoint(checkpoint: Path) -> Kind:
-    return KINDS[checkpoint_task(checkpoint)]
+    """The kind whose head config.json's `architectures` names (…ForSequenceClassification: a
+    classifier, ...), else an embedding model for an encoder and generation for the others."""
+    heads = checkpoint_heads(checkpoint)
+    for kind in KINDS.values():
+        if kind.head is not None and any(h.endswith(kind.head) for h in heads):
+            return kind
+    return KINDS["embedding" if checkpoint_architecture(checkpoint) == "encoder" else "generation"]
 
 
 def kind_of_manifest(manifest: dict) -> Kind:

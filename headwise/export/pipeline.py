@@ -55,6 +55,7 @@ class Kind:
     where the kind has no such stage (the pipeline then leaves it out of the count)."""
 
     task: str  # the manifest's "task"
+    head: str | None = None  # how the transformers class of its head ends (…ForSequenceClassification), if any
 
     def notes(self, options: Options) -> list[str]:
         """Lines to say before the export: options this kind ignores."""

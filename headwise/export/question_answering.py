@@ -30,6 +30,7 @@ PARITY_QUESTIONS: list = [
 
 class QuestionAnsweringKind(TokenClassifierKind):
     task = "question-answering"
+    head = "ForQuestionAnswering"
     parity_inputs = PARITY_QUESTIONS
 
     def notes(self, options: Options) -> list[str]:

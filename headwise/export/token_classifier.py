@@ -17,6 +17,7 @@ from headwise.model.sentence import LoadedModel
 
 class TokenClassifierKind(EncoderKind):
     task = "token-classification"
+    head = "ForTokenClassification"
     outputs = ("token_logits",)
     int8 = False
 

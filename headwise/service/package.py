@@ -135,10 +135,9 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
     task = m.get("task", "embedding" if arch == "encoder" else GENERATION)
     if not isinstance(task, str) or not task:
         raise PackageError(f"{mf}: 'task' must be a non-empty string")
-    labels = m.get("labels") if arch == "encoder" else None
-    if labels is not None and not _labels_ok(labels):
-        raise PackageError(f"{mf}: a {task[:40]} package needs architecture 'encoder' and "
-                           "'labels', a non-empty list of distinct strings")
+    # an encoder's labels, where they are a non-empty list of distinct strings: a head that
+    # answers with labels refuses a package without them (service.engine.heads.check_package)
+    labels = m.get("labels") if arch == "encoder" and _labels_ok(m.get("labels")) else ()
     if arch not in GRAPHS:
         raise PackageError(f"{mf}: architecture {arch!r} is not served (encoder, decoder, encoder-decoder)")
     if (task == GENERATION) != (arch != "encoder"):  # an encoder carries a head; a decoder generates
@@ -169,7 +168,7 @@ def load_package(folder: str | Path, verify: bool = True) -> ModelPackage:
         architecture=m["architecture"], **sizes, pooling=str(m["pooling"] or "none"),
         normalize=bool(m["normalize"]), tokenizer_file=tok_file, pad_id=pad_id,
         variants=variants, manifest=m, task=task,
-        labels=tuple(labels or ()), **declared,
+        labels=tuple(labels), **declared,
     )
 
 

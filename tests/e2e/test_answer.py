@@ -37,7 +37,8 @@ def ref(qa_package):
 
 
 def reference(ref, question: str, context: str, top_k: int, impossible: bool, attentions: bool = False):
-    """transformers' answers to one pair, as its question-answering pipeline made them."""
+    """transformers' answers to one pair, as its question-answering pipeline made them (its
+    postprocess: select_starts_ends, get_indices, get_answer)."""
     from transformers.pipelines.document_question_answering import select_starts_ends
 
     tok, model = ref
@@ -59,7 +60,11 @@ def reference(ref, question: str, context: str, top_k: int, impossible: bool, at
             z = enc.word_to_chars(enc.token_to_word(e), sequence_index=1)[1]
         except Exception:
             a, z = enc.offsets[s][0], enc.offsets[e][1]
-        answers.append({"answer": context[a:z], "score": float(score), "start": a, "end": z})
+        same = next((x for x in answers if x["answer"].lower() == context[a:z].lower()), None)  # get_answer
+        if same is not None:
+            same["score"] += float(score)
+        else:
+            answers.append({"answer": context[a:z], "score": float(score), "start": a, "end": z})
     if impossible:
         answers.append({"answer": "", "score": null, "start": 0, "end": 0})
     return sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k], out

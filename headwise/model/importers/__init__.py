@@ -8,8 +8,8 @@ Checkpoint vocabulary (hidden_size, LayerNorm, Conv1D layouts) stays inside thes
 from headwise.model.importers.common import CheckpointError
 from headwise.model.importers.registry import (
     checkpoint_architecture,
-    checkpoint_task,
+    checkpoint_heads,
     load_checkpoint,
 )
 
-__all__ = ["CheckpointError", "checkpoint_architecture", "checkpoint_task", "load_checkpoint"]
+__all__ = ["CheckpointError", "checkpoint_architecture", "checkpoint_heads", "load_checkpoint"]

@@ -33,21 +33,12 @@ def checkpoint_architecture(path: str | Path) -> str:
     return importer_for(Path(path)).ARCHITECTURE
 
 
-def checkpoint_task(path: str | Path) -> str:
-    """"classification" for a sequence classifier (config.json's architectures names one,
-    e.g. BertForSequenceClassification: cross-encoders, classifiers), "token-classification"
-    for a token classifier (BertForTokenClassification: NER and PII taggers), "question-answering"
-    for an extractive answerer (BertForQuestionAnswering), else "embedding"
-    for encoders and "generation" for the others. Whether the family's importer reads that
-    head is the importer's to say (it refuses one it does not, naming it)."""
-    architectures = [str(a) for a in read_config(Path(path)).get("architectures") or []]
-    if any(a.endswith("ForSequenceClassification") for a in architectures):
-        return "classification"
-    if any(a.endswith("ForTokenClassification") for a in architectures):
-        return "token-classification"
-    if any(a.endswith("ForQuestionAnswering") for a in architectures):
-        return "question-answering"
-    return "embedding" if checkpoint_architecture(path) == "encoder" else "generation"
+def checkpoint_heads(path: str | Path) -> list[str]:
+    """config.json's `architectures`: the transformers classes the checkpoint was saved as
+    (BertForSequenceClassification, ...), from which export picks its kind. Whether the
+    family's importer reads that head is the importer's to say (it refuses one it does not,
+    naming it)."""
+    return [str(a) for a in read_config(Path(path)).get("architectures") or []]
 
 
 def load_checkpoint(path: str | Path):

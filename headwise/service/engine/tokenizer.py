@@ -30,15 +30,16 @@ class Encoded:
     (the text encoded again): for ids from `encode_batch_fast`, whose encodings carry neither
     strings nor offsets."""
 
-    __slots__ = ("_offsets", "_source", "_tokens", "ids", "segments", "type_ids")
+    __slots__ = ("_offsets", "_source", "_tokens", "ids", "segments", "type_ids", "words")
 
     def __init__(self, ids: np.ndarray, type_ids: np.ndarray, tokens: list[str] | None = None,
                  offsets: list[tuple[int, int]] | None = None, segments: np.ndarray | None = None,
-                 source=None):
+                 source=None, words: list[tuple[int, int] | None] | None = None):
         if (tokens is None or offsets is None) and source is None:
             raise ValueError("Encoded needs tokens and offsets, or the encoding they come from")
         self.ids, self.type_ids, self.segments = ids, type_ids, segments
         self._tokens, self._offsets, self._source = tokens, offsets, source
+        self.words = words  # per token, its word's characters in its own text (encode_items(words=True))
 
     def _encoding(self):
         if callable(self._source):
@@ -56,14 +57,6 @@ class Encoded:
         if self._offsets is None:
             self._offsets = self._encoding().offsets
         return self._offsets
-
-    def word_chars(self, i: int) -> tuple[int, int] | None:
-        """The characters [start, end) in its own text of the word token `i` is a piece of, as
-        far as this encoding holds it (the tokenizer's word_to_chars); None for a token of no
-        word, or once `materialize` let the encoding go."""
-        e = self._encoding() if self._source is not None else None
-        w = e.token_to_word(i) if e is not None else None
-        return None if w is None else e.word_to_chars(w, e.token_to_sequence(i))
 
     def materialize(self) -> Encoded:
         """Build the strings and offsets now, and let the tokenizer's encoding go."""
@@ -131,11 +124,12 @@ class TextTokenizer:
             todo, chars = again, chars * 4
         return out  # type: ignore[return-value]
 
-    def encode_items(self, items: list, truncate: bool = True) -> list[Encoded]:
+    def encode_items(self, items: list, truncate: bool = True, words: bool = False) -> list[Encoded]:
         """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the
         tokenizer's pair encoding (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to
         max_len like transformers' default "longest_first": a token at a time off the end of
-        whichever text is then longer."""
+        whichever text is then longer. With `words`, a pair's tokens carry their words'
+        characters (`Encoded.words`)."""
         out: list[Encoded | None] = [None] * len(items)
         singles = [i for i, x in enumerate(items) if isinstance(x, str)]
         if singles:
@@ -143,11 +137,12 @@ class TextTokenizer:
                 out[i] = e
         pairs = [i for i, x in enumerate(items) if not isinstance(x, str)]
         if pairs:
-            for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate), strict=True):
+            for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate, words),
+                            strict=True):
                 out[i] = e
         return out  # type: ignore[return-value]
 
-    def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool) -> list[Encoded]:
+    def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool, words: bool = False) -> list[Encoded]:
         """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
         given as prefixes, measured untruncated, four times longer while `_enough` says the whole
         pair could answer otherwise. The settled prefixes are then encoded once more with
@@ -175,7 +170,7 @@ class TextTokenizer:
                     for e in self._truncating.encode_batch([settled[i] for i in group])]
         return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64), e.tokens,
                         e.offsets, np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8),
-                        source=e)
+                        words=_word_chars(e) if words else None)
                 for e in full]
 
     def _enough(self, whole: tuple[bool, bool], counts: tuple[int, int], truncate: bool) -> bool:
@@ -272,6 +267,16 @@ class TextTokenizer:
             if s and (min(s) < 0 or max(s) >= n):
                 raise Validation(f"ids[{i}]: token ids must be in 0..{n - 1}", field="ids")
         return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
+
+
+def _word_chars(e) -> list[tuple[int, int] | None]:
+    """Per token of encoding `e`, the characters [start, end) in its own text of the word it is
+    a piece of, as far as `e` holds it (the tokenizer's word_to_chars); None for a token of no
+    word (a special token)."""
+    out: list[tuple[int, int] | None] = []
+    for i, w in enumerate(e.word_ids):
+        out.append(None if w is None else tuple(e.word_to_chars(w, e.token_to_sequence(i))))
+    return out
 
 
 def _groups(items, sizes: list[int], budget: int = PAIR_CHARS):

@@ -21,6 +21,7 @@ from headwise.service import tracing
 from headwise.service.backends import cuda
 from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import usable_cores
+from headwise.service.engine.heads import check_package
 from headwise.service.logs import JsonFormatter, RequestContext, say, text_formatter
 from headwise.service.package import PackageError, check_aliases, check_default_model, find_packages
 from headwise.service.server import versions
@@ -143,6 +144,8 @@ def main(args: argparse.Namespace) -> int:
         # Checked here too (hashes included) so a bad package stops us with a clear message
         # before any worker starts; the app's start-up repeats it from a cache.
         packages = find_packages(settings.models_dir)
+        for package in packages:
+            check_package(package)  # a task no head serves, a labelled head's package without labels
         check_precision(packages, settings.precision, settings.provider)
         check_default_model(settings.default_model, [p.name for p in packages])
         check_aliases(settings.served_model_names, [p.name for p in packages])

@@ -16,9 +16,9 @@ export async function loadModels() {
     const all = (res.data || res.models || []).filter((m) => modelId(m));
     // generative models (decoder, encoder-decoder) have their own panel: generate.js
     // classification models (cross-encoders, classifiers) answer /v1/rerank, not /v1/embed: rerank.js;
-    // taggers (token classification) answer /v1/tag: tag.js
+    // taggers (token classification) answer /v1/tag: tag.js; every other head its own route
     state.models = all.filter((m) => (!m.architecture || m.architecture === "encoder")
-      && m.task !== "classification" && m.task !== "token-classification");
+      && (!m.task || m.task === "embedding"));
     if (!state.models.length && all.length) {
       $("#run-form").hidden = true;
       select.replaceChildren(h("option", { value: "" }, "no encoder model"));

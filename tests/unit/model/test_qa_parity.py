@@ -7,7 +7,8 @@ not a sentence-embedding model."""
 import pytest
 import torch
 
-from headwise.model.importers import CheckpointError, checkpoint_task
+from headwise.export.package import kind_of_checkpoint
+from headwise.model.importers import CheckpointError
 from headwise.model.sentence import load_encoder_model, load_sentence_model
 from tests.fixtures.tiny import make_tiny_bert_qa
 
@@ -17,7 +18,7 @@ PAIRS = [("who sat", "the cat sat on the mat"), ("what is quick", "the quick bro
 
 def test_bert_question_answering_equals_transformers(tmp_path):
     ref = make_tiny_bert_qa(tmp_path / "qa")
-    assert checkpoint_task(tmp_path / "qa") == "question-answering"
+    assert kind_of_checkpoint(tmp_path / "qa").task == "question-answering"
     loaded = load_encoder_model(tmp_path / "qa")
     assert loaded.task == "question-answering" and loaded.model.head.labels == ["start", "end"]
     enc = loaded.tokenizer._tok.encode_batch(PAIRS)  # [CLS] question [SEP] context [SEP], segments 0 then 1

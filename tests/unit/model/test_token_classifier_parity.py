@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from headwise.model.importers import CheckpointError, checkpoint_task, load_checkpoint
+from headwise.export.package import kind_of_checkpoint
+from headwise.model.importers import CheckpointError, load_checkpoint
 from headwise.model.sentence import load_encoder_model, load_sentence_model
 from tests.fixtures import families as fam
 from tests.fixtures.tiny import TAGGER_LABELS, make_tiny_bert_tagger
@@ -36,7 +37,7 @@ def token_logits(loaded, ref, texts: list[str], types: bool = True) -> tuple[tor
 
 def test_bert_tagger_equals_transformers(tmp_path):
     ref = make_tiny_bert_tagger(tmp_path / "ner")
-    assert checkpoint_task(tmp_path / "ner") == "token-classification"
+    assert kind_of_checkpoint(tmp_path / "ner").task == "token-classification"
     loaded = load_encoder_model(tmp_path / "ner")
     assert (loaded.task, loaded.family) == ("token-classification", "bert")
     assert loaded.model.head.labels == list(TAGGER_LABELS.values())
@@ -95,7 +96,7 @@ def test_tagger_weights_without_architectures_are_refused(tmp_path):
 @pytest.mark.parametrize("family", fam.TAGGER_FAMILIES)
 def test_family_taggers_equal_transformers(tmp_path, family):
     ckpt, ref = fam.make_tagger(tmp_path, family, TAGGER_LABELS)
-    assert checkpoint_task(ckpt) == "token-classification"
+    assert kind_of_checkpoint(ckpt).task == "token-classification"
     loaded = load_encoder_model(ckpt)
     assert (loaded.task, loaded.family, loaded.model.head.labels) == (
         "token-classification", family, list(TAGGER_LABELS.values()))
@@ -109,6 +110,6 @@ def test_a_family_without_a_tagger_importer_refuses_one_naming_it(tmp_path):
     fam.bpe_tokenizer(tmp_path, fam.ROBERTA_SPECIALS, fam.ROBERTA_TEMPLATE)
     MPNetForTokenClassification(MPNetConfig(vocab_size=90, **fam.tiny_sizes(), max_position_embeddings=66,
                                             num_labels=3)).save_pretrained(str(tmp_path))
-    assert checkpoint_task(tmp_path) == "token-classification"
+    assert kind_of_checkpoint(tmp_path).task == "token-classification"
     with pytest.raises(CheckpointError, match=r"task head \(architectures \['MPNetForTokenClassification'\]"):
         load_checkpoint(tmp_path)

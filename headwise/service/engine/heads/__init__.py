@@ -68,17 +68,24 @@ HEADS: dict[str, Callable[[ModelPackage, TextTokenizer], Head]] = {
 LABELLED = frozenset({"classification", "token-classification"})
 
 
-def head_for(package: ModelPackage, tokenizer: TextTokenizer) -> Head:
-    """The head `package.task` names; PackageError for a task no head serves, or a labelled
-    head's package without labels."""
+def check_package(package: ModelPackage) -> None:
+    """PackageError unless the package generates or a head serves its task, with the labels a
+    labelled head answers with: checked before anything starts (`headwise serve`) and when
+    the engine loads the package."""
+    if package.task == GENERATION:
+        return
     mf = package.path / "manifest.json"
-    make = HEADS.get(package.task)
-    if make is None:
+    if package.task not in HEADS:
         raise PackageError(f"{mf}: task {package.task[:40]!r} is not served ({', '.join([*HEADS, GENERATION])})")
     if package.task in LABELLED and not package.labels:
         raise PackageError(f"{mf}: a {package.task} package needs architecture 'encoder' and "
                            "'labels', a non-empty list of distinct strings")
-    return make(package, tokenizer)
 
 
-__all__ = ["HEADS", "LABELLED", "EmbeddingHead", "Head", "LogitsHead", "SpanHead", "TokenHead", "head_for"]
+def head_for(package: ModelPackage, tokenizer: TextTokenizer) -> Head:
+    """The head `package.task` names (check_package first)."""
+    check_package(package)
+    return HEADS[package.task](package, tokenizer)
+
+
+__all__ = ["HEADS", "LABELLED", "EmbeddingHead", "Head", "LogitsHead", "SpanHead", "TokenHead", "check_package", "head_for"]

@@ -9,8 +9,10 @@ The spans are chosen as transformers' question-answering pipeline chose them (it
 `pipelines.document_question_answering`): start and end softmaxed over the context's tokens and
 the first token, a span's score the product of its start's and its end's probabilities, end
 not before start and at most `max_answer_len` tokens, the best `top_k` (fewer where fewer
-spans are possible: the pipeline would fill them up with impossible ones at score 0); each widened to whole
-words of the context (`align_to_words`) and cut from it by character offsets. A context
+spans are possible: the pipeline would fill them up with impossible ones at score 0). Each is
+widened to whole words of the context (`align_to_words`) and cut from it by character offsets;
+spans that then read alike but for case are one answer, their scores summed (the pipeline's
+`get_answer`), so that there may be fewer than `top_k` answers. A context
 longer than the model reads is refused unless `truncate` (the pipeline would read it in
 overlapping windows, which this head does not)."""
 
@@ -45,7 +47,7 @@ class SpanParams:
     attention: AttentionSpec | None = None  # over every position of the pair
     ablate: Ablation | None = None  # heads removed (service.engine.internals)
     padded_attention: ClassVar[bool] = False
-    token_strings: ClassVar[bool] = False  # a pair's encoding keeps its strings, offsets and words
+    token_strings: ClassVar[bool] = False  # a pair is encoded with its strings, offsets and words anyway
 
     @property
     def analysis(self) -> bool:
@@ -109,9 +111,12 @@ def span_size(p: SpanParams, enc: Encoded) -> Size:
     characters that its tokens cover; with attention its [L', H', T, T] weights."""
     n = p.top_k + p.handle_impossible_answer
     context = max((e for (_, e), s in zip(enc.offsets, in_context(enc), strict=True) if s), default=0)
+    spans = Size(chars=n * context, values=n, indices=2 * n, records=n + 1)
     spec = p.attention
-    return Size(chars=n * context, values=n, indices=2 * n, records=n + 1,
-                blocks=(spec.block(enc.length),) if spec is not None else ())
+    if spec is None:
+        return spans
+    # the weights, and their header: its keys, the layers' and heads' indices, shape and dtypes
+    return spans + Size(indices=len(spec.layers) + len(spec.heads) + 4, records=4, blocks=(spec.block(enc.length),))
 
 
 class SpanHead:
@@ -128,7 +133,7 @@ class SpanHead:
         return False
 
     def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
-        return tokenizer.encode_items(inputs, truncate)  # (question, context) pairs, with offsets
+        return tokenizer.encode_items(inputs, truncate, words=True)  # (question, context) pairs, with offsets and words
 
     def attention_need(self, params: SpanParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"
@@ -153,7 +158,15 @@ class SpanHead:
         desired[0] = 1  # the first token ([CLS]) stands for no answer, as in the pipeline's p_mask
         spans, null = choose(logits, desired, p)
         context = e.job.inputs[e.index][1] if e.job.inputs is not None else ""  # none: entries made by the caller
-        answers = [self._cut(context, enc, s, x, score, p.align_to_words) for s, x, score in spans]
+        answers: list[Span] = []
+        for s, x, score in spans:  # spans whose words read alike (case aside) are one answer, their scores summed
+            cut = self._cut(context, enc, s, x, score, p.align_to_words)
+            same = next((j for j, a in enumerate(answers) if a.answer.lower() == cut.answer.lower()), None)
+            if same is None:
+                answers.append(cut)
+            else:
+                answers[same] = Span(answers[same].answer, answers[same].score + score, answers[same].start,
+                                     answers[same].end)
         if p.handle_impossible_answer:
             answers.append(Span("", null, 0, 0))
         answers = sorted(answers, key=lambda a: a.score, reverse=True)[: p.top_k]
@@ -165,6 +178,6 @@ class SpanHead:
         """Tokens s..e as characters of the context, widened to their words with `words` (a token
         of no word keeps its own characters, as in the pipeline's get_indices)."""
         start, end = enc.offsets[s][0], enc.offsets[e][1]
-        if words and (a := enc.word_chars(s)) is not None and (b := enc.word_chars(e)) is not None:
+        if words and enc.words is not None and (a := enc.words[s]) is not None and (b := enc.words[e]) is not None:
             start, end = a[0], b[1]
         return Span(context[start:end], score, start, end)

@@ -85,6 +85,10 @@ def test_a_classification_manifest_needs_its_labels(tmp_path):
     mf.write_text(json.dumps(m))
     with pytest.raises(PackageError, match="task 'translation' is not served"):
         load()
+    m.update(task="embedding", labels=[])  # a head without labels reads none: served as before
+    mf.write_text(json.dumps(m))
+    assert load_package(folder).labels == ()
+    load()
 
 
 def test_an_embedding_model_refuses_classification(tmp_path):

@@ -32,3 +32,35 @@ def test_spans_equal_transformers(top_k, max_answer_len):
         np.testing.assert_allclose([x for _, _, x in spans], scores[possible], rtol=1e-6)
         assert null == pytest.approx(their_null, rel=1e-6)
         assert all(desired[s] and desired[e] and s <= e < s + max_answer_len for s, e, _ in spans)
+
+
+def test_a_span_widens_to_its_words_and_alike_spans_are_one_answer(tmp_path):
+    """A span that starts or ends inside a word is widened to the word (the tokenizer's word
+    map, as the pipeline's get_indices reads it), or kept to its tokens without
+    align_to_words; spans that then read alike (case aside) are one answer, scores summed,
+    as the pipeline's get_answer merges them."""
+    from headwise.service.engine.heads.extractive import SpanHead
+    from headwise.service.engine.tokenizer import TextTokenizer
+    from headwise.service.engine.work import Entry, Job
+    from tests.fixtures.tiny import tiny_tokenizer
+
+    tiny_tokenizer(tmp_path)
+    tok = TextTokenizer(tmp_path / "tokenizer.json", 64)
+    pair = ("where", "Berkeley cat")
+    [enc] = tok.encode_items([pair], words=True)
+    pieces = [i for i, (t, s) in enumerate(zip(enc.tokens, enc.segments, strict=True)) if s == 1 and t.startswith("##")]
+    assert len(pieces) >= 3 and enc.words[pieces[0]] == (0, 8)  # "berkeley" is read in pieces
+    logits = np.full((enc.length, 2), -5.0, np.float32)
+    a, b = pieces[0], pieces[2]
+    logits[a, 0] = logits[b, 0] = 4.0  # two starts inside the word ...
+    logits[b, 1] = 4.0  # ... and one end inside it: spans a..b and b..b both read "Berkeley"
+    head = SpanHead(None)
+    for words, want in ((True, ["Berkeley"]), (False, [pair[1][enc.offsets[a][0]:enc.offsets[b][1]],
+                                                       pair[1][enc.offsets[b][0]:enc.offsets[b][1]]])):
+        job = Job(1, inputs=[pair], params=SpanParams(top_k=2, align_to_words=words))
+        got = head.answer({"token_logits": logits[None]}, 0, Entry(job, 0, enc.ids, enc.type_ids, enc), None)
+        assert sorted(x.answer for x in got.answers) == sorted(want)
+        spans, _ = choose(logits, (enc.segments == 1).astype(np.int64) | (np.arange(enc.length) == 0), job.params)
+        if words:  # one answer, the two spans' scores summed
+            assert (got.answers[0].start, got.answers[0].end) == (0, 8)
+            assert got.answers[0].score == pytest.approx(spans[0][2] + spans[1][2], rel=1e-6)

@@ -67,3 +67,29 @@ def test_serve_refuses_bad_settings_naming_them(tiny_package, monkeypatch, capsy
 def test_settings_name_the_variable():
     with pytest.raises(SettingsError, match="HEADWISE_FRONTENDS"):
         load_settings(frontends=0)
+
+
+@pytest.mark.parametrize("manifest, says", [
+    ({"task": "translation"}, "task 'translation' is not served"),
+    ({"task": "classification", "labels": []}, "a classification package needs architecture 'encoder' and 'labels'"),
+])
+@pytest.mark.parametrize("engine", ["inproc", "process"])
+def test_serve_refuses_a_package_no_head_serves_before_starting(tiny_package, tmp_path, monkeypatch, capsys, manifest,
+                                                                says, engine):
+    """Checked with the packages, before any worker or engine process starts (exit 2), not
+    left to the engine's load (an engine process's exit would be taken for a crash)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "models" / tiny_package.name
+    shutil.copytree(tiny_package, folder)
+    mf = folder / "manifest.json"
+    mf.write_text(json.dumps({**json.loads(mf.read_text()), **manifest}))
+    for var in ("HEADWISE_WORKERS", "HEADWISE_FRONTENDS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HEADWISE_PROVIDER", "cpu")
+    monkeypatch.setenv("HEADWISE_ENGINE", engine)
+    args = argparse.Namespace(models=str(folder.parent), host=None, port=None, workers=None,
+                              log_level="warning", access_log=False)
+    assert serve.main(args) == 2
+    assert says in capsys.readouterr().err
