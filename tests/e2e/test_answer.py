@@ -119,3 +119,23 @@ def test_other_routes_and_bad_requests_are_refused_in_the_native_shape(srv):
         assert r.status_code in (400, 422) and r.json()["error"]["type"], (bad, r.text)
     info = srv.get("/info").json()
     assert info["model_type"] == {"question-answering": {}}
+
+
+def test_huggingface_hub_question_answering_reads_the_pipelines_shape(srv, ref):
+    """TEI's POST / with {question, context} inputs: transformers' question-answering pipeline's
+    answer, as huggingface_hub's InferenceClient.question_answering reads it (Hugging Face
+    Inference Endpoints' shape): one answer as an object, several as a list."""
+    from huggingface_hub import InferenceClient
+    from huggingface_hub.errors import HfHubHTTPError
+
+    hub = InferenceClient(model=srv.url, timeout=120)
+    q, c = PAIRS[0]
+    [want], _ = reference(ref, q, c, 1, False)
+    got = hub.question_answering(question=q, context=c)
+    assert (got.answer, got.start, got.end) == (want["answer"], want["start"], want["end"])
+    assert got.score == pytest.approx(want["score"], rel=1e-3)
+    want, _ = reference(ref, q, c, 3, True)
+    got = hub.question_answering(question=q, context=c, top_k=3, handle_impossible_answer=True)
+    assert [(a.answer, a.start, a.end) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
+    with pytest.raises(HfHubHTTPError, match="doc_stride is not served"):
+        hub.question_answering(question=q, context=c, doc_stride=16)

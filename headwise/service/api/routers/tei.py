@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from headwise.service.api.body import Json, read_body
-from headwise.service.api.compat import tei, token_pipeline
+from headwise.service.api.compat import qa_pipeline, tei, token_pipeline
 from headwise.service.api.compat.openapi import inline_schema
 from headwise.service.api.compat.rerank import JinaRerankRequest, JinaRerankResponse, untag
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
@@ -33,6 +33,7 @@ from headwise.service.api.timing import characters, started_at, tei_headers
 from headwise.service.engine import Capability, Engine, Runtime, matryoshka, prompts
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.engine import TOKENIZER_THREADS
+from headwise.service.engine.heads.extractive import ANSWER
 from headwise.service.engine.heads.tokens import TagParams
 from headwise.service.engine.params import EmbedParams
 from headwise.service.engine.runtime import R, Tagger
@@ -244,7 +245,8 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
 
 
 ROOT_BODIES = _schemas(tei.EmbedRequest, tei.SimilarityRequest, tei.PredictRequest, tei.RerankRequest,
-                       JinaRerankRequest, token_pipeline.TokenClassificationRequest)
+                       JinaRerankRequest, token_pipeline.TokenClassificationRequest,
+                       qa_pipeline.QuestionAnsweringRequest)
 
 
 @router.post("/", response_model=list | JinaRerankResponse, openapi_extra=ROOT_BODIES, responses=ERRORS)
@@ -253,7 +255,8 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
                started: float = Depends(started_at)):
     """TEI's `POST /` (also SageMaker's POST /invocations): {query, texts} (or Jina's {query,
     documents}) is /rerank and inputs
-    {source_sentence, sentences} is /similarity; otherwise the model's kind decides: /embed for an embedding model, /predict
+    {source_sentence, sentences} is /similarity, inputs {question, context} transformers'
+    question-answering pipeline; otherwise the model's kind decides: /embed for an embedding model, /predict
     for a classifier or re-ranker, transformers' token-classification pipeline for a tagger
     (also chosen by its parameters: aggregation_strategy, ignore_labels, stride). The model is the named one, else the default; but text
     inputs with `parameters` (huggingface_hub's text_classification; /embed has no such field)
@@ -262,6 +265,8 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
     name = body.get("model") if isinstance(body.get("model"), str) else None
     if "query" in body or "texts" in body or "documents" in body:
         return await rerank(request, _parse(rerank_body.body_model, body).root, engine, probe, started)
+    if isinstance(body.get("inputs"), dict) and "question" in body["inputs"]:
+        return await question_answering(request, _parse(qa_pipeline.QuestionAnsweringRequest, body), engine, probe)
     if isinstance(body.get("inputs"), dict):
         return await similarity(request, _parse(tei.SimilarityRequest, body), engine, probe)
     classifies = any(Capability.CLASSIFY in r.capabilities for r in engine.models.values())
@@ -279,6 +284,16 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
 
 
 TOKEN_PARAMETERS = frozenset(token_pipeline.TokenClassificationParameters.model_fields)
+
+
+async def question_answering(request: Request, body: qa_pipeline.QuestionAnsweringRequest, engine: Engine,
+                             probe) -> Response:
+    """POST / with {question, context} inputs: transformers' question-answering pipeline's answer
+    (Hugging Face Inference Endpoints', huggingface_hub's InferenceClient.question_answering)."""
+    rt = pick(request, engine, body.model, ANSWER, "/")
+    result = await engine.submit(rt, ANSWER, [(body.inputs.question, body.inputs.context)], qa_pipeline.params(body),
+                                 probe)
+    return await answer(engine, qa_pipeline.ANSWERS, result, body)
 
 
 async def token_classification(body: token_pipeline.TokenClassificationRequest, rt: Tagger, engine: Engine,
