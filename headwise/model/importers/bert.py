@@ -79,12 +79,13 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
 
 def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str], base: str = "BertModel",
                        classifier: str | None = None, unused: set[str] = UNUSED, family: str = "BERT",
-                       tagger: str | None = None) -> None:
+                       tagger: str | None = None, answerer: str | None = None) -> None:
     """A checkpoint with a head other than sequence or token classification (a masked-LM head,
     ...) must not become an embedding model with the head silently dropped: its answers would
     be wrong. Refused by the class config.json names, and by any weight the encoder does not use.
     `base`, `classifier`, `tagger`, `unused`, `family`: the family's class names and ignored
-    weights (`tagger`: its …ForTokenClassification, where headwise imports one)."""
+    weights (`tagger`, `answerer`: its …ForTokenClassification and …ForQuestionAnswering, where
+    headwise imports them)."""
     classifier = classifier or CLASSIFIER
     heads = [a for a in raw.get("architectures") or [] if a != base]
     extra = sorted(k for k in state if k not in used and k not in unused)
@@ -95,7 +96,8 @@ def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str], base:
             f"{path}: this checkpoint has a task head ({what}{'; ' if heads and extra else ''}"
             f"{'unused weights: ' + shown if extra else ''}) that headwise would drop, serving its encoder as an "
             f"embedding model with wrong answers; headwise imports bare {family} encoders ({base}), "
-            f"{classifier} (cross-encoders, classifiers){f' and {tagger} (token taggers)' if tagger else ''}")
+            f"{classifier} (cross-encoders, classifiers){f', {tagger} (token taggers)' if tagger else ''}"
+            f"{f', {answerer} (extractive question answering)' if answerer else ''}")
 
 
 CLASSIFIER = "BertForSequenceClassification"
@@ -191,5 +193,5 @@ def load(path: Path):
         return load_question_answering(path, raw, state)
     cfg = config_from_hf(raw)
     keys = key_map(cfg)
-    check_no_task_head(path, raw, state, set(keys.values()), tagger=TAGGER)
+    check_no_task_head(path, raw, state, set(keys.values()), tagger=TAGGER, answerer=QA)
     return loaded(Encoder(cfg), state, keys), {"family": "bert", "architecture": "encoder", "task": "embedding"}
