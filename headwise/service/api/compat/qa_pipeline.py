@@ -14,6 +14,10 @@ from headwise.service.api.writer import Writer
 from headwise.service.engine.heads.extractive import SpanParams
 from headwise.service.errors import Validation
 
+# headwise's bounds of the pipeline's options, on /v1/answer too
+TopK = conint(strict=True, ge=1, le=32)
+AnswerLength = conint(strict=True, ge=1, le=512)
+
 
 class QuestionAnsweringInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -25,8 +29,8 @@ class QuestionAnsweringInput(BaseModel):
 class QuestionAnsweringParameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    top_k: conint(strict=True, ge=1, le=32) | None = None
-    max_answer_len: conint(strict=True, ge=1, le=512) | None = None
+    top_k: TopK | None = None
+    max_answer_len: AnswerLength | None = None
     handle_impossible_answer: StrictBool | None = None
     align_to_words: StrictBool | None = None
     doc_stride: int | None = Field(None, description="refused: a context is read in one window")

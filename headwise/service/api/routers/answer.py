@@ -6,9 +6,10 @@ optional per-head attention and removed heads. The request's writer is here too.
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, conint
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from headwise.service.api.body import Json
+from headwise.service.api.compat.qa_pipeline import AnswerLength, TopK
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -41,8 +42,8 @@ class AnswerRequest(BaseModel):
 
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
     inputs: Question | list[Question] = Field(..., description="one question and its context, or a list")
-    top_k: conint(strict=True, ge=1, le=32) = Field(1, description="answers per input, best first")
-    max_answer_len: conint(strict=True, ge=1, le=512) = Field(15, description="tokens an answer may span")
+    top_k: TopK = Field(1, description="answers per input, best first")
+    max_answer_len: AnswerLength = Field(15, description="tokens an answer may span")
     handle_impossible_answer: StrictBool = Field(False, description='also offer the empty answer ("")')
     align_to_words: StrictBool = Field(True, description="widen an answer to the context's whole words")
     truncate: StrictBool = Field(False, description="cut a pair longer than max_len tokens; false: refused "
