@@ -39,6 +39,10 @@ from tests.fixtures.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_NAME = "all-minilm-l6-v2"
+# The engine in its own process, fed by two front-ends; ENGINE_MODES: each layout `headwise serve`
+# ships, by name, for the suites that run in both
+PROCESS_MODE = {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"}
+ENGINE_MODES = {"inproc": {}, "process": PROCESS_MODE}
 
 
 @dataclass

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from tests.e2e.conftest import ENGINE_MODES
+from tests.fixtures.tiny import reference_tokenizer
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 PAIRS = [("who sat", "the cat sat on the mat, and the dog jumps over the lazy fox"),
@@ -19,20 +22,15 @@ PAIRS = [("who sat", "the cat sat on the mat, and the dog jumps over the lazy fo
          ("", "a")]
 
 
-@pytest.fixture(scope="module", params=["inprocess", "process"])
+@pytest.fixture(scope="module", params=list(ENGINE_MODES))
 def srv(request, start_server, qa_package):
-    env = {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"} if request.param == "process" else {}
-    return start_server(models=qa_package["models"], env=env)
+    return start_server(models=qa_package["models"], env=ENGINE_MODES[request.param])
 
 
 @pytest.fixture(scope="module")
 def ref(qa_package):
-    from transformers import PreTrainedTokenizerFast
-
     ckpt, model = qa_package["tiny-qa"]
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"), pad_token="[PAD]", unk_token="[UNK]",
-                                  cls_token="[CLS]", sep_token="[SEP]", model_max_length=64,
-                                  model_input_names=["input_ids", "token_type_ids", "attention_mask"])  # a pair's segments
+    tok = reference_tokenizer(ckpt, model_input_names=["input_ids", "token_type_ids", "attention_mask"])  # a pair's segments
     return tok, model.eval()
 
 

@@ -28,7 +28,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import REPO
+from tests.e2e.conftest import ENGINE_MODES, REPO
 from tests.fixtures.docker import Container, docker
 from tests.integration.sentences import SENTENCES
 
@@ -154,8 +154,7 @@ def test_torch_is_not_importable_inside(image):
     assert r.returncode != 0 and "No module named pip" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("mode", [{}, {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"}],
-                         ids=["inproc", "process"])
+@pytest.mark.parametrize("mode", list(ENGINE_MODES.values()), ids=list(ENGINE_MODES))
 def test_docker_stop_lets_ten_requests_in_flight_finish_and_exits_0(image, mode):
     c = Container(image, env=mode)
     try:

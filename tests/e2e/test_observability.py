@@ -11,9 +11,11 @@ import time
 import httpx
 import pytest
 
+from tests.e2e.conftest import ENGINE_MODES
+
 pytestmark = pytest.mark.slow
 
-MODES = {"inproc": {}, "process": {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"}}
+MODES = ENGINE_MODES
 
 
 @pytest.fixture(scope="module", params=list(MODES))

@@ -16,12 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.conftest import PROCESS_MODE
 from tests.fixtures.metrics import total
 from tests.fixtures.procfs import roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-PROCESS = {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"}
+PROCESS = PROCESS_MODE
 COMMON = {"HEADWISE_PRECISION": "fp32", "HEADWISE_MAX_NEW_TOKENS": "8"}
 
 

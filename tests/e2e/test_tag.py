@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from tests.e2e.conftest import ENGINE_MODES
+from tests.fixtures.tiny import reference_tokenizer
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 # words the tiny vocabulary splits into pieces ("berkeley"), and ones it does not know at all ("中", "#")
@@ -17,20 +20,15 @@ TEXTS = ["Sarah Jessica Parker lives in Berkeley.", "the cat", "a dog sat on the
          "Berkeleyan wanderings of Zoë in 中國, #1"]
 
 
-@pytest.fixture(scope="module", params=["inprocess", "process"])
+@pytest.fixture(scope="module", params=list(ENGINE_MODES))
 def srv(request, start_server, tagger_package):
-    env = {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"} if request.param == "process" else {}
-    return start_server(models=tagger_package["models"], env=env)
+    return start_server(models=tagger_package["models"], env=ENGINE_MODES[request.param])
 
 
 @pytest.fixture(scope="module")
 def ref(tagger_package):
-    from transformers import PreTrainedTokenizerFast
-
     ckpt, model = tagger_package["tiny-tagger"]
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"), pad_token="[PAD]", unk_token="[UNK]",
-                                  cls_token="[CLS]", sep_token="[SEP]", model_max_length=64)
-    return tok, model.eval()
+    return reference_tokenizer(ckpt), model.eval()
 
 
 def _reference(ref, text: str, attentions: bool = False):

@@ -15,11 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.conftest import ENGINE_MODES
 from tests.fixtures.otlp import OtlpReceiver
 
 pytestmark = pytest.mark.slow
 
-MODES = {"inproc": {}, "process": {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "2"}}
+MODES = ENGINE_MODES
 MINILM = "all-minilm-l6-v2"
 CHAIN = {"validate", "queue", "tokenise", "batch", "device run", "serialise"}
 
