@@ -145,11 +145,11 @@ class TextTokenizer:
     def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool, words: bool = False) -> list[Encoded]:
         """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
         given as prefixes, measured untruncated, four times longer while `_enough` says the whole
-        pair could answer otherwise. The settled prefixes are then encoded once more with
-        truncation, when asked, so that the answer is the tokenizer's own `encode(a, b)` cut by
-        longest_first. Pairs go to the tokenizer in groups of at most PAIR_CHARS characters:
-        sides read whole (two long texts of about equal length) keep every token until cut."""
-        settled: list[tuple[str, str] | None] = [None] * len(pairs)
+        pair could answer otherwise. With truncate, the settled pair's encoding is then cut as
+        the tokenizer's own `encode(a, b)` cuts by longest_first (`_kept`): by choosing its
+        tokens, not by encoding again, since the tokenizer's cut keeps every overflowing
+        combination of the two sides (memory and time in the product of their lengths). Pairs go
+        to the tokenizer in groups of at most PAIR_CHARS characters."""
         full: list = [None] * len(pairs)
         todo, chars = list(range(len(pairs))), PREFIX_TOKENS * self.max_len
         while todo:
@@ -160,18 +160,19 @@ class TextTokenizer:
                     seq = e.sequence_ids
                     whole = (len(a) == len(pairs[i][0]), len(b) == len(pairs[i][1]))
                     if self._enough(whole, (seq.count(0), seq.count(1)), truncate):
-                        settled[i] = (a, b)
-                        full[i] = None if truncate else e
+                        full[i] = e
                     else:
                         again.append(i)
             todo, chars = again, chars * 4
-        if truncate:
-            full = [e for group in _groups(range(len(pairs)), [len(a) + len(b) for a, b in settled])
-                    for e in self._truncating.encode_batch([settled[i] for i in group])]
-        return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64), e.tokens,
-                        e.offsets, np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8),
-                        words=_word_chars(e) if words else None)
-                for e in full]
+        out = []
+        for e in full:
+            segments = np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8)
+            keep = _kept(segments, self.max_len) if truncate else np.arange(len(segments))
+            tokens, offsets = e.tokens, e.offsets
+            out.append(Encoded(np.asarray(e.ids, dtype=np.int64)[keep], np.asarray(e.type_ids, dtype=np.int64)[keep],
+                               [tokens[k] for k in keep], [offsets[k] for k in keep], segments[keep],
+                               words=_word_chars(e, keep) if words else None))
+        return out
 
     def _enough(self, whole: tuple[bool, bool], counts: tuple[int, int], truncate: bool) -> bool:
         """Whether a pair's prefixes (`whole`: each side's is its whole text; `counts`: their
@@ -269,14 +270,42 @@ class TextTokenizer:
         return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
 
 
-def _word_chars(e) -> list[tuple[int, int] | None]:
-    """Per token of encoding `e`, the characters [start, end) in its own text of the word it is
-    a piece of, as far as `e` holds it (the tokenizer's word_to_chars); None for a token of no
-    word (a special token)."""
+def _word_chars(e, positions) -> list[tuple[int, int] | None]:
+    """Per token of encoding `e` at `positions`, the characters [start, end) in its own text of
+    the word it is a piece of, as far as `e` holds it (the tokenizer's word_to_chars); None for
+    a token of no word (a special token)."""
+    word_ids = e.word_ids
     out: list[tuple[int, int] | None] = []
-    for i, w in enumerate(e.word_ids):
+    for i in positions:
+        w = word_ids[i]
         out.append(None if w is None else tuple(e.word_to_chars(w, e.token_to_sequence(i))))
     return out
+
+
+def longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
+    """The tokens each side of a pair of n_a and n_b tokens keeps when cut to `budget` (max_len
+    less the special tokens), as tokenizers' truncate_encodings cuts with LongestFirst: the
+    shorter side (the first of equals) keeps its whole length where the longer can take the
+    rest; else each keeps half, and the longer (the second of equals) the odd token."""
+    if n_a + n_b <= budget:
+        return n_a, n_b
+    swap = n_a > n_b
+    n1, n2 = (n_b, n_a) if swap else (n_a, n_b)  # n1 <= n2
+    k1, k2 = n1, (n1 if n1 > budget else max(n1, budget - n1))
+    if k1 + k2 > budget:
+        k1, k2 = budget // 2, budget // 2 + budget % 2
+    k1, k2 = min(k1, n1), min(k2, n2)
+    return (k2, k1) if swap else (k1, k2)
+
+
+def _kept(segments: np.ndarray, max_len: int) -> np.ndarray:
+    """Positions (ascending) of a pair encoding's tokens that longest_first keeps at max_len:
+    every special token (segment -1) and each side's first tokens. `segments` (T,) int8."""
+    first, second = segments == 0, segments == 1
+    specials = len(segments) - int(first.sum()) - int(second.sum())
+    k_a, k_b = longest_first(int(first.sum()), int(second.sum()), max(max_len - specials, 0))
+    keep = (~first & ~second) | (first & (np.cumsum(first) <= k_a)) | (second & (np.cumsum(second) <= k_b))
+    return np.flatnonzero(keep)
 
 
 def _groups(items, sizes: list[int], budget: int = PAIR_CHARS):

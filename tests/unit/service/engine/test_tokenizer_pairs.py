@@ -97,3 +97,18 @@ def test_minilm_pairs_equal_the_tokenizers_longest_first(name):
     got = TextTokenizer(file, 256).encode_items([pair])[0]
     check(got, pair, file, 256)
     assert got.length == 256 and np.all(got.segments[[0, -1]] == -1)
+
+
+def test_longest_first_counts_equal_the_tokenizers(tiny_file):
+    """tokenizer.longest_first, which cuts a pair by choosing its tokens, keeps what the
+    tokenizers library's own truncation keeps, for every pair of side lengths 0..13 and every
+    max_len from the special tokens' 3 to 16 ("a" is one token of the tiny tokenizer)."""
+    tok = Tokenizer.from_file(str(tiny_file))
+    tok.no_padding()
+    for max_len in range(3, 17):
+        tok.enable_truncation(max_length=max_len)
+        for n_a in range(14):
+            for n_b in range(14):
+                e = tok.encode("a " * n_a, "a " * n_b)
+                want = (e.sequence_ids.count(0), e.sequence_ids.count(1))
+                assert tokenizer_module.longest_first(n_a, n_b, max_len - 3) == want, (max_len, n_a, n_b)
