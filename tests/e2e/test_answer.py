@@ -36,11 +36,12 @@ def ref(qa_package):
 
 def reference(ref, question: str, context: str, top_k: int, impossible: bool, attentions: bool = False):
     """transformers' answers to one pair, as its question-answering pipeline made them (its
-    postprocess: select_starts_ends, get_indices, get_answer)."""
+    preprocess's truncation="only_second", then its postprocess: select_starts_ends,
+    get_indices, get_answer), of the pair's first window."""
     from transformers.pipelines.document_question_answering import select_starts_ends
 
     tok, model = ref
-    b = tok([question], [context], truncation=True, return_tensors="pt")
+    b = tok([question], [context], truncation="only_second", return_tensors="pt")
     with torch.no_grad():
         out = model(**b, output_attentions=attentions)
     enc = b.encodings[0]
@@ -104,6 +105,28 @@ def test_a_context_past_max_len_is_refused_unless_cut(srv):
     assert r.status_code == 422 and "truncate" in r.json()["error"]["message"], r.text
     r = srv.post("/v1/answer", {"inputs": long, "truncate": True})
     assert r.status_code == 200 and r.json()["data"][0]["answers"][0]["answer"].strip("cat ") == "", r.text
+
+
+def test_truncate_cuts_the_context_never_the_question(srv, ref):
+    """As the pipeline's truncation="only_second": a long question is kept whole and the
+    context cut (longest_first would cut both); a question that leaves the context no room is
+    refused, on /v1/answer and on the pipeline's shape alike."""
+    q, c = " ".join(["where is the cat"] * 6), " ".join(["the cat sat on the mat"] * 40)
+    r = srv.post("/v1/answer", {"inputs": {"question": q, "context": c}, "top_k": 3, "truncate": True})
+    assert r.status_code == 200, r.text
+    want, _ = reference(ref, q, c, 3, False)
+    assert [(a["answer"], a["start"], a["end"]) for a in r.json()["data"][0]["answers"]] == [
+        (a["answer"], a["start"], a["end"]) for a in want]
+    too_long = {"question": " ".join(["where"] * 300), "context": "the cat"}
+    for path, body in (("/v1/answer", {"inputs": too_long, "truncate": True}),
+                       ("/", {"inputs": too_long, "truncate": True})):
+        r = srv.post(path, body)
+        assert r.status_code == 422 and "leaves its second no room" in r.text, (path, r.text)
+    r = srv.post("/", {"inputs": {"question": "who", "context": c}})
+    assert r.status_code == 422 and "truncate" in r.text, r.text
+    r = srv.post("/", {"inputs": {"question": q, "context": c}, "parameters": {"top_k": 3}, "truncate": True})
+    assert r.status_code == 200 and [(a["answer"], a["start"]) for a in r.json()] == [
+        (a["answer"], a["start"]) for a in want], r.text
 
 
 def test_other_routes_and_bad_requests_are_refused_in_the_native_shape(srv):

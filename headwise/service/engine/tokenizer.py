@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from functools import cached_property, partial
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -17,6 +18,7 @@ from headwise.service.errors import FIELD, Validation
 PREFIX_TOKENS = 8
 CUT_MARGIN = 128
 PAIR_CHARS = 1 << 21  # characters of pairs one encode_batch reads (beyond a single pair's own)
+Cut = Literal["longest_first", "only_second"]  # how a pair is cut (transformers' `truncation`)
 
 
 class Encoded:
@@ -124,12 +126,15 @@ class TextTokenizer:
             todo, chars = again, chars * 4
         return out  # type: ignore[return-value]
 
-    def encode_items(self, items: list, truncate: bool = True, words: bool = False) -> list[Encoded]:
+    def encode_items(self, items: list, truncate: bool = True, words: bool = False,
+                     cut: Cut = "longest_first") -> list[Encoded]:
         """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the
         tokenizer's pair encoding (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to
-        max_len like transformers' default "longest_first": a token at a time off the end of
-        whichever text is then longer. With `words`, a pair's tokens carry their words'
-        characters (`Encoded.words`)."""
+        max_len as transformers cuts it with `truncation=cut`: "longest_first" (its default) a
+        token at a time off the end of whichever text is then longer, "only_second" off the
+        second text only (a pair whose first text leaves the second no room stays uncut, and
+        `check` refuses it). With `words`, a pair's tokens carry their words' characters
+        (`Encoded.words`)."""
         out: list[Encoded | None] = [None] * len(items)
         singles = [i for i, x in enumerate(items) if isinstance(x, str)]
         if singles:
@@ -137,16 +142,17 @@ class TextTokenizer:
                 out[i] = e
         pairs = [i for i, x in enumerate(items) if not isinstance(x, str)]
         if pairs:
-            for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate, words),
+            for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate, words, cut),
                             strict=True):
                 out[i] = e
         return out  # type: ignore[return-value]
 
-    def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool, words: bool = False) -> list[Encoded]:
+    def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool, words: bool = False,
+                      cut: Cut = "longest_first") -> list[Encoded]:
         """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
         given as prefixes, measured untruncated, four times longer while `_enough` says the whole
         pair could answer otherwise. With truncate, the settled pair's encoding is then cut as
-        the tokenizer's own `encode(a, b)` cuts by longest_first (`_kept`): by choosing its
+        the tokenizer's own `encode(a, b)` cuts by `cut` (`_kept`): by choosing its
         tokens, not by encoding again, since the tokenizer's cut keeps every overflowing
         combination of the two sides (memory and time in the product of their lengths). Pairs go
         to the tokenizer in groups of at most PAIR_CHARS characters."""
@@ -155,11 +161,11 @@ class TextTokenizer:
         while todo:
             again = []
             for group in _groups(todo, [min(len(pairs[i][0]), chars) + min(len(pairs[i][1]), chars) for i in todo]):
-                cut = [(pairs[i][0][:chars], pairs[i][1][:chars]) for i in group]
-                for i, (a, b), e in zip(group, cut, self._full.encode_batch(cut), strict=True):
+                heads = [(pairs[i][0][:chars], pairs[i][1][:chars]) for i in group]
+                for i, (a, b), e in zip(group, heads, self._full.encode_batch(heads), strict=True):
                     seq = e.sequence_ids
                     whole = (len(a) == len(pairs[i][0]), len(b) == len(pairs[i][1]))
-                    if self._enough(whole, (seq.count(0), seq.count(1)), truncate):
+                    if self._enough(whole, (seq.count(0), seq.count(1)), truncate and cut == "longest_first"):
                         full[i] = e
                     else:
                         again.append(i)
@@ -167,7 +173,7 @@ class TextTokenizer:
         out = []
         for e in full:
             segments = np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8)
-            keep = _kept(segments, self.max_len) if truncate else np.arange(len(segments))
+            keep = _kept(segments, self.max_len, cut) if truncate else np.arange(len(segments))
             tokens, offsets = e.tokens, e.offsets
             out.append(Encoded(np.asarray(e.ids, dtype=np.int64)[keep], np.asarray(e.type_ids, dtype=np.int64)[keep],
                                [tokens[k] for k in keep], [offsets[k] for k in keep], segments[keep],
@@ -181,7 +187,9 @@ class TextTokenizer:
         (tokenizers' truncate_encodings), what each side keeps depends on which side is longer
         (the shorter one, or the first of equals, keeps up to its whole length, and when both
         are cut the longer keeps max_len's odd token): so a cut side must also be longer than
-        the other side for sure, that side whole and this one past its length by CUT_MARGIN."""
+        the other side for sure, that side whole and this one past its length by CUT_MARGIN.
+        `truncate` is whether longest_first cuts: only_second's cut keeps the first text whole
+        and the second's first tokens, as an uncut pair's check reads them."""
         enough = self.max_len + CUT_MARGIN
         (whole_a, whole_b), (na, nb) = whole, counts
         if not truncate:
@@ -194,11 +202,16 @@ class TextTokenizer:
             return na > max(enough, nb + CUT_MARGIN)
         return False
 
-    def check(self, encs: list[Encoded], field: str = "inputs") -> None:
-        """An input over max_len (only possible with truncate=False) raises Validation (422)
-        naming `field`[i]."""
+    def check(self, encs: list[Encoded], field: str = "inputs", truncated: bool = False) -> None:
+        """An input over max_len raises Validation (422) naming `field`[i]: one not cut, or
+        (`truncated`) a pair whose first text leaves the second no room, which only_second
+        leaves uncut."""
         for i, e in enumerate(encs):
             if e.length > self.max_len:
+                if truncated and e.segments is not None:
+                    raise Validation(f"{FIELD}[{i}]'s first text has {int((e.segments == 0).sum())} tokens or more, "
+                                     f"which leaves its second no room within this model's limit of "
+                                     f"{self.max_len} (only the second is cut): send a shorter one", field=field)
                 raise Validation(
                     f"{FIELD}[{i}] has {e.length} tokens or more, over this model's limit of "
                     f"{self.max_len} (send truncate: true to cut it)", field=field)
@@ -298,12 +311,21 @@ def longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
     return (k2, k1) if swap else (k1, k2)
 
 
-def _kept(segments: np.ndarray, max_len: int) -> np.ndarray:
-    """Positions (ascending) of a pair encoding's tokens that longest_first keeps at max_len:
-    every special token (segment -1) and each side's first tokens. `segments` (T,) int8."""
+def only_second(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
+    """The tokens each side keeps when cut to `budget` off the second text only (tokenizers'
+    OnlySecond); uncut where the first text leaves the second no token."""
+    if n_a + n_b <= budget or n_a >= budget:
+        return n_a, n_b
+    return n_a, budget - n_a
+
+
+def _kept(segments: np.ndarray, max_len: int, cut: Cut) -> np.ndarray:
+    """Positions (ascending) of a pair encoding's tokens that `cut` keeps at max_len: every
+    special token (segment -1) and each side's first tokens. `segments` (T,) int8."""
     first, second = segments == 0, segments == 1
     specials = len(segments) - int(first.sum()) - int(second.sum())
-    k_a, k_b = longest_first(int(first.sum()), int(second.sum()), max(max_len - specials, 0))
+    counts = longest_first if cut == "longest_first" else only_second
+    k_a, k_b = counts(int(first.sum()), int(second.sum()), max(max_len - specials, 0))
     keep = (~first & ~second) | (first & (np.cumsum(first) <= k_a)) | (second & (np.cumsum(second) <= k_b))
     return np.flatnonzero(keep)
 

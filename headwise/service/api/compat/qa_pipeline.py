@@ -44,6 +44,8 @@ class QuestionAnsweringRequest(TeiBody):
 
     inputs: QuestionAnsweringInput
     parameters: QuestionAnsweringParameters | None = None
+    truncate: StrictBool = Field(False, description="cut the context of a pair longer than max_len tokens (as "
+                                 "TEI's truncate on its other routes); false: 422")
 
 
 def params(body: QuestionAnsweringRequest) -> SpanParams:
@@ -53,10 +55,11 @@ def params(body: QuestionAnsweringRequest) -> SpanParams:
     windows = [k for k in ("doc_stride", "max_question_len", "max_seq_len") if getattr(p, k) is not None]
     if windows:
         raise Validation(f"parameters.{windows[0]} is not served: a question and its context are read in one "
-                         "window of the model's max_len tokens, and a longer pair is refused", field="parameters")
+                         "window of the model's max_len tokens, and a longer pair is refused (or its context "
+                         "cut, with truncate: true)", field="parameters")
     given = {k: v for k, v in p.model_dump(include={"top_k", "max_answer_len", "handle_impossible_answer",
                                                    "align_to_words"}).items() if v is not None}
-    return SpanParams(**given)
+    return SpanParams(truncate=body.truncate, **given)
 
 
 def _answers(result, _) -> dict | list[dict]:

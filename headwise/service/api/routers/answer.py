@@ -46,8 +46,8 @@ class AnswerRequest(BaseModel):
     max_answer_len: AnswerLength = Field(15, description="tokens an answer may span")
     handle_impossible_answer: StrictBool = Field(False, description='also offer the empty answer ("")')
     align_to_words: StrictBool = Field(True, description="widen an answer to the context's whole words")
-    truncate: StrictBool = Field(False, description="cut a pair longer than max_len tokens; false: refused "
-                                                    "(an answer past the cut would never be found)")
+    truncate: StrictBool = Field(False, description="cut the context of a pair longer than max_len tokens; "
+                                                    "false: refused (an answer past the cut would never be found)")
     attention: AttentionOptions | None = Field(None, description="per input, every asked-for head's weights "
                                                                  "over all its tokens, as on /v1/embed")
     ablate: Ablate | None = Field(None, description='{"<layer>": [heads]}: answer with those heads removed')

@@ -13,8 +13,10 @@ spans are possible: the pipeline would fill them up with impossible ones at scor
 widened to whole words of the context (`align_to_words`) and cut from it by character offsets;
 spans that then read alike but for case are one answer, their scores summed (the pipeline's
 `get_answer`), so that there may be fewer than `top_k` answers. A context
-longer than the model reads is refused unless `truncate` (the pipeline would read it in
-overlapping windows, which this head does not)."""
+longer than the model reads is refused unless `truncate`, which cuts the context alone, as the
+pipeline's `truncation="only_second"` does (the pipeline would go on to read the rest in
+overlapping windows, which this head does not); a question that leaves its context no room is
+refused either way."""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ ANSWER: Capability[Batched] = Capability(
 
 @dataclass(frozen=True)
 class SpanParams:
-    truncate: bool = False  # cut a pair longer than max_len (longest_first); else refused
+    truncate: bool = False  # cut the context of a pair longer than max_len (only_second); else refused
     top_k: int = 1  # answers per input, best first
     max_answer_len: int = 15  # tokens an answer may span
     handle_impossible_answer: bool = False  # also offer the empty answer, scored by the first token
@@ -133,7 +135,8 @@ class SpanHead:
         return False
 
     def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
-        return tokenizer.encode_items(inputs, truncate, words=True)  # (question, context) pairs, with offsets and words
+        # (question, context) pairs, with offsets and words; only the context is cut, as in the pipeline
+        return tokenizer.encode_items(inputs, truncate, words=True, cut="only_second")
 
     def attention_need(self, params: SpanParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

@@ -17,6 +17,7 @@ from headwise.model.sentence import (
 )
 from headwise.service.engine import tokenizer as tokenizer_module
 from headwise.service.engine.tokenizer import TextTokenizer
+from headwise.service.errors import Validation
 from tests.fixtures.tiny import tiny_tokenizer
 
 
@@ -112,3 +113,48 @@ def test_longest_first_counts_equal_the_tokenizers(tiny_file):
                 e = tok.encode("a " * n_a, "a " * n_b)
                 want = (e.sequence_ids.count(0), e.sequence_ids.count(1))
                 assert tokenizer_module.longest_first(n_a, n_b, max_len - 3) == want, (max_len, n_a, n_b)
+
+
+def test_only_second_counts_equal_the_tokenizers(tiny_file):
+    """tokenizer.only_second keeps what the tokenizers library's only_second truncation keeps,
+    and leaves uncut (for `check` to refuse) a pair whose first text leaves the second no token,
+    where the library raises."""
+    tok = Tokenizer.from_file(str(tiny_file))
+    tok.no_padding()
+    for max_len in range(4, 17):  # at 3 (a budget of 0) the library empties both sides
+        tok.enable_truncation(max_length=max_len, strategy="only_second")
+        for n_a in range(14):
+            for n_b in range(14):
+                try:
+                    e = tok.encode("a " * n_a, "a " * n_b)
+                except Exception:
+                    assert n_a + n_b > max_len - 3 and n_a >= max_len - 3, (max_len, n_a, n_b)
+                    assert tokenizer_module.only_second(n_a, n_b, max_len - 3) == (n_a, n_b)
+                    continue
+                want = (e.sequence_ids.count(0), e.sequence_ids.count(1))
+                assert tokenizer_module.only_second(n_a, n_b, max_len - 3) == want, (max_len, n_a, n_b)
+
+
+@pytest.mark.parametrize("name", ["one-long", "short-over-half", "unicode", "both-over-half", "empty-first", "short"])
+def test_only_second_pairs_equal_transformers(tiny_file, name):
+    """A (question, context) pair cut as transformers' question-answering pipeline cuts it
+    (truncation="only_second"), the question kept whole."""
+    from transformers import PreTrainedTokenizerFast
+
+    pair = ("naïve café 🙂?", "猫が好き " * 150) if name == "unicode" else cases(1)[name]
+    got = TextTokenizer(tiny_file, 32).encode_items([pair], cut="only_second")[0]
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(tiny_file), pad_token="[PAD]")
+    want = hf([pair[0]], [pair[1]], truncation="only_second", max_length=32, return_token_type_ids=True)
+    assert got.ids.tolist() == want["input_ids"][0] and got.type_ids.tolist() == want["token_type_ids"][0]
+
+
+def test_a_first_text_that_leaves_no_room_is_refused_by_name(tiny_file):
+    tok = TextTokenizer(tiny_file, 32)
+    [enc] = tok.encode_items([("hello " * 40, "the cat")], cut="only_second")
+    with pytest.raises(Validation, match=r"first text has \d+ tokens or more, which leaves its second no room"):
+        tok.check([enc], "inputs", truncated=True)
+    with pytest.raises(Validation, match=r"over this model's limit of 32 \(send truncate: true to cut it\)"):
+        tok.check([enc], "inputs")  # not cut: the usual advice
+    [enc] = tok.encode_items([("the cat", "hello " * 40)], cut="only_second")
+    tok.check([enc], "inputs", truncated=True)
+    assert enc.length == 32 and enc.segments.tolist().count(0) == 2
