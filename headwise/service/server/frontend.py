@@ -13,7 +13,7 @@ import sys
 from headwise.service.backends.remote import EngineLink
 from headwise.service.logs import say
 from headwise.service.package import PackageError
-from headwise.service.server.serve import _exit_if_stuck, quiet_exit_signals, uvicorn_options
+from headwise.service.server.serve import ExitSignals, _exit_if_stuck, uvicorn_options
 from headwise.service.settings import load_settings
 
 
@@ -28,7 +28,7 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
 
     from headwise.service.api.app import create_app
 
-    quiet_exit_signals()
+    signals = ExitSignals()  # one that comes while the app is made still stops it
     options, fast = uvicorn_options(settings, log_level, access_log)
 
     def stop() -> None:
@@ -47,8 +47,8 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
 
         fastpath.install(app)
     server = uvicorn.Server(uvicorn.Config(app, **options))
-    server.run(sockets=[socket.socket(fileno=fd)])
-    code = 3 if not server.started or engine.failed else 0
+    signals.run(server, sockets=[socket.socket(fileno=fd)])
+    code = 3 if (not server.started and not signals.got) or engine.failed else 0
     link.close()
     _exit_if_stuck(code)
     return code

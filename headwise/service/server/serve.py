@@ -172,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    quiet_exit_signals()
+    signals = ExitSignals()
     options, fast = uvicorn_options(settings, args.log_level, args.access_log)
     try:
         if settings.workers == 1:
@@ -187,8 +187,8 @@ def main(args: argparse.Namespace) -> int:
 
                 fastpath.install(app)
             server = uvicorn.Server(uvicorn.Config(app, **options))
-            server.run()
-            code = 3 if not server.started or app.state.engine.failed else 0
+            signals.run(server)
+            code = 3 if (not server.started and not signals.got) or app.state.engine.failed else 0
             _exit_if_stuck(code)
             return code
         factory = PLAIN_FACTORY
@@ -196,15 +196,36 @@ def main(args: argparse.Namespace) -> int:
             from headwise.service.server import fastpath
 
             factory = fastpath.FACTORY
-        uvicorn.run(factory, factory=True, workers=settings.workers, **options)
+        if not signals.got:  # uvicorn's process manager has handlers of its own from here
+            uvicorn.run(factory, factory=True, workers=settings.workers, **options)
         return 0
     finally:
         if made_dir:
             shutil.rmtree(made_dir, ignore_errors=True)
 
 
-def quiet_exit_signals() -> None:
-    """uvicorn re-raises SIGTERM (or a second SIGINT) once it has drained; no-op handlers here
-    make that an exit 0, with no KeyboardInterrupt traceback."""
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    signal.signal(signal.SIGINT, lambda *_: None)
+class ExitSignals:
+    """SIGTERM and SIGINT until uvicorn installs its own handlers (while the app is made, which
+    under load takes seconds), and after it restores these. One that comes early is kept and
+    keeps the server from starting (`run`), where a no-op would have lost it and left the
+    process serving. After uvicorn has drained it re-raises SIGTERM (or a second SIGINT): here that is
+    an exit 0, with no KeyboardInterrupt traceback."""
+
+    def __init__(self) -> None:
+        self.got = False
+        self._server = None
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, *_) -> None:
+        self.got = True
+        if self._server is not None:
+            self._server.should_exit = True
+
+    def run(self, server, sockets=None) -> None:
+        """Run `server` (a uvicorn.Server), unless a signal came first: then nothing is started
+        (server.started stays False). One in the moment before uvicorn's handlers are in place
+        stops it once started, its shutdown answering what it took in."""
+        self._server = server
+        if not self.got:
+            server.run() if sockets is None else server.run(sockets=sockets)
