@@ -129,6 +129,49 @@ def test_truncate_cuts_the_context_never_the_question(srv, ref):
         (a["answer"], a["start"]) for a in want], r.text
 
 
+def test_kserve_v2_answers_through_tritonclient_as_v1_answer(srv, ref):
+    """KServe v2: `question` and `context` BYTES [N] in, `answer`, `score`, `start` and `end`
+    [N, top_k] out (binary and JSON), equal to /v1/answer's, rows padded past their answers;
+    the transformers reference as for /v1/answer."""
+    import tritonclient.http as th
+    from tritonclient.utils import InferenceServerException
+
+    client = th.InferenceServerClient(srv.url.removeprefix("http://"), network_timeout=120)
+    try:
+        md = client.get_model_metadata("tiny-qa")
+        assert [i["name"] for i in md["inputs"]] == ["question", "context"]
+        assert [(o["name"], o["datatype"]) for o in md["outputs"]] == [
+            ("answer", "BYTES"), ("score", "FP32"), ("start", "INT64"), ("end", "INT64")]
+        ins = []
+        for name, k in (("question", 0), ("context", 1)):
+            i = th.InferInput(name, [len(PAIRS)], "BYTES")
+            i.set_data_from_numpy(np.array([p[k].encode() for p in PAIRS], dtype=np.object_), binary_data=name == "context")
+            ins.append(i)
+        out = client.infer("tiny-qa", ins, parameters={"top_k": 3, "handle_impossible_answer": True},
+                           outputs=[th.InferRequestedOutput("answer", binary_data=True), th.InferRequestedOutput("score"),
+                                    th.InferRequestedOutput("start", binary_data=True), th.InferRequestedOutput("end")])
+        with pytest.raises(InferenceServerException, match=r"parameter top_k must be an integer in 1\.\.32"):
+            client.infer("tiny-qa", ins, parameters={"top_k": 33})
+        with pytest.raises(InferenceServerException, match="input 'context' is missing"):
+            client.infer("tiny-qa", ins[:1])
+    finally:
+        client.close()
+    answers, scores = out.as_numpy("answer"), out.as_numpy("score")
+    starts, ends = out.as_numpy("start"), out.as_numpy("end")
+    assert answers.shape == scores.shape == starts.shape == ends.shape == (len(PAIRS), 3)
+    native = srv.post("/v1/answer", {"inputs": [{"question": q, "context": c} for q, c in PAIRS], "top_k": 3,
+                                     "handle_impossible_answer": True}).json()["data"]
+    for k, ((q, c), item) in enumerate(zip(PAIRS, native, strict=True)):
+        want, _ = reference(ref, q, c, 3, True)
+        got = item["answers"]
+        assert [(a["answer"], a["start"], a["end"]) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
+        n = len(got)
+        assert [a.decode() for a in answers[k, :n]] == [a["answer"] for a in got]
+        assert starts[k, :n].tolist() == [a["start"] for a in got] and ends[k, :n].tolist() == [a["end"] for a in got]
+        np.testing.assert_allclose(scores[k, :n], [a["score"] for a in got], rtol=1e-6)
+        assert answers[k, n:].tolist() == [b""] * (3 - n) and (starts[k, n:] == -1).all() and not scores[k, n:].any()
+
+
 def test_other_routes_and_bad_requests_are_refused_in_the_native_shape(srv):
     r = srv.post("/v1/embed", {"inputs": "x"})
     assert r.status_code == 422 and "use POST /v1/answer" in r.json()["error"]["message"], r.text

@@ -14,9 +14,10 @@ from headwise.service.api.writer import Writer
 from headwise.service.engine.heads.extractive import SpanParams
 from headwise.service.errors import Validation
 
-# headwise's bounds of the pipeline's options, on /v1/answer too
-TopK = conint(strict=True, ge=1, le=32)
-AnswerLength = conint(strict=True, ge=1, le=512)
+# headwise's bounds of the pipeline's options, on /v1/answer and KServe v2 too
+BOUNDS = {"top_k": (1, 32), "max_answer_len": (1, 512)}
+TopK = conint(strict=True, ge=BOUNDS["top_k"][0], le=BOUNDS["top_k"][1])
+AnswerLength = conint(strict=True, ge=BOUNDS["max_answer_len"][0], le=BOUNDS["max_answer_len"][1])
 
 
 class QuestionAnsweringInput(BaseModel):

@@ -31,9 +31,10 @@ from headwise.service.api.compat.openapi import request_body
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import KSERVE, UnsupportedMediaType, route_class
 from headwise.service.api.responses import answer, json_response, probe
-from headwise.service.api.routers import kserve_classify
+from headwise.service.api.routers import kserve_answer, kserve_classify
 from headwise.service.api.sizes import JSON_VALUE_BYTES
 from headwise.service.engine import Capability, Engine, Runtime, prompts
+from headwise.service.engine.heads.extractive import ANSWER
 from headwise.service.engine.internals import POOLINGS, HiddenSpec
 from headwise.service.engine.params import AGGREGATES, EmbedParams
 from headwise.service.engine.values import ascii_index
@@ -123,6 +124,8 @@ async def model_metadata(model: str, request: Request, version: str | None = Non
     elif tagger := Capability.TAG.declared(rt):
         inputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}]
         outputs = kserve_classify.token_outputs_of(tagger)
+    elif answerer := ANSWER.declared(rt):
+        inputs, outputs = kserve_answer.inputs_of(answerer), kserve_answer.outputs_of(answerer)
     elif Capability.EMBED in rt.capabilities:
         inputs, outputs = [{"name": INPUT, "datatype": "BYTES", "shape": [-1]}], outputs_of(rt)
     else:  # no embeddings (422 when asked); its tokens' mask only
@@ -239,6 +242,8 @@ async def infer(model: str, request: Request, version: str | None = None, engine
         return await kserve_classify.infer(engine, clf, request, header, binary, params)
     if tagger := Capability.TAG.declared(rt):
         return await kserve_classify.infer_tags(engine, tagger, request, header, binary, params)
+    if answerer := ANSWER.declared(rt):
+        return await kserve_answer.infer(engine, answerer, request, header, binary, params)
     texts = _texts(header, binary)
     want = _outputs(header, rt, v2.flag(params, "binary_data_output", False))
     normalize, truncate = v2.flag(params, "normalize", True), v2.flag(params, "truncate", True)
