@@ -110,9 +110,12 @@ def in_context(enc: Encoded) -> np.ndarray:
 
 def span_size(p: SpanParams, enc: Encoded) -> Size:
     """What one input answers: `top_k` answers (and the empty one), each at most the context's
-    characters that its tokens cover; with attention its [L', H', T, T] weights."""
+    characters that its tokens cover, their words included (a context cut within a word
+    answers that word whole); with attention its [L', H', T, T] weights."""
     n = p.top_k + p.handle_impossible_answer
-    context = max((e for (_, e), s in zip(enc.offsets, in_context(enc), strict=True) if s), default=0)
+    ends = enc.offsets if enc.words is None else [o if w is None else w for o, w in zip(enc.offsets, enc.words,
+                                                                                         strict=True)]
+    context = max((e for (_, e), s in zip(ends, in_context(enc), strict=True) if s), default=0)
     spans = Size(chars=n * context, values=n, indices=2 * n, records=n + 1)
     spec = p.attention
     if spec is None:

@@ -64,3 +64,20 @@ def test_a_span_widens_to_its_words_and_alike_spans_are_one_answer(tmp_path):
         if words:  # one answer, the two spans' scores summed
             assert (got.answers[0].start, got.answers[0].end) == (0, 8)
             assert got.answers[0].score == pytest.approx(spans[0][2] + spans[1][2], rel=1e-6)
+
+
+def test_an_answers_bound_holds_a_word_the_cut_went_through(tmp_path):
+    """A context cut within a word answers that word whole (align_to_words), past the last kept
+    token's characters: the size measure counts up to the word's end, so the answer never
+    takes more than was reserved for it."""
+    from headwise.service.engine.heads.extractive import span_size
+    from headwise.service.engine.tokenizer import TextTokenizer
+    from tests.fixtures.tiny import tiny_tokenizer
+
+    tiny_tokenizer(tmp_path)
+    tok = TextTokenizer(tmp_path / "tokenizer.json", 12)
+    context = "the cat " + "hello" * 4 + " and more"
+    [enc] = tok.encode_items([("who", context)], words=True, cut="only_second")
+    last = max(i for i, s in enumerate(enc.segments) if s == 1)
+    assert enc.offsets[last][1] < enc.words[last][1] == len("the cat " + "hello" * 4)  # the cut went through it
+    assert span_size(SpanParams(), enc).chars == enc.words[last][1]
