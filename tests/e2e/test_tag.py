@@ -79,6 +79,30 @@ def test_the_hub_clients_token_classification_equals_transformers_pipeline(srv, 
     assert [(g[key], g.start, g.end) for g in default] == [(w[key], w["start"], w["end"]) for w in pipe(TEXTS[0])]
 
 
+@pytest.mark.parametrize("strategy", ["simple", "first", "average", "max"])
+def test_v1_tag_groups_entities_as_transformers_pipeline(srv, ref, strategy):
+    """/v1/tag with an aggregation_strategy: per text the pipeline's entities, whatever shares
+    the request; ignore_labels leaves out groups; per-token options that it would not answer
+    are refused."""
+    from transformers import pipeline
+
+    tok, model = ref
+    pipe = pipeline("token-classification", model=model, tokenizer=tok, aggregation_strategy=strategy, device="cpu")
+    r = srv.post("/v1/tag", {"inputs": TEXTS, "aggregation_strategy": strategy})
+    assert r.status_code == 200, r.text
+    for text, item in zip(TEXTS, r.json()["data"], strict=True):
+        want, got = pipe(text, ignore_labels=[]), item["entities"]
+        assert "tokens" not in item
+        assert [(g["entity_group"], g["word"], g["start"], g["end"]) for g in got] == [
+            (w["entity_group"], w["word"], w["start"], w["end"]) for w in want]
+        np.testing.assert_allclose([g["score"] for g in got], [float(w["score"]) for w in want], atol=1e-5)
+    r = srv.post("/v1/tag", {"inputs": TEXTS[0], "aggregation_strategy": strategy, "ignore_labels": ["O"]})
+    assert [g["start"] for g in r.json()["data"][0]["entities"]] == [w["start"] for w in pipe(TEXTS[0])]
+    for bad in ({"raw_scores": True}, {"all_scores": True}):
+        r = srv.post("/v1/tag", {"inputs": TEXTS[0], "aggregation_strategy": strategy, **bad})
+        assert r.status_code == 422 and "aggregation_strategy" in r.json()["error"]["message"], r.text
+
+
 def test_kserve_token_logits_through_tritonclient(srv, ref):
     import tritonclient.http as th
 

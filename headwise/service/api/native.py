@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from headwise.service.api.compat import token_pipeline
 from headwise.service.api.sizes import (
     CHAR_BYTES,
     ENVELOPE_BYTES,
@@ -108,6 +109,32 @@ def _tag(result, body) -> dict:
 # a TagResult and the route's body; the labels' list beside the envelope
 TAG = Writer(lambda r, _: r.answer_bytes + ENVELOPE_BYTES + sum(CHAR_BYTES * len(x) + 4 for x in r.labels), _tag,
              "send fewer or shorter texts")
+
+
+class Tagging(NamedTuple):
+    """/v1/tag's request with an aggregation_strategy, as its answer reads it."""
+
+    texts: list[str]
+    strategy: str  # simple, first, average or max
+    ignore: set[str]  # ignore_labels
+    pieces: token_pipeline.Pieces  # the model's tokenizer
+
+
+def _entities(result, q: Tagging) -> dict:
+    data = []
+    for i, (t, text) in enumerate(zip(result.data, q.texts, strict=True)):
+        item = {"index": i, "entities": token_pipeline.entities(t, result.labels, q.strategy, q.ignore, text, q.pieces)}
+        if t.attention is not None:
+            item["attention"] = t.attention
+        data.append(item)
+    return {"model": result.model, "labels": result.labels, "data": data, "usage": result.usage}
+
+
+# a TagResult as transformers' pipeline groups it: per text its entities, bounded as TEI's
+# POST / bounds one text's (they may spell their text again), besides what TAG counts
+ENTITIES = Writer(lambda r, q: TAG.bound(r, q) + sum(token_pipeline.size(text, t.encoding.length, r.labels)
+                                                     for t, text in zip(r.data, q.texts, strict=True)),
+                  _entities, "send fewer or shorter texts")
 
 
 def _similarity(res, used: dict | None) -> dict:
