@@ -14,11 +14,15 @@ from headwise.client.arrays import decode_array
 from headwise.client.client import AsyncClient, Client
 from headwise.client.errors import HeadwiseError
 from headwise.client.types import (
+    Answer,
+    AnswerItem,
+    AnswerResult,
     Attention,
     AttentionBlock,
     AttentionOptions,
     EmbedItem,
     EmbedResult,
+    Entity,
     GenerateAttention,
     GenerateHidden,
     GenerateResult,
@@ -37,6 +41,9 @@ from headwise.client.types import (
     RerankResult,
     SimilarityItem,
     SimilarityResult,
+    TaggedText,
+    TaggedToken,
+    TagResult,
     TokenizeItem,
     TokenizeResult,
     TokenPair,
@@ -45,9 +52,9 @@ from headwise.client.types import (
 )
 
 __all__ = [
-    "AsyncClient", "Attention", "AttentionBlock", "AttentionOptions", "Client", "EmbedItem", "EmbedResult",
+    "Answer", "AnswerItem", "AnswerResult", "AsyncClient", "Attention", "AttentionBlock", "AttentionOptions", "Client", "EmbedItem", "EmbedResult", "Entity",
     "GenerateAttention", "GenerateHidden", "GenerateResult", "GenerateStep", "GenerateToken", "HeadImportanceResult", "HeadwiseError",
     "HiddenState", "HiddenStatesOptions", "Label", "ModelInfo", "OcclusionResult", "OcclusionUnit", "PredictResult", "RerankAttention",
-    "RerankItem", "RerankResult", "SimilarityItem", "SimilarityResult", "TokenPair", "TokenizeItem", "TokenizeResult",
+    "RerankItem", "RerankResult", "SimilarityItem", "SimilarityResult", "TagResult", "TaggedText", "TaggedToken", "TokenPair", "TokenizeItem", "TokenizeResult",
     "Tokens", "Usage", "decode_array",
 ]

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from headwise.client import parse
 from headwise.client.types import (
+    AnswerResult,
     AttentionOptions,
     EmbedResult,
     GenerateResult,
@@ -21,6 +22,7 @@ from headwise.client.types import (
     PredictResult,
     RerankResult,
     SimilarityResult,
+    TagResult,
     TokenizeResult,
 )
 
@@ -124,6 +126,38 @@ def predict(inputs: str | Sequence[str | Sequence[str]], *, model: str | None = 
         {"model": model, "inputs": inputs if isinstance(inputs, str) else [
             x if isinstance(x, str) else list(x) for x in inputs],
          "raw_scores": raw_scores, "truncate": truncate}, extra), parse.predict)
+
+
+def tag(inputs: str | Sequence[str], *, model: str | None = None, truncate: bool = True, raw_scores: bool = False,
+        all_scores: bool = False, ignore_labels: Sequence[str] | None = None, aggregation_strategy: str = "none",
+        attention: AttentionOptions | Mapping[str, Any] | None = None, **extra: Any) -> Call[TagResult]:
+    """POST /v1/tag with a token classifier (NER, PII): per input its tokens, each with its
+    likeliest label and score; with an `aggregation_strategy` (simple, first, average, max) its
+    entities, grouped as transformers' pipeline groups them. `attention` as embed's."""
+    return Call("POST", "/v1/tag", _body(
+        {"model": model, "inputs": inputs if isinstance(inputs, str) else list(inputs), "truncate": truncate,
+         "raw_scores": raw_scores, "all_scores": all_scores,
+         "ignore_labels": list(ignore_labels) if ignore_labels is not None else None,
+         "aggregation_strategy": aggregation_strategy, "attention": attention}, extra), parse.tag)
+
+
+def answer(question: str | Sequence[str], context: str | Sequence[str], *, model: str | None = None, top_k: int = 1,
+           max_answer_len: int = 15, handle_impossible_answer: bool = False, align_to_words: bool = True,
+           truncate: bool = False, attention: AttentionOptions | Mapping[str, Any] | None = None,
+           **extra: Any) -> Call[AnswerResult]:
+    """POST /v1/answer with an extractive question answerer: per (question, context) pair its
+    best spans of the context. One pair, or lists of questions and contexts of one length.
+    `truncate`: cut the context of a pair longer than the model reads (else 422)."""
+    if isinstance(question, str) and isinstance(context, str):
+        inputs: Any = {"question": question, "context": context}
+    elif isinstance(question, str) or isinstance(context, str) or len(question) != len(context):
+        raise ValueError("question and context: two texts, or two lists of one length")
+    else:
+        inputs = [{"question": q, "context": c} for q, c in zip(question, context, strict=True)]
+    return Call("POST", "/v1/answer", _body(
+        {"model": model, "inputs": inputs, "top_k": top_k, "max_answer_len": max_answer_len,
+         "handle_impossible_answer": handle_impossible_answer, "align_to_words": align_to_words,
+         "truncate": truncate, "attention": attention}, extra), parse.answer)
 
 
 def _generate_body(prompt: str | None, source: str | None, model: str | None, max_new_tokens: int | None,

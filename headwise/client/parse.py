@@ -12,9 +12,13 @@ import numpy as np
 from headwise.client.arrays import decode_array, decode_block, decode_hidden_states
 from headwise.client.errors import HeadwiseError, error_from_body, error_from_response
 from headwise.client.types import (
+    Answer,
+    AnswerItem,
+    AnswerResult,
     Attention,
     EmbedItem,
     EmbedResult,
+    Entity,
     GenerateAttention,
     GenerateHidden,
     GenerateResult,
@@ -31,6 +35,9 @@ from headwise.client.types import (
     RerankResult,
     SimilarityItem,
     SimilarityResult,
+    TaggedText,
+    TaggedToken,
+    TagResult,
     TokenizeItem,
     TokenizeResult,
     TokenPair,
@@ -131,6 +138,28 @@ def rerank(d: Mapping[str, Any]) -> RerankResult:
 def predict(d: Mapping[str, Any]) -> PredictResult:
     data = [[Label(str(x["label"]), float(x["score"])) for x in labels] for labels in d["data"]]
     return PredictResult(d["model"], data, _usage(d.get("usage")), raw=dict(d))
+
+
+def _tagged(i: int, x: Mapping[str, Any]) -> TaggedText:
+    tokens = [TaggedToken(t["index"], t["token"], t["start"], t["end"], t["label"], float(t["score"]),
+                          t.get("scores")) for t in x["tokens"]] if "tokens" in x else None
+    entities = [Entity(e["entity_group"], float(e["score"]), e["word"], e["start"], e["end"])
+                for e in x["entities"]] if "entities" in x else None
+    att = x.get("attention")
+    return TaggedText(x.get("index", i), tokens, entities, attention(att) if att is not None else None)
+
+
+def tag(d: Mapping[str, Any]) -> TagResult:
+    return TagResult(d["model"], list(d["labels"]), [_tagged(i, x) for i, x in enumerate(d["data"])],
+                     _usage(d.get("usage")), raw=dict(d))
+
+
+def answer(d: Mapping[str, Any]) -> AnswerResult:
+    items = [AnswerItem(x.get("index", i), [Answer(a["answer"], float(a["score"]), a["start"], a["end"])
+                                            for a in x["answers"]],
+                        attention(x["attention"]) if x.get("attention") is not None else None)
+             for i, x in enumerate(d["data"])]
+    return AnswerResult(d["model"], items, _usage(d.get("usage")), raw=dict(d))
 
 
 def _step(s: Mapping[str, Any], dtype: str, encoding: str) -> GenerateStep:

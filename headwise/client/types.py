@@ -237,6 +237,73 @@ class PredictResult:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TaggedToken:
+    """A token's likeliest label (POST /v1/tag): `index` its position in the model's input,
+    `start`/`end` its characters in the text; `scores` every label's, with all_scores."""
+
+    index: int
+    token: str
+    start: int
+    end: int
+    label: str
+    score: float
+    scores: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class Entity:
+    """Tokens (or words) grouped as transformers' token-classification pipeline groups them."""
+
+    entity_group: str
+    score: float
+    word: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, eq=False)
+class TaggedText:
+    index: int
+    tokens: list[TaggedToken] | None  # aggregation_strategy "none"
+    entities: list[Entity] | None  # another aggregation_strategy
+    attention: Attention | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class TagResult:
+    model: str
+    labels: list[str]
+    data: list[TaggedText]  # per input
+    usage: Usage
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A span of the context: its characters [start, end) and its score."""
+
+    answer: str
+    score: float
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, eq=False)
+class AnswerItem:
+    index: int
+    answers: list[Answer]  # best first
+    attention: Attention | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class AnswerResult:
+    model: str
+    data: list[AnswerItem]  # per (question, context) pair
+    usage: Usage
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
 @dataclass(frozen=True, eq=False)
 class GenerateStep:
     """The attention of the query that chose one token: [L′, H′, 1, T_so_far], and for

@@ -183,8 +183,9 @@ DOCS = ["a dog", "the cat sat on the mat", "where is the cat? on the mat", ""]
 
 
 @pytest.fixture(scope="module")
-def zoo(start_server, classifier_packages, default_package, tmp_path_factory):
-    """The tiny cross-encoder and classifier beside a tiny GPT-2 and MiniLM, in one server."""
+def zoo(start_server, classifier_packages, tagger_package, qa_package, default_package, tmp_path_factory):
+    """The tiny cross-encoder, classifier, tagger and answerer beside a tiny GPT-2 and MiniLM,
+    in one server."""
     from headwise.export.package import build_package
     from tests.fixtures.tiny_generative import make_tiny_gpt2
 
@@ -192,6 +193,8 @@ def zoo(start_server, classifier_packages, default_package, tmp_path_factory):
     for name in ("tiny-reranker", "tiny-classifier"):
         (models / name).symlink_to(classifier_packages["models"] / name, target_is_directory=True)
     (models / DEFAULT_NAME).symlink_to(default_package, target_is_directory=True)
+    for name, packages in (("tiny-tagger", tagger_package), ("tiny-qa", qa_package)):
+        (models / name).symlink_to(packages["models"] / name, target_is_directory=True)
     ckpt = make_tiny_gpt2(tmp_path_factory.mktemp("client-gpt2") / "gpt2", n_layers=2, n_heads=2, d_model=32)
     build_package(ckpt, models, "tiny-gpt2", progress=lambda m: None)
     srv = start_server(models=models)
@@ -223,6 +226,46 @@ def test_predict(zoo):
     res = c.predict([("a", "b"), ["c"]], model="tiny-classifier")
     assert [[(x.label, x.score) for x in labels] for labels in res.data] == [
         [(x["label"], x["score"]) for x in labels] for labels in want["data"]]
+
+
+def test_tag_tokens_and_entities(zoo):
+    srv, c = zoo
+    texts = ["Clara lives in Berkeley.", "a"]
+    opts = {"layers": [0], "heads": [0]}
+    want = ok(srv.post("/v1/tag", {"model": "tiny-tagger", "inputs": texts, "all_scores": True, "attention": opts}))
+    res = c.tag(texts, model="tiny-tagger", all_scores=True, attention={**opts, "encoding": "base64"})
+    assert res.labels == want["labels"] and res.usage.prompt_tokens == want["usage"]["prompt_tokens"]
+    for got, item in zip(res.data, want["data"], strict=True):
+        assert got.entities is None
+        assert [(t.index, t.token, t.start, t.end, t.label, t.score, t.scores) for t in got.tokens] == [
+            (t["index"], t["token"], t["start"], t["end"], t["label"], t["score"], t["scores"]) for t in item["tokens"]]
+        assert np.allclose(got.attention.values, np.asarray(item["attention"]["data"], dtype=np.float32))
+    want = ok(srv.post("/v1/tag", {"model": "tiny-tagger", "inputs": texts[0], "aggregation_strategy": "first",
+                                   "ignore_labels": ["O"]}))
+    res = c.tag(texts[0], model="tiny-tagger", aggregation_strategy="first", ignore_labels=["O"])
+    assert res.data[0].tokens is None
+    assert [(e.entity_group, e.score, e.word, e.start, e.end) for e in res.data[0].entities] == [
+        (e["entity_group"], e["score"], e["word"], e["start"], e["end"]) for e in want["data"][0]["entities"]]
+
+
+def test_answer(zoo):
+    srv, c = zoo
+    pairs = [("who sat", "the cat sat on the mat"), ("where", "Zoë lives in Berkeley")]
+    want = ok(srv.post("/v1/answer", {"model": "tiny-qa", "inputs": [{"question": q, "context": x} for q, x in pairs],
+                                      "top_k": 2, "attention": {"layers": [1]}}))
+    res = c.answer([q for q, _ in pairs], [x for _, x in pairs], model="tiny-qa", top_k=2,
+                   attention={"layers": [1], "encoding": "base64"})
+    for got, item in zip(res.data, want["data"], strict=True):
+        assert [(a.answer, a.score, a.start, a.end) for a in got.answers] == [
+            (a["answer"], a["score"], a["start"], a["end"]) for a in item["answers"]]
+        assert np.allclose(got.attention.values, np.asarray(item["attention"]["data"], dtype=np.float32))
+    one = c.answer(*pairs[0], model="tiny-qa")
+    assert len(one.data) == 1 and one.data[0].answers[0].answer == want["data"][0]["answers"][0]["answer"]
+    with pytest.raises(ValueError, match="two lists of one length"):
+        c.answer(["a", "b"], ["c"], model="tiny-qa")
+    with pytest.raises(HeadwiseError) as e:
+        c.answer("who", "the cat " * 400, model="tiny-qa")
+    assert e.value.status == 422 and "truncate" in str(e.value)
 
 
 def test_generate_and_its_stream(zoo):
@@ -266,7 +309,8 @@ def test_generate_and_its_stream(zoo):
 # ---------------------------------------------------------------- docs/client.md, every example
 
 # The docs' model names → the test servers' (the tiny cross-encoder and GPT-2 stand in)
-DOC_MODELS = {'"ms-marco-minilm"': '"tiny-reranker"', '"gpt2"': '"tiny-gpt2"'}
+DOC_MODELS = {'"ms-marco-minilm"': '"tiny-reranker"', '"gpt2"': '"tiny-gpt2"', '"bert-base-ner"': '"tiny-tagger"',
+              '"bert-squad"': '"tiny-qa"'}
 DOC_URL = "http://127.0.0.1:8000"
 
 
@@ -314,4 +358,5 @@ def test_every_python_example_of_the_client_docs_runs_against_a_real_server(serv
                 got = repr(eval(last, ns))
                 assert got == shown.strip(), f"{section}: {last} is {got}, the docs show {shown.strip()}"
         ran.append(section)
-    assert {"Occlusion", "Async", "Generate", "Errors", "Hidden states and removed heads"} <= set(ran)
+    assert {"Occlusion", "Async", "Generate", "Errors", "Hidden states and removed heads", "Tag (NER, PII)",
+            "Answer (extractive question answering)"} <= set(ran)
