@@ -202,13 +202,15 @@ class TextTokenizer:
             return na > max(enough, nb + CUT_MARGIN)
         return False
 
-    def check(self, encs: list[Encoded], field: str = "inputs", truncated: bool = False) -> None:
-        """An input over max_len raises Validation (422) naming `field`[i]: one not cut, or
-        (`truncated`) a pair whose first text leaves the second no room, which only_second
-        leaves uncut."""
+    def check(self, encs: list[Encoded], field: str = "inputs", truncated: bool = False,
+              cut: Cut = "longest_first") -> None:
+        """An input over max_len raises Validation (422) naming `field`[i]: one not cut
+        (`truncated` false: cutting would answer it), or a pair whose first text leaves the
+        second no room, which cutting only the second (`cut`) cannot answer."""
         for i, e in enumerate(encs):
             if e.length > self.max_len:
-                if truncated and e.segments is not None:
+                if e.segments is not None and (truncated or cut == "only_second") and int(
+                        (e.segments != 1).sum()) >= self.max_len:
                     raise Validation(f"{FIELD}[{i}]'s first text has {int((e.segments == 0).sum())} tokens or more, "
                                      f"which leaves its second no room within this model's limit of "
                                      f"{self.max_len} (only the second is cut): send a shorter one", field=field)
@@ -285,14 +287,17 @@ class TextTokenizer:
 
 def _word_chars(e, positions) -> list[tuple[int, int] | None]:
     """Per token of encoding `e` at `positions`, the characters [start, end) in its own text of
-    the word it is a piece of, as far as `e` holds it (the tokenizer's word_to_chars); None for
-    a token of no word (a special token)."""
-    word_ids = e.word_ids
-    out: list[tuple[int, int] | None] = []
+    the word it is a piece of, as far as the word's pieces at `positions` reach: what the
+    tokenizer's word_to_chars reads of the encoding cut to them (a word the cut goes through
+    ends with its last kept piece); None for a token of no word (a special token)."""
+    word_ids, sequence_ids, offsets = e.word_ids, e.sequence_ids, e.offsets
+    reach: dict[tuple[int, int], tuple[int, int]] = {}
     for i in positions:
-        w = word_ids[i]
-        out.append(None if w is None else tuple(e.word_to_chars(w, e.token_to_sequence(i))))
-    return out
+        if (w := word_ids[i]) is not None:
+            start, end = offsets[i]
+            a, b = reach.get((sequence_ids[i], w), (start, end))
+            reach[(sequence_ids[i], w)] = (min(a, start), max(b, end))
+    return [None if word_ids[i] is None else reach[(sequence_ids[i], word_ids[i])] for i in positions]
 
 
 def longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:

@@ -196,7 +196,11 @@ def main(args: argparse.Namespace) -> int:
             from headwise.service.server import fastpath
 
             factory = fastpath.FACTORY
-        if not signals.got:  # uvicorn's process manager has handlers of its own from here
+        # uvicorn's process manager installs its handlers only once it has bound the socket:
+        # until then a signal takes its default action (no worker is started yet)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if not signals.got:
             uvicorn.run(factory, factory=True, workers=settings.workers, **options)
         return 0
     finally:

@@ -12,7 +12,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from headwise.service.api.compat import v2tensors as v2
+from headwise.service.api.sizes import CHAR_BYTES, ENVELOPE_BYTES
 from headwise.service.api.writer import Raw, Writer
+
+OUTPUT_BYTES = 160  # an output's JSON beside its data: {"name", "datatype", "shape", "parameters": {...}}
 
 
 class V2Error(BaseModel):
@@ -173,7 +176,11 @@ def encode_outputs(arrays: dict[str, np.ndarray], q: Outputs) -> Raw:
 
 
 def _sized(_result, q: Outputs) -> int:
-    return q.size
+    """The route's count of the outputs' cells, and what surrounds them: the model's name and
+    version, the echoed id (any length: every character escaped at worst), and each output's
+    name, datatype, shape and binary_data_size."""
+    echoed = len(q.id or "") + len(q.model[0]) + len(q.model[1])
+    return q.size + ENVELOPE_BYTES + OUTPUT_BYTES * len(q.binary) + CHAR_BYTES * echoed
 
 
 # the arrays the route made (a classifier's logits and scores, and its classification strings)

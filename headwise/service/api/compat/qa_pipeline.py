@@ -45,8 +45,8 @@ class QuestionAnsweringRequest(TeiBody):
 
     inputs: QuestionAnsweringInput
     parameters: QuestionAnsweringParameters | None = None
-    truncate: StrictBool = Field(False, description="cut the context of a pair longer than max_len tokens (as "
-                                 "TEI's truncate on its other routes); false: 422")
+    truncate: StrictBool | None = Field(None, description="cut the context of a pair longer than max_len tokens "
+                                        "(as TEI's truncate on its other routes); false or null: 422")
 
 
 def params(body: QuestionAnsweringRequest) -> SpanParams:
@@ -60,7 +60,7 @@ def params(body: QuestionAnsweringRequest) -> SpanParams:
                          "cut, with truncate: true)", field="parameters")
     given = {k: v for k, v in p.model_dump(include={"top_k", "max_answer_len", "handle_impossible_answer",
                                                    "align_to_words"}).items() if v is not None}
-    return SpanParams(truncate=body.truncate, **given)
+    return SpanParams(truncate=bool(body.truncate), **given)
 
 
 def _answers(result, _) -> dict | list[dict]:

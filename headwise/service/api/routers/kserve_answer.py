@@ -105,7 +105,7 @@ async def infer(engine: Engine, rt: Runtime, request: Request, header: dict, bin
     want = _outputs(header, v2.flag(params, "binary_data_output", False))
     sp = span_params(params)
     result = await engine.submit(rt, ANSWER, list(zip(questions, contexts, strict=True)), sp,
-                                 await disconnect_probe(request))
+                                 await disconnect_probe(request), field="question")  # pair i: question[i]
     got = arrays(result, sp.top_k)
     asked = kserve.Outputs((rt.name, rt.package.version), kserve.echoed_id(header), want, _bound(want, got))
     return await answer(engine, kserve.TENSORS, got, asked)

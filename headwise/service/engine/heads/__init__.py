@@ -22,7 +22,7 @@ from headwise.service.engine.heads.tokens import TokenHead
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size
-from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import GENERATION, ModelPackage, PackageError
 
@@ -31,6 +31,7 @@ class Head(Protocol):
     capabilities: frozenset[Capability]
     described: str  # what refusals call the model
     use: str  # what it serves, as refusals say
+    cut: Cut  # how a pair it reads is cut at max_len (TextTokenizer.encode_items)
 
     def card(self) -> dict: ...  # the facts /v1/models shows of this kind
 

@@ -14,7 +14,7 @@ from headwise.service.engine.outputs import REPOOLED, attention_payload, pool
 from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size
-from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.errors import Validation
 from headwise.service.package import ModelPackage
@@ -29,6 +29,7 @@ class EmbeddingHead:
     capabilities = frozenset({Capability.EMBED})
     described = "an embedding model"
     use = "use POST /v1/embed"
+    cut: Cut = "longest_first"  # single texts only
 
     def __init__(self, package: ModelPackage):
         self.name, self.pooling, self.normalize = package.name, package.pooling, package.normalize

@@ -30,7 +30,7 @@ from headwise.service.engine.outputs import attention_payload
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Batched, Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -110,12 +110,10 @@ def in_context(enc: Encoded) -> np.ndarray:
 
 def span_size(p: SpanParams, enc: Encoded) -> Size:
     """What one input answers: `top_k` answers (and the empty one), each at most the context's
-    characters that its tokens cover, their words included (a context cut within a word
-    answers that word whole); with attention its [L', H', T, T] weights."""
+    characters that its tokens cover (their words too: a word reaches no further than its kept
+    pieces); with attention its [L', H', T, T] weights."""
     n = p.top_k + p.handle_impossible_answer
-    ends = enc.offsets if enc.words is None else [o if w is None else w for o, w in zip(enc.offsets, enc.words,
-                                                                                         strict=True)]
-    context = max((e for (_, e), s in zip(ends, in_context(enc), strict=True) if s), default=0)
+    context = max((e for (_, e), s in zip(enc.offsets, in_context(enc), strict=True) if s), default=0)
     spans = Size(chars=n * context, values=n, indices=2 * n, records=n + 1)
     spec = p.attention
     if spec is None:
@@ -126,6 +124,7 @@ def span_size(p: SpanParams, enc: Encoded) -> Size:
 
 class SpanHead:
     use = "use POST /v1/answer"
+    cut: Cut = "only_second"  # the context, never the question, as the pipeline cuts
 
     def __init__(self, package: ModelPackage):
         self.capabilities = frozenset({ANSWER})
@@ -138,8 +137,7 @@ class SpanHead:
         return False
 
     def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
-        # (question, context) pairs, with offsets and words; only the context is cut, as in the pipeline
-        return tokenizer.encode_items(inputs, truncate, words=True, cut="only_second")
+        return tokenizer.encode_items(inputs, truncate, words=True, cut=self.cut)  # with offsets and words
 
     def attention_need(self, params: SpanParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

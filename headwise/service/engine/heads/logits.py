@@ -19,13 +19,14 @@ from headwise.service.engine.outputs import attention_payload, pair_attention
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
 
 class LogitsHead:
     use = "use POST /v1/rerank or /v1/predict"
+    cut: Cut = "longest_first"  # transformers' default, as CrossEncoder cuts a pair
 
     def __init__(self, package: ModelPackage):
         self.labels = package.labels
@@ -40,7 +41,7 @@ class LogitsHead:
         return False
 
     def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
-        return tokenizer.encode_items(inputs, truncate)  # with strings always (ClassifyParams.token_strings)
+        return tokenizer.encode_items(inputs, truncate, cut=self.cut)  # with strings always (ClassifyParams.token_strings)
 
     def attention_need(self, params: ClassifyParams, encs: list[Encoded]) -> tuple[int, str]:
         spec = params.attention

@@ -16,7 +16,7 @@ from headwise.service.engine.outputs import attention_payload
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -51,6 +51,7 @@ def tag_size(params: TagParams, t: int, labels: tuple[str, ...]) -> Size:
 
 class TokenHead:
     use = "use POST /v1/tag"
+    cut: Cut = "longest_first"  # single texts only
 
     def __init__(self, package: ModelPackage, special_ids: frozenset[int]):
         self.labels = package.labels

@@ -48,3 +48,15 @@ def test_rows_are_padded_and_the_bound_holds_for_the_written_body():
             assert len(raw.body) - int(raw.headers[0][1]) <= _bound(want, got)
         else:
             assert len(raw.body) <= _bound(want, got) + 64 + 4 * 100
+
+
+def test_the_writers_bound_holds_the_whole_body_whatever_the_id():
+    """TENSORS' bound adds to the route's cells what surrounds them: the model's name and
+    version, each output's header and the echoed id, which may be long (issue: a 1 MB id
+    once declared a few bytes)."""
+    got = arrays(SimpleNamespace(data=[Spans(None, [Span("cat", 0.5, 0, 3)], None)]), 2)
+    for rid in (None, "x" * 10_000, '"\\' * 5_000):
+        for binary in (False, True):
+            want = dict.fromkeys(("answer", "score", "start", "end"), binary)
+            q = kserve.Outputs(("tiny-qa", "1"), rid, want, _bound(want, got))
+            assert len(kserve.encode_outputs(got, q).body) <= kserve.TENSORS.bound(None, q), (rid and rid[:4], binary)

@@ -66,18 +66,26 @@ def test_a_span_widens_to_its_words_and_alike_spans_are_one_answer(tmp_path):
             assert got.answers[0].score == pytest.approx(spans[0][2] + spans[1][2], rel=1e-6)
 
 
-def test_an_answers_bound_holds_a_word_the_cut_went_through(tmp_path):
-    """A context cut within a word answers that word whole (align_to_words), past the last kept
-    token's characters: the size measure counts up to the word's end, so the answer never
-    takes more than was reserved for it."""
+def test_a_word_the_cut_goes_through_ends_with_its_last_kept_piece(tmp_path):
+    """A context cut within a word: the word map reads as the tokenizer's word_to_chars reads
+    the truncated encoding (transformers' pipeline's get_indices), so align_to_words answers
+    only characters the model read, and the answer's bound (its tokens' characters) holds."""
+    from transformers import PreTrainedTokenizerFast
+
     from headwise.service.engine.heads.extractive import span_size
     from headwise.service.engine.tokenizer import TextTokenizer
     from tests.fixtures.tiny import tiny_tokenizer
 
     tiny_tokenizer(tmp_path)
-    tok = TextTokenizer(tmp_path / "tokenizer.json", 12)
-    context = "the cat " + "hello" * 4 + " and more"
-    [enc] = tok.encode_items([("who", context)], words=True, cut="only_second")
-    last = max(i for i, s in enumerate(enc.segments) if s == 1)
-    assert enc.offsets[last][1] < enc.words[last][1] == len("the cat " + "hello" * 4)  # the cut went through it
-    assert span_size(SpanParams(), enc).chars == enc.words[last][1]
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"), pad_token="[PAD]")
+    for max_len, context in ((12, "the cat " + "hello" * 4 + " and more"), (16, "z" * 30 + " end"),
+                             (16, "the cat sat " * 2 + "hello" * 19 + " and more " * 2000)):
+        [enc] = TextTokenizer(tmp_path / "tokenizer.json", max_len).encode_items([("who", context)], words=True,
+                                                                                cut="only_second")
+        ref = hf(["who"], [context], truncation="only_second", max_length=max_len).encodings[0]
+        assert enc.ids.tolist() == ref.ids
+        want = [None if w is None else ref.word_to_chars(w, ref.token_to_sequence(i)) for i, w in enumerate(ref.word_ids)]
+        assert enc.words == [None if w is None else tuple(w) for w in want]
+        last = max(i for i, s in enumerate(enc.segments) if s == 1)
+        assert enc.words[last][1] == enc.offsets[last][1] < len(context)  # the cut went through a word
+        assert span_size(SpanParams(), enc).chars == enc.offsets[last][1]

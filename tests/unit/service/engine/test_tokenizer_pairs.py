@@ -154,7 +154,9 @@ def test_a_first_text_that_leaves_no_room_is_refused_by_name(tiny_file):
     with pytest.raises(Validation, match=r"first text has \d+ tokens or more, which leaves its second no room"):
         tok.check([enc], "inputs", truncated=True)
     with pytest.raises(Validation, match=r"over this model's limit of 32 \(send truncate: true to cut it\)"):
-        tok.check([enc], "inputs")  # not cut: the usual advice
+        tok.check([enc], "inputs")  # not cut by longest_first, which would answer it: the usual advice
+    with pytest.raises(Validation, match="leaves its second no room"):
+        tok.check([enc], "inputs", cut="only_second")  # not cut, but cutting the second would not answer it
     [enc] = tok.encode_items([("the cat", "hello " * 40)], cut="only_second")
     tok.check([enc], "inputs", truncated=True)
     assert enc.length == 32 and enc.segments.tolist().count(0) == 2
