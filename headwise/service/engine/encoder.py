@@ -48,7 +48,6 @@ class EncoderRuntime:
         self.measure = measure  # what an answer takes as written (service.api.sizes.JSON)
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.head = head if head is not None else head_for(package, self.tokenizer)
-        self.cut = self.head.cut  # read per job (entries): an instance attribute, not the head's class's
         self.capabilities = self.head.capabilities | {Capability.ANALYSE}  # any head: its analytics batcher
         self.described, self.use = self.head.described, self.head.use
         self.series = ModelSeries(metrics, package.name)
@@ -316,7 +315,7 @@ class EncoderRuntime:
 
     def entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
         """Checks a job's inputs and answer against the limits, and counts its answer's bound once."""
-        self.tokenizer.check(encs, job.inputs_field, job.params.truncate, self.cut)
+        self.tokenizer.check(encs, job.inputs_field, job.params.truncate, self.head.cut)
         params = job.params
         if params.attention is not None:
             need, what = self.head.attention_need(params, encs)

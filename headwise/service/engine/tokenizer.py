@@ -328,9 +328,9 @@ def _kept(segments: np.ndarray, max_len: int, cut: Cut) -> np.ndarray:
     """Positions (ascending) of a pair encoding's tokens that `cut` keeps at max_len: every
     special token (segment -1) and each side's first tokens. `segments` (T,) int8."""
     first, second = segments == 0, segments == 1
-    specials = len(segments) - int(first.sum()) - int(second.sum())
+    n_a, n_b = int(first.sum()), int(second.sum())
     counts = longest_first if cut == "longest_first" else only_second
-    k_a, k_b = counts(int(first.sum()), int(second.sum()), max(max_len - specials, 0))
+    k_a, k_b = counts(n_a, n_b, max(max_len - (len(segments) - n_a - n_b), 0))
     keep = (~first & ~second) | (first & (np.cumsum(first) <= k_a)) | (second & (np.cumsum(second) <= k_b))
     return np.flatnonzero(keep)
 

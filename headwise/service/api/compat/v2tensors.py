@@ -234,6 +234,21 @@ def requested_outputs(header: dict, names: list[str] | tuple[str, ...], default:
     return out
 
 
+def plain_outputs(header: dict, names: list[str] | tuple[str, ...], defaults: tuple[str, ...],
+                  binary_default: bool) -> dict[str, bool]:
+    """The request's outputs of a model without the classification extension → {name: as
+    binary?}, in the requested order; `defaults` when the request names none."""
+    if header.get("outputs") is None:
+        return dict.fromkeys(defaults, binary_default)
+    out = {}
+    for name, params in requested_outputs(header, names, defaults[0]).items():
+        if params.get("classification"):
+            raise InvalidRequest(f"output {name!r}: the classification extension is for classification models' "
+                                 "outputs (logits, scores)")
+        out[name] = flag(params, "binary_data", binary_default)
+    return out
+
+
 def flag(params: dict, key: str, default: bool) -> bool:
     """A boolean request or output parameter; anything but a JSON boolean is a mistake."""
     v = params.get(key, default)

@@ -198,14 +198,7 @@ def _texts(header: dict, binary: memoryview) -> list[str]:
 
 def _outputs(header: dict, rt: Runtime, binary_default: bool) -> dict[str, bool]:
     """→ {output name: as binary?}, in the requested order."""
-    out = {}
-    for name, params in v2.requested_outputs(header, [o["name"] for o in outputs_of(rt)],
-                                             "sentence_embedding").items():
-        if params.get("classification"):
-            raise InvalidRequest(f"output {name!r}: the classification extension is for classification models' "
-                                 "outputs (logits, scores)")
-        out[name] = v2.flag(params, "binary_data", binary_default)
-    return out
+    return v2.plain_outputs(header, [o["name"] for o in outputs_of(rt)], ("sentence_embedding",), binary_default)
 
 
 def _hidden_spec(params: dict, rt: Runtime) -> HiddenSpec:

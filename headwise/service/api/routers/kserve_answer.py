@@ -59,13 +59,7 @@ def span_params(params: dict) -> SpanParams:
 
 def _outputs(header: dict, binary_default: bool) -> dict[str, bool]:
     """→ {output name: as binary?}, in the requested order; all four when none is named."""
-    asked = v2.requested_outputs(header, OUTPUTS, "answer") if header.get("outputs") is not None else {
-        name: {} for name in OUTPUTS}
-    for name, params in asked.items():
-        if params.get("classification"):
-            raise InvalidRequest(f"output {name!r}: the classification extension is for classification models' "
-                                 "outputs (logits, scores)")
-    return {name: v2.flag(params, "binary_data", binary_default) for name, params in asked.items()}
+    return v2.plain_outputs(header, OUTPUTS, OUTPUTS, binary_default)
 
 
 def arrays(result, k: int) -> dict[str, np.ndarray]:

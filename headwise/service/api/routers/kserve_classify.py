@@ -112,13 +112,7 @@ def token_outputs_of(rt: Runtime) -> list[dict]:
 async def infer_tags(engine: Engine, rt: Runtime, request: Request, header: dict, binary: memoryview,
                      params: dict) -> Response:
     texts = v2.text_inputs(header, binary, ("text",), "one input, 'text' (BYTES [N])")["text"]
-    binary_default = v2.flag(params, "binary_data_output", False)
-    want = {}
-    for name, out_params in v2.requested_outputs(header, TOKEN_OUTPUTS, "token_logits").items():
-        if out_params.get("classification"):
-            raise InvalidRequest(f"output {name!r}: the classification extension is for classification models' "
-                                 "outputs (logits, scores)")
-        want[name] = v2.flag(out_params, "binary_data", binary_default)
+    want = v2.plain_outputs(header, TOKEN_OUTPUTS, ("token_logits",), v2.flag(params, "binary_data_output", False))
     result = await engine.tag(rt, texts, TagParams(truncate=v2.flag(params, "truncate", True)),
                               await disconnect_probe(request))
     lengths = [t.encoding.length for t in result.data]
