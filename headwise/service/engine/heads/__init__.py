@@ -10,7 +10,6 @@ then, as is a labelled head's package without labels."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -32,6 +31,7 @@ class Head(Protocol):
     described: str  # what refusals call the model
     use: str  # what it serves, as refusals say
     cut: Cut  # how a pair it reads is cut at max_len (TextTokenizer.encode_items)
+    labelled: bool  # its package must list labels (its answers name them)
 
     def card(self) -> dict: ...  # the facts /v1/models shows of this kind
 
@@ -57,16 +57,12 @@ class Head(Protocol):
 
 # task → its head, made from the package and the model's tokenizer (a tagger's answers leave out
 # the tokenizer's special tokens)
-HEADS: dict[str, Callable[[ModelPackage, TextTokenizer], Head]] = {
-    "embedding": lambda package, tokenizer: EmbeddingHead(package),
-    "classification": lambda package, tokenizer: LogitsHead(package),
-    "token-classification": lambda package, tokenizer: TokenHead(package, tokenizer.special_ids),
-    "question-answering": lambda package, tokenizer: SpanHead(package),
+HEADS: dict[str, type[Head]] = {
+    "embedding": EmbeddingHead,
+    "classification": LogitsHead,
+    "token-classification": TokenHead,
+    "question-answering": SpanHead,
 }
-
-
-# the heads that answer with the package's labels
-LABELLED = frozenset({"classification", "token-classification"})
 
 
 def check_package(package: ModelPackage) -> None:
@@ -78,7 +74,7 @@ def check_package(package: ModelPackage) -> None:
     mf = package.path / "manifest.json"
     if package.task not in HEADS:
         raise PackageError(f"{mf}: task {package.task[:40]!r} is not served ({', '.join([*HEADS, GENERATION])})")
-    if package.task in LABELLED and not package.labels:
+    if HEADS[package.task].labelled and not package.labels:
         raise PackageError(f"{mf}: a {package.task} package needs architecture 'encoder' and "
                            "'labels', a non-empty list of distinct strings")
 
@@ -89,4 +85,4 @@ def head_for(package: ModelPackage, tokenizer: TextTokenizer) -> Head:
     return HEADS[package.task](package, tokenizer)
 
 
-__all__ = ["HEADS", "LABELLED", "EmbeddingHead", "Head", "LogitsHead", "SpanHead", "TokenHead", "check_package", "head_for"]
+__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "SpanHead", "TokenHead", "check_package", "head_for"]

@@ -30,8 +30,9 @@ class EmbeddingHead:
     described = "an embedding model"
     use = "use POST /v1/embed"
     cut: Cut = "longest_first"  # single texts only
+    labelled = False
 
-    def __init__(self, package: ModelPackage):
+    def __init__(self, package: ModelPackage, tokenizer: TextTokenizer | None):
         self.name, self.pooling, self.normalize = package.name, package.pooling, package.normalize
         self.d_model = max(package.d_model, package.embedding_dim)  # a vector's size, either kind
         self.repools = package.dense_layers == 0 and self.pooling in REPOOLED

@@ -125,8 +125,9 @@ def span_size(p: SpanParams, enc: Encoded) -> Size:
 class SpanHead:
     use = "use POST /v1/answer"
     cut: Cut = "only_second"  # the context, never the question, as the pipeline cuts
+    labelled = False
 
-    def __init__(self, package: ModelPackage):
+    def __init__(self, package: ModelPackage, tokenizer: TextTokenizer | None):
         self.capabilities = frozenset({ANSWER})
         self.described = "an extractive question-answering model"
 

@@ -27,8 +27,9 @@ from headwise.service.package import ModelPackage
 class LogitsHead:
     use = "use POST /v1/rerank or /v1/predict"
     cut: Cut = "longest_first"  # transformers' default, as CrossEncoder cuts a pair
+    labelled = True  # its package lists labels, which its answers name
 
-    def __init__(self, package: ModelPackage):
+    def __init__(self, package: ModelPackage, tokenizer: TextTokenizer | None):
         self.labels = package.labels
         # a single relevance score reranks; several labels classify only (TEI's rule)
         self.capabilities = frozenset({Capability.CLASSIFY, *([Capability.RERANK] if len(self.labels) == 1 else [])})

@@ -52,12 +52,13 @@ def tag_size(params: TagParams, t: int, labels: tuple[str, ...]) -> Size:
 class TokenHead:
     use = "use POST /v1/tag"
     cut: Cut = "longest_first"  # single texts only
+    labelled = True  # its package lists labels, which its answers name
 
-    def __init__(self, package: ModelPackage, special_ids: frozenset[int]):
+    def __init__(self, package: ModelPackage, tokenizer: TextTokenizer):
         self.labels = package.labels
         self.capabilities = frozenset({Capability.TAG})
         self.described = f"a token-classification model ({len(self.labels)} labels)"
-        self.special = special_ids  # the tokenizer's special tokens: no label
+        self.special = tokenizer.special_ids  # the tokenizer's special tokens: no label
 
     def card(self) -> dict:
         return {"labels": list(self.labels)}

@@ -59,9 +59,9 @@ def _classifier(c, monkeypatch, labels, logits):
     tiny = engine.models["tiny"]
     pkg = replace(tiny.package, name="zcls", task="classification", labels=tuple(labels))
     monkeypatch.setitem(engine.models, "zcls", SimpleNamespace(
-        name="zcls", package=pkg, ready=True, capabilities=LogitsHead(pkg).capabilities,
-        described=LogitsHead(pkg).described,
-        card=lambda: {**tiny.card(), **LogitsHead(pkg).card()}, max_batch_tokens=tiny.max_batch_tokens))
+        name="zcls", package=pkg, ready=True, capabilities=LogitsHead(pkg, None).capabilities,
+        described=LogitsHead(pkg, None).described,
+        card=lambda: {**tiny.card(), **LogitsHead(pkg, None).card()}, max_batch_tokens=tiny.max_batch_tokens))
     asked = []
 
     async def classify(rt, items, params, probe=None):

@@ -23,7 +23,7 @@ def head(tmp_path, pooling: str, normalize: bool, dense: int = 0) -> EmbeddingHe
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest.update(pooling=pooling, dense_layers=dense, embedding_dim=12 if dense else D_MODEL)
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    return EmbeddingHead(load_package(folder))
+    return EmbeddingHead(load_package(folder), None)
 
 
 def answer(h: EmbeddingHead, normalize: bool, holes=()) -> np.ndarray:

@@ -54,7 +54,7 @@ def test_a_span_widens_to_its_words_and_alike_spans_are_one_answer(tmp_path):
     a, b = pieces[0], pieces[2]
     logits[a, 0] = logits[b, 0] = 4.0  # two starts inside the word ...
     logits[b, 1] = 4.0  # ... and one end inside it: spans a..b and b..b both read "Berkeley"
-    head = SpanHead(None)
+    head = SpanHead(None, None)
     for words, want in ((True, ["Berkeley"]), (False, [pair[1][enc.offsets[a][0]:enc.offsets[b][1]],
                                                        pair[1][enc.offsets[b][0]:enc.offsets[b][1]]])):
         job = Job(1, inputs=[pair], params=SpanParams(top_k=2, align_to_words=words))

@@ -101,7 +101,7 @@ def test_each_kind_has_what_its_capabilities_protocols_declare(tmp_path):
 
     settings, metrics = Settings(models_dir=tmp_path / "models"), Metrics()
     pkg = load_package(make_package(tmp_path / "models"))
-    cross = EncoderRuntime(pkg, settings, metrics, JSON, head=LogitsHead(type("P", (), {"labels": ("score",)})()))
+    cross = EncoderRuntime(pkg, settings, metrics, JSON, head=LogitsHead(type("P", (), {"labels": ("score",)})(), None))
     gen = make_package(tmp_path / "gen", "gen")
     m = json.loads((gen / "manifest.json").read_text())
     (gen / "step.onnx").write_bytes(b"step")
@@ -113,7 +113,7 @@ def test_each_kind_has_what_its_capabilities_protocols_declare(tmp_path):
                 GenerativeRuntime(load_package(gen), Settings(models_dir=gen.parent), metrics, JSON)]
     protocols = {Capability.EMBED: Embedder, Capability.CLASSIFY: Classifier, Capability.RERANK: Classifier,
                  Capability.TAG: Tagger, Capability.ANALYSE: Analyser, Capability.GENERATE: Generator}
-    runtimes.append(EncoderRuntime(pkg, settings, metrics, JSON, head=TokenHead(type("P", (), {"labels": ("O", "B")})(), frozenset())))
+    runtimes.append(EncoderRuntime(pkg, settings, metrics, JSON, head=TokenHead(type("P", (), {"labels": ("O", "B")})(), type("T", (), {"special_ids": frozenset()})())))
     assert [rt.capabilities for rt in runtimes] == [
         {Capability.EMBED, Capability.ANALYSE}, {Capability.CLASSIFY, Capability.RERANK, Capability.ANALYSE},
         {Capability.GENERATE}, {Capability.TAG, Capability.ANALYSE}]
