@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from headwise.service.engine.heads import HEADS
+from headwise.service.engine.internals import Ablation
 from headwise.service.package import GENERATION
 
 Task = Literal[(*HEADS, GENERATION)]  # a package's task: an encoder's head, or generation
@@ -50,6 +51,12 @@ class HiddenStatesOptions(BaseModel):
 
 # {"<layer>": [heads]}: those heads' outputs zeroed before W_O (docs/analytics.md)
 Ablate = dict[StrictStr, list[StrictInt]]
+
+
+def ablation(rt, ablate: Ablate | None) -> Ablation | None:
+    """The engine's Ablation of a request's `ablate` for the model `rt` (None: nothing asked;
+    Validation naming `ablate.<layer>` for a key or index out of range)."""
+    return Ablation.select(rt.package.n_layers, rt.package.n_heads, ablate)
 
 
 class EmbedRequest(BaseModel):

@@ -17,12 +17,11 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.responses import answer as write
-from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
+from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, ablation, error_responses
 from headwise.service.api.sizes import ENVELOPE_BYTES
 from headwise.service.api.writer import Writer
 from headwise.service.engine import Engine
 from headwise.service.engine.heads.extractive import ANSWER, SpanParams
-from headwise.service.engine.internals import Ablation
 
 router = APIRouter(tags=["answer"], dependencies=[Depends(require_api_key)])
 
@@ -95,7 +94,7 @@ async def answer(request: Request, body: Json[AnswerRequest], engine: Engine = D
     spec = body.attention.spec(rt) if body.attention is not None else None
     params = SpanParams(truncate=body.truncate, top_k=body.top_k, max_answer_len=body.max_answer_len,
                         handle_impossible_answer=body.handle_impossible_answer, align_to_words=body.align_to_words,
-                        attention=spec, ablate=Ablation.select(rt.package.n_layers, rt.package.n_heads, body.ablate))
+                        attention=spec, ablate=ablation(rt, body.ablate))
     asked = [body.inputs] if isinstance(body.inputs, Question) else body.inputs
     result = await engine.submit(rt, ANSWER, [(q.question, q.context) for q in asked], params, probe)
     return await write(engine, ANSWERS, result, body)

@@ -22,11 +22,10 @@ from headwise.service.api.dependencies import (
 )
 from headwise.service.api.ranking import rank
 from headwise.service.api.responses import answer
-from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
+from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, ablation, error_responses
 from headwise.service.api.sizes import ENVELOPE_BYTES
 from headwise.service.engine import Engine
 from headwise.service.engine.classify import ClassifyParams
-from headwise.service.engine.internals import Ablation
 from headwise.service.engine.runtime import Runtime
 from headwise.service.errors import Validation
 
@@ -129,10 +128,6 @@ class PredictResponse(BaseModel):
     usage: Usage
 
 
-def _ablate(rt: Runtime, ablate: dict | None) -> Ablation | None:
-    return Ablation.select(rt.package.n_layers, rt.package.n_heads, ablate)
-
-
 def _spec(rt: Runtime, a: AttentionOptions | None):
     if a is None:
         return None
@@ -153,7 +148,7 @@ async def rerank(request: Request, body: Annotated[RerankRequest | compat.JinaRe
     if isinstance(body, compat.JinaRerankRequest):
         return await jina_rerank(rt, body, engine, probe)
     params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=_spec(rt, body.attention),
-                            ablate=_ablate(rt, body.ablate))
+                            ablate=ablation(rt, body.ablate))
     r = await rank(engine, rt, body.query, body.texts, params, probe, echo=body.texts if body.return_text else None,
                    top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=0, too_large=native.RERANK.advice)
     return await answer(engine, native.RERANK, r, body)
@@ -176,7 +171,7 @@ async def predict(request: Request, body: Json[PredictRequest],
                   engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Classify texts and pairs: per input every label with its score, best first."""
     rt = model_for(request, engine, body.model)
-    params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, ablate=_ablate(rt, body.ablate))
+    params = ClassifyParams(truncate=body.truncate, raw_scores=body.raw_scores, ablate=ablation(rt, body.ablate))
     result = await engine.classify(rt, predict_inputs(body.inputs), params, probe)
     return await answer(engine, native.PREDICT, result)
 

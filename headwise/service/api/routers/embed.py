@@ -16,10 +16,10 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.responses import answer
-from headwise.service.api.schemas import EmbedRequest, EmbedResponse, error_responses
+from headwise.service.api.schemas import EmbedRequest, EmbedResponse, ablation, error_responses
 from headwise.service.api.timing import characters, tei_headers
 from headwise.service.engine import Engine, prompts
-from headwise.service.engine.internals import Ablation, HiddenSpec
+from headwise.service.engine.internals import HiddenSpec
 from headwise.service.engine.params import EmbedParams
 
 router = APIRouter(tags=["embed"], dependencies=[Depends(require_api_key)])
@@ -59,4 +59,4 @@ def internals(rt, body) -> dict:
     h = body.hidden_states
     hidden = HiddenSpec.select(pkg.n_layers, h.layers, pooling=h.pooling, dtype=h.dtype,
                                encoding=h.encoding) if h is not None else None
-    return {"hidden": hidden, "ablate": Ablation.select(pkg.n_layers, pkg.n_heads, body.ablate)}
+    return {"hidden": hidden, "ablate": ablation(rt, body.ablate)}

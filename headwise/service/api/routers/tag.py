@@ -19,10 +19,9 @@ from headwise.service.api.dependencies import (
     require_api_key,
 )
 from headwise.service.api.responses import answer
-from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, error_responses
+from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, ablation, error_responses
 from headwise.service.engine import Engine
 from headwise.service.engine.heads.tokens import TagParams
-from headwise.service.engine.internals import Ablation
 from headwise.service.errors import Validation
 
 router = APIRouter(tags=["tag"], dependencies=[Depends(require_api_key)])
@@ -94,7 +93,7 @@ async def tag(request: Request, body: Json[TagRequest], engine: Engine = Depends
                          field="aggregation_strategy")
     spec = body.attention.spec(rt) if body.attention is not None else None
     params = TagParams(truncate=body.truncate, raw_scores=body.raw_scores, attention=spec,
-                       ablate=Ablation.select(rt.package.n_layers, rt.package.n_heads, body.ablate))
+                       ablate=ablation(rt, body.ablate))
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     result = await engine.tag(rt, texts, params, probe)
     if grouped:
