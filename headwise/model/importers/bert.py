@@ -166,9 +166,17 @@ def load_question_answering(path: Path, raw: dict, state: dict) -> tuple[Encoder
     with a TokenClassificationHead whose labels are the span's start and end; info adds task
     "question-answering"."""
     cfg = config_from_hf(raw)
-    model = with_head(path, state, cfg, key_map(cfg), TokenClassificationHead(cfg.d_model, SPAN_LABELS), QA_KEYS,
-                      UNUSED, QA)
-    return model, {"family": "bert", "architecture": "encoder", "task": "question-answering", "labels": SPAN_LABELS}
+    return answerer(path, raw, state, cfg, key_map(cfg), UNUSED, QA, "bert")
+
+
+def answerer(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
+             unused: frozenset | set, name: str, family: str) -> tuple[EncoderModel, dict]:
+    """A `name` (…ForQuestionAnswering) checkpoint of an encoder family whose base model maps by
+    `keys`: an EncoderModel with a two-label TokenClassificationHead (QA_KEYS: `qa_outputs`,
+    the same name in BERT, RoBERTa, XLM-RoBERTa and DistilBERT); weights outside both (and
+    `unused`) are refused by name."""
+    model = with_head(path, state, cfg, keys, TokenClassificationHead(cfg.d_model, SPAN_LABELS), QA_KEYS, unused, name)
+    return model, {"family": family, "architecture": "encoder", "task": "question-answering", "labels": SPAN_LABELS}
 
 
 def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, str], head: nn.Module,

@@ -4,7 +4,9 @@ checkpoint trained with `sinusoidal_pos_embds` stores its fixed table as the sam
 
 The bare encoder is imported (sentence-transformers models such as msmarco-distilbert-*), and
 DistilBertForTokenClassification (NER taggers), whose head is BERT's: `classifier` on every
-token. DistilBertForSequenceClassification's head (pre_classifier + ReLU) is not BERT's and is
+token, and DistilBertForQuestionAnswering (distilbert-base-cased-distilled-squad: SQuAD
+answerers), whose head is BERT's too: `qa_outputs` on every token.
+DistilBertForSequenceClassification's head (pre_classifier + ReLU) is not BERT's and is
 refused with the other task heads.
 """
 
@@ -20,6 +22,7 @@ MODEL_TYPES = {"distilbert"}
 ARCHITECTURE = "encoder"
 UNUSED = {"embeddings.position_ids"}
 TAGGER = "DistilBertForTokenClassification"
+ANSWERER = "DistilBertForQuestionAnswering"
 FAMILY = {"norm_first": False, "positional": "learned", "scale_embedding": False, "embedding_layer_norm": True,
           "type_vocab_size": 0, "layer_norm_eps": 1e-12}  # nn.LayerNorm(dim, eps=1e-12) throughout
 SIZES = {"vocab_size": "vocab_size", "d_model": "dim", "n_heads": "n_heads", "n_layers": "n_layers",
@@ -50,7 +53,9 @@ def load(path: Path):
     keys = key_map(cfg)
     if TAGGER in (raw.get("architectures") or []):
         return bert.tagger(path, raw, state, cfg, keys, UNUSED, TAGGER, "distilbert")
+    if ANSWERER in (raw.get("architectures") or []):
+        return bert.answerer(path, raw, state, cfg, keys, UNUSED, ANSWERER, "distilbert")
     bert.check_no_task_head(path, raw, state, set(keys.values()), "DistilBertModel", "no classifier", UNUSED,
-                            "DistilBERT", TAGGER)
+                            "DistilBERT", TAGGER, ANSWERER)
     return common.loaded(Encoder(cfg), state, keys), {"family": "distilbert", "architecture": ARCHITECTURE,
                                                 "task": "embedding"}

@@ -11,7 +11,9 @@ Tensor names are BERT's under a `roberta.` prefix; the sequence-classification h
 (RobertaForSequenceClassification, XLMRobertaForSequenceClassification: bge-reranker,
 cross-encoders) is dense + tanh + out_proj on the <s> token, BERT's pooler and classifier
 under other names. The token-classification head (RobertaForTokenClassification,
-XLMRobertaForTokenClassification: NER taggers) is BERT's: `classifier` on every token.
+XLMRobertaForTokenClassification: NER taggers) is BERT's: `classifier` on every token; so is
+the question-answering head (RobertaForQuestionAnswering, XLMRobertaForQuestionAnswering:
+deepset's SQuAD 2.0 answerers), `qa_outputs` on every token.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ARCHITECTURE = "encoder"
 UNUSED = bert.UNUSED | {"embeddings.token_type_ids"}
 CLASSIFIERS = {"roberta": "RobertaForSequenceClassification", "xlm-roberta": "XLMRobertaForSequenceClassification"}
 TAGGERS = {"roberta": "RobertaForTokenClassification", "xlm-roberta": "XLMRobertaForTokenClassification"}
+ANSWERERS = {"roberta": "RobertaForQuestionAnswering", "xlm-roberta": "XLMRobertaForQuestionAnswering"}
 BASES = {"roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel"}
 HEAD_KEYS = {"head.pooler.weight": "classifier.dense.weight", "head.pooler.bias": "classifier.dense.bias",
              "head.classifier.weight": "classifier.out_proj.weight", "head.classifier.bias": "classifier.out_proj.bias"}
@@ -64,6 +67,8 @@ def load(path: Path):
         return bert.classifier(path, raw, state, cfg, keys, HEAD_KEYS, UNUSED, classifier, family)
     if TAGGERS[family] in (raw.get("architectures") or []):
         return bert.tagger(path, raw, state, cfg, keys, UNUSED, TAGGERS[family], family)
+    if ANSWERERS[family] in (raw.get("architectures") or []):
+        return bert.answerer(path, raw, state, cfg, keys, UNUSED, ANSWERERS[family], family)
     bert.check_no_task_head(path, raw, state, set(keys.values()), BASES[family], classifier, UNUSED,
-                            "RoBERTa / XLM-RoBERTa", TAGGERS[family])
+                            "RoBERTa / XLM-RoBERTa", TAGGERS[family], ANSWERERS[family])
     return loaded(Encoder(cfg), state, keys), {"family": family, "architecture": ARCHITECTURE, "task": "embedding"}

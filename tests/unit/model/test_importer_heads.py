@@ -41,16 +41,17 @@ def test_a_task_head_is_refused_naming_it(tmp_path, cls, labels):
 
 
 def test_another_familys_question_answering_head_is_refused_naming_it(tmp_path):
-    from transformers import DistilBertConfig, DistilBertForQuestionAnswering
+    from transformers import MPNetConfig, MPNetForQuestionAnswering
 
     from headwise.export.package import kind_of_checkpoint
 
     torch.manual_seed(0)
-    cfg = DistilBertConfig(vocab_size=60, dim=32, n_heads=2, n_layers=2, hidden_dim=64, max_position_embeddings=64)
-    path = save(DistilBertForQuestionAnswering(cfg), tmp_path / "dqa")
+    cfg = MPNetConfig(vocab_size=60, hidden_size=32, num_attention_heads=2, num_hidden_layers=2,
+                      intermediate_size=64, max_position_embeddings=64)
+    path = save(MPNetForQuestionAnswering(cfg), tmp_path / "mqa")
     kind = kind_of_checkpoint(path)
     assert kind.task == "question-answering"
-    with pytest.raises(CheckpointError, match=r"DistilBertForQuestionAnswering"):
+    with pytest.raises(CheckpointError, match=r"MPNetForQuestionAnswering"):
         kind.load(path)
 
 
