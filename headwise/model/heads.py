@@ -8,7 +8,8 @@ head alone.
 - ClassificationHead: BERT's sequence-classification head (Devlin et al. 2019, "BERT", §4.1 and
   Figure 4): the [CLS] state through the pooler (dense + tanh), then a linear map to one logit
   per label. A cross-encoder is one with a single label, a relevance score for a query–text
-  pair (what a reranker sorts by).
+  pair (what a reranker sorts by). DistilBERT's is the same with ReLU for tanh (its
+  `pre_classifier`: Sanh et al. 2019 keep no pooler, and their classifier learns its own).
 
 - TokenClassificationHead: BERT's tagging head (Devlin et al. 2019, Figure 4(d), "Single
   Sentence Tagging Tasks"; CoNLL-2003 NER in §5.3): every token's final hidden state through
@@ -58,15 +59,16 @@ class PoolingHead(nn.Module):
 class ClassificationHead(nn.Module):
     output = "logits"
 
-    def __init__(self, d_model: int, labels: list[str]):
+    def __init__(self, d_model: int, labels: list[str], activation: str = "tanh"):
         super().__init__()
         self.labels = list(labels)
         self.pooler = nn.Linear(d_model, d_model)
+        self.act = _DENSE_ACTIVATIONS[activation]
         self.classifier = nn.Linear(d_model, len(labels))
 
     def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
         cls = last_hidden_state[:, 0]  # (B, D): the [CLS] token
-        return self.classifier(torch.tanh(self.pooler(cls)))  # (B, n_labels)
+        return self.classifier(self.act(self.pooler(cls)))  # (B, n_labels)
 
 
 class TokenClassificationHead(nn.Module):

@@ -120,12 +120,15 @@ def load_classifier(path: Path, raw: dict, state: dict) -> tuple[EncoderModel, d
 
 
 def classifier(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
-               head_keys: dict[str, str], unused: frozenset | set, name: str, family: str) -> tuple[EncoderModel, dict]:
+               head_keys: dict[str, str], unused: frozenset | set, name: str, family: str,
+               activation: str = "tanh") -> tuple[EncoderModel, dict]:
     """A `name` (…ForSequenceClassification) checkpoint of an encoder family whose base model
     maps by `keys` and whose pooler and classifier map by `head_keys`: an EncoderModel with a
-    ClassificationHead; weights outside both (and `unused`) are refused by name."""
+    ClassificationHead (its pooler's `activation`); weights outside both (and `unused`) are
+    refused by name."""
     labels = labels_of(raw)
-    model = with_head(path, state, cfg, keys, ClassificationHead(cfg.d_model, labels), head_keys, unused, name)
+    head = ClassificationHead(cfg.d_model, labels, activation)
+    model = with_head(path, state, cfg, keys, head, head_keys, unused, name)
     return model, {"family": family, "architecture": "encoder", "task": "classification", "labels": labels}
 
 

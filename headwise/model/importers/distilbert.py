@@ -6,8 +6,10 @@ The bare encoder is imported (sentence-transformers models such as msmarco-disti
 DistilBertForTokenClassification (NER taggers), whose head is BERT's: `classifier` on every
 token, and DistilBertForQuestionAnswering (distilbert-base-cased-distilled-squad: SQuAD
 answerers), whose head is BERT's too: `qa_outputs` on every token.
-DistilBertForSequenceClassification's head (pre_classifier + ReLU) is not BERT's and is
-refused with the other task heads.
+DistilBertForSequenceClassification (distilbert-base-uncased-finetuned-sst-2-english, the
+sentiment classifier transformers' text-classification pipeline picks by default) is BERT's
+classification head with ReLU for tanh: `pre_classifier` + ReLU + `classifier` on the [CLS]
+token.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from headwise.model.transformer import Encoder
 MODEL_TYPES = {"distilbert"}
 ARCHITECTURE = "encoder"
 UNUSED = {"embeddings.position_ids"}
+CLASSIFIER = "DistilBertForSequenceClassification"
+HEAD_KEYS = {"head.pooler.weight": "pre_classifier.weight", "head.pooler.bias": "pre_classifier.bias",
+             "head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
 TAGGER = "DistilBertForTokenClassification"
 ANSWERER = "DistilBertForQuestionAnswering"
 FAMILY = {"norm_first": False, "positional": "learned", "scale_embedding": False, "embedding_layer_norm": True,
@@ -51,11 +56,13 @@ def load(path: Path):
     raw, _, state = common.read_checkpoint(path, ("distilbert.",))
     cfg = config_from_hf(raw)
     keys = key_map(cfg)
+    if CLASSIFIER in (raw.get("architectures") or []):
+        return bert.classifier(path, raw, state, cfg, keys, HEAD_KEYS, UNUSED, CLASSIFIER, "distilbert", "relu")
     if TAGGER in (raw.get("architectures") or []):
         return bert.tagger(path, raw, state, cfg, keys, UNUSED, TAGGER, "distilbert")
     if ANSWERER in (raw.get("architectures") or []):
         return bert.answerer(path, raw, state, cfg, keys, UNUSED, ANSWERER, "distilbert")
-    bert.check_no_task_head(path, raw, state, set(keys.values()), "DistilBertModel", "no classifier", UNUSED,
+    bert.check_no_task_head(path, raw, state, set(keys.values()), "DistilBertModel", CLASSIFIER, UNUSED,
                             "DistilBERT", TAGGER, ANSWERER)
     return common.loaded(Encoder(cfg), state, keys), {"family": "distilbert", "architecture": ARCHITECTURE,
                                                 "task": "embedding"}

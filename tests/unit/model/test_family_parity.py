@@ -88,13 +88,14 @@ def test_roberta_reads_no_segment_ids(tmp_path):
     torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
-def test_a_distilbert_classifier_is_refused_not_served_without_its_head(tmp_path):
-    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+def test_a_distilbert_task_head_headwise_does_not_know_is_refused(tmp_path):
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
 
     from headwise.model.importers import CheckpointError
 
     fam.bpe_tokenizer(tmp_path, fam.BERT_SPECIALS, fam.BERT_TEMPLATE)
-    DistilBertForSequenceClassification(DistilBertConfig(vocab_size=90, dim=32, n_heads=4, n_layers=1,
-                                                         hidden_dim=64)).save_pretrained(str(tmp_path))
-    with pytest.raises(CheckpointError, match=r"DistilBertForSequenceClassification.*headwise would drop"):
+    DistilBertForMaskedLM(DistilBertConfig(vocab_size=90, dim=32, n_heads=4, n_layers=1,
+                                           hidden_dim=64)).save_pretrained(str(tmp_path))
+    with pytest.raises(CheckpointError, match=r"DistilBertForMaskedLM.*headwise would drop.*"
+                                              r"DistilBertForSequenceClassification \(cross-encoders"):
         load_checkpoint(tmp_path)

@@ -1,0 +1,81 @@
+"""Task heads beyond BERT's, end to end, exported and served by one real `headwise serve`:
+
+- extractive question answering from tiny random RobertaForQuestionAnswering
+  (deepset/roberta-base-squad2's class), XLMRobertaForQuestionAnswering and
+  DistilBertForQuestionAnswering (distilbert-base-cased-distilled-squad's) checkpoints: each
+  family's pair template (`<s> q </s></s> c </s>`, `[CLS] q [SEP] c [SEP]`) and its lack of
+  segment ids reach the span choice intact, /v1/answer's spans equal transformers' model and
+  its span choice (test_answer.reference), in one batch;
+- DistilBertForSequenceClassification (distilbert-base-uncased-finetuned-sst-2-english's class,
+  transformers' default sentiment classifier): /v1/predict's scores are the softmax of
+  transformers' logits, under config.json's labels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.e2e.test_answer import reference
+from tests.fixtures import families as fam
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+PAIRS = [("who sat", "the cat sat on the mat"), ("two dogs", "one red fox and two dogs, hello world"),
+         ("a", "a")]
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from headwise.export.package import build_package
+
+    root = tmp_path_factory.mktemp("answerers")
+    refs = {}
+    for family in fam.ANSWERER_FAMILIES:
+        ckpt, model = fam.make_answerer(root / family, family)
+        build_package(ckpt, root / "models", f"qa-{family}", progress=lambda m: None, quality=False)
+        tok = AutoTokenizer.from_pretrained(str(ckpt), model_input_names=["input_ids", "attention_mask"])
+        refs[f"qa-{family}"] = (tok, model.eval())
+    ckpt, model = fam._make_headed(root / "sst2", "distilbert", "ForSequenceClassification",
+                                   {"num_labels": 2, "id2label": {0: "NEGATIVE", 1: "POSITIVE"}}, 0)
+    build_package(ckpt, root / "models", "sentiment", progress=lambda m: None, quality=False)
+    refs["sentiment"] = (AutoTokenizer.from_pretrained(str(ckpt), model_input_names=["input_ids", "attention_mask"]),
+                         model.eval())
+    return root / "models", refs
+
+
+@pytest.fixture(scope="module")
+def srv(start_server, heads):
+    return start_server(models=heads[0])
+
+
+@pytest.mark.parametrize("family", fam.ANSWERER_FAMILIES)
+def test_answers_equal_transformers(srv, heads, family):
+    name = f"qa-{family}"
+    ref = heads[1][name]
+    card = srv.get(f"/v1/models/{name}").json()
+    assert card["task"] == "question-answering"
+    r = srv.post("/v1/answer", {"model": name, "inputs": [{"question": q, "context": c} for q, c in PAIRS],
+                                "top_k": 3, "handle_impossible_answer": True})
+    assert r.status_code == 200, r.text
+    for (q, c), item in zip(PAIRS, r.json()["data"], strict=True):
+        want, _ = reference(ref, q, c, 3, True)
+        got = item["answers"]
+        assert [(a["answer"], a["start"], a["end"]) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
+        np.testing.assert_allclose([a["score"] for a in got], [a["score"] for a in want], rtol=1e-3, atol=1e-6)
+
+
+def test_distilbert_sentiment_scores_equal_transformers(srv, heads):
+    import torch
+
+    tok, model = heads[1]["sentiment"]
+    texts = ["hello world", "the cat sat on the mat", "a"]
+    r = srv.post("/v1/predict", {"model": "sentiment", "inputs": texts})
+    assert r.status_code == 200, r.text
+    with torch.no_grad():
+        want = torch.softmax(model(**tok(texts, padding=True, return_tensors="pt")).logits, -1).numpy()
+    for row, preds in zip(want, r.json()["data"], strict=True):
+        got = {p["label"]: p["score"] for p in preds}
+        assert set(got) == {"NEGATIVE", "POSITIVE"}
+        np.testing.assert_allclose([got["NEGATIVE"], got["POSITIVE"]], row, rtol=1e-4, atol=1e-6)
