@@ -163,39 +163,43 @@ def answer(question: str | Sequence[str], context: str | Sequence[str], *, model
 def _generate_body(prompt: str | None, source: str | None, model: str | None, max_new_tokens: int | None,
                    temperature: float | None, top_k: int | None, top_p: float | None, seed: int | None,
                    stop: str | Sequence[str] | None, attention: Mapping[str, Any] | None,
-                   extra: Mapping[str, Any]) -> dict[str, Any]:
+                   hidden_states: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, Any]:
     return _body({"model": model, "prompt": prompt, "source": source, "max_new_tokens": max_new_tokens,
                   "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
                   "stop": stop if stop is None or isinstance(stop, str) else list(stop),
-                  "attention": attention}, extra)
+                  "attention": attention, "hidden_states": hidden_states}, extra)
 
 
 def generate(prompt: str | None = None, *, source: str | None = None, model: str | None = None,
              max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
              top_p: float | None = None, seed: int | None = None, stop: str | Sequence[str] | None = None,
-             attention: Mapping[str, Any] | None = None, **extra: Any) -> Call[GenerateResult]:
+             attention: Mapping[str, Any] | None = None, hidden_states: Mapping[str, Any] | None = None,
+             **extra: Any) -> Call[GenerateResult]:
     """POST /v1/generate, not streamed: `prompt` for a decoder, `source` for an
     encoder-decoder. `attention` ({layers, heads, dtype, encoding}) adds `attention.prompt`
     [L′, H′, P, P] (decoders) and per step `self_attention` [L′, H′, 1, T_so_far] (and
-    `cross_attention` [L′, H′, 1, S])."""
+    `cross_attention` [L′, H′, 1, S]); `hidden_states` ({layers, pooling, dtype, encoding})
+    adds GenerateResult.hidden_states."""
     return Call("POST", "/v1/generate", _generate_body(
-        prompt, source, model, max_new_tokens, temperature, top_k, top_p, seed, stop, attention, extra),
-        parse.generate)
+        prompt, source, model, max_new_tokens, temperature, top_k, top_p, seed, stop, attention, hidden_states,
+        extra), parse.generate)
 
 
 def generate_stream(prompt: str | None = None, *, source: str | None = None, model: str | None = None,
                     max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
                     top_p: float | None = None, seed: int | None = None, stop: str | Sequence[str] | None = None,
-                    attention: Mapping[str, Any] | None = None, **extra: Any) -> StreamCall:
+                    attention: Mapping[str, Any] | None = None, hidden_states: Mapping[str, Any] | None = None,
+                    **extra: Any) -> StreamCall:
     """POST /v1/generate with `stream: true`: yields a GenerateToken per token (with that
-    step's attention when asked), then the GenerateResult. An error, before or during the
-    stream, raises HeadwiseError when iteration reaches it."""
+    step's attention and hidden states when asked), then the GenerateResult. An error, before
+    or during the stream, raises HeadwiseError when iteration reaches it."""
     body = _generate_body(prompt, source, model, max_new_tokens, temperature, top_k, top_p, seed, stop,
-                          attention, extra)
+                          attention, hidden_states, extra)
     body["stream"] = True
-    att = attention or {}
+    att, hid = body.get("attention") or {}, body.get("hidden_states") or {}
     dtype, encoding = att.get("dtype") or "float32", att.get("encoding") or "json"
-    return StreamCall("/v1/generate", body, lambda: parse.GenerateStream(dtype, encoding))
+    hidden = (hid.get("dtype") or "float32", hid.get("encoding") or "json")
+    return StreamCall("/v1/generate", body, lambda: parse.GenerateStream(dtype, encoding, hidden))
 
 
 def head_importance(input: str | tuple[str, str] | Sequence[str], *, model: str | None = None,

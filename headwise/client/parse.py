@@ -200,8 +200,10 @@ class GenerateStream:
     An error event raises HeadwiseError. Token events carry no dtype or encoding: those of the
     request are given."""
 
-    def __init__(self, dtype: str = "float32", encoding: str = "json") -> None:
-        self.dtype, self.encoding = dtype, encoding
+    def __init__(self, dtype: str = "float32", encoding: str = "json",
+                 hidden: tuple[str, str] = ("float32", "json")) -> None:
+        self.dtype, self.encoding = dtype, encoding  # the attention's
+        self.hidden = hidden  # the hidden states' dtype and encoding
         self.done = False
         self._data: list[str] = []
 
@@ -246,9 +248,10 @@ class GenerateStream:
                 raise HeadwiseError(status, "http_error", text[:2000]) from None
         if "finish_reason" in ev:
             return generate(ev)
-        step = ev.get("attention")
+        step, hidden = ev.get("attention"), ev.get("hidden_states")
         return GenerateToken(int(ev["index"]), ev["token"], int(ev["id"]), ev["text"],
-                             _step(step, self.dtype, self.encoding) if step is not None else None)
+                             _step(step, self.dtype, self.encoding) if step is not None else None,
+                             decode_array(hidden["data"], hidden["shape"], *self.hidden) if hidden is not None else None)
 
 
 def head_importance(d: Mapping[str, Any]) -> HeadImportanceResult:

@@ -332,6 +332,7 @@ class GenerateToken:
     id: int
     text: str
     attention: GenerateStep | None = None
+    hidden_states: np.ndarray | None = None  # [L′, d_model]: the states at the position that chose it
 
 
 @dataclass(frozen=True, eq=False)

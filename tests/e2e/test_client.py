@@ -292,6 +292,11 @@ def test_generate_and_its_stream(zoo):
     assert hs.layers == [2, 0] and len(hs.steps) == len(res.ids) and hs.steps[0].shape == (2, 32)
     np.testing.assert_array_equal(hs.prompt, np.asarray(want["prompt"]["data"], dtype=np.float32))
     np.testing.assert_array_equal(hs.steps[-1], np.asarray(want["steps"][-1]["data"], dtype=np.float32))
+    *tokens, final = c.generate_stream("the quick brown fox", model="tiny-gpt2", max_new_tokens=5, seed=3,
+                                       hidden_states={"layers": [2, 0], "dtype": "float16", "encoding": "base64"})
+    assert all(t.hidden_states.shape == (2, 32) and t.hidden_states.dtype == np.float16 for t in tokens)
+    np.testing.assert_allclose(tokens[-1].hidden_states, hs.steps[-1], atol=1e-2)
+    assert final.hidden_states.layers == [2, 0]
 
     async def streamed():
         async with AsyncClient(srv.url) as a:
