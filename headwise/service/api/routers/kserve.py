@@ -61,7 +61,7 @@ def _runtime(request: Request, engine: Engine, model: str, version: str | None) 
 
 def outputs_of(rt: Runtime) -> list[dict]:
     p = rt.package
-    out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.d_model]},
+    out = [{"name": "sentence_embedding", "datatype": "FP32", "shape": [-1, p.embedding_dim]},  # after Dense layers
            {"name": "last_hidden_state", "datatype": "FP32", "shape": [-1, -1, p.d_model]}]
     analyser = Capability.ANALYSE.declared(rt)
     inside = analyser.serves if analyser else lambda role: False  # a generator: the mask only
@@ -213,7 +213,7 @@ def _hidden_spec(params: dict, rt: Runtime) -> HiddenSpec:
 def _response_bound(rt: Runtime, want: dict[str, bool], lengths: list[int], spec, hidden: HiddenSpec | None) -> int:
     """The bytes the padded output tensors take in the body: raw when binary, else as JSON."""
     n, t, p = len(lengths), max(lengths), rt.package
-    cells = {"attention_mask": n * t, "sentence_embedding": n * p.d_model, "last_hidden_state": n * t * p.d_model,
+    cells = {"attention_mask": n * t, "sentence_embedding": n * p.embedding_dim, "last_hidden_state": n * t * p.d_model,
              "attentions": n * t * t * (spec.planes() if spec is not None else 0),
              "hidden_states": n * hidden.values(t, p.d_model) if hidden is not None else 0}
     return sum(cells[name] * (8 if binary else JSON_VALUE_BYTES["float32"]) for name, binary in want.items())
