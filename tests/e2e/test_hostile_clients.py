@@ -112,6 +112,32 @@ def test_a_head_too_large_or_with_too_many_headers_is_431_and_closed(srv):
     still_serves(srv)
 
 
+@pytest.mark.parametrize("request_", [
+    b"POST /v1/embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: -1\r\n\r\n{}",
+    b"POST /v1/embed HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\nZZ\r\n",
+    b"POST /v1/embed HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+], ids=["negative-length", "bad-chunk-size", "length-and-chunked"])
+def test_a_request_that_cannot_be_parsed_is_400_in_the_native_shape_and_closed(srv, request_):
+    s = connect(srv)
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        s.sendall(request_)
+    raw = read_all(s)
+    assert status_of(raw) == 400, raw[:300]
+    head = raw.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"content-type: application/json" in head and b"x-request-id: " in head
+    err = body_of(raw)["error"]
+    assert (err["type"], err["code"]) == ("invalid_request", 400) and err["request_id"]
+    still_serves(srv)
+
+
+def test_a_trailing_slash_is_404_not_a_redirect_to_the_clients_host(srv):
+    r = httpx.post(srv.url + "/v1/embed/", json={"inputs": ["x"]}, headers={"Host": "evil.example"})
+    assert r.status_code == 404 and "location" not in r.headers, r.headers
+    assert r.json()["error"]["type"] == "not_found"
+    r = httpx.get(srv.url + "/v1/models/")
+    assert r.status_code == 404 and r.json()["error"]["code"] == 404
+
+
 def test_a_header_line_that_never_ends_holds_no_memory(srv):
     before = rss_mib(srv.proc.pid)
     socks = []

@@ -225,6 +225,9 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         # loop's work under load (bench/results/experiments-cpu.md), and HEADWISE_OTEL's spans
         # are headwise's own (service.tracing), on the fast path too.
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        # A path with a trailing slash is not a route: 404, as any unknown path. Starlette's
+        # redirect would answer 307 to a Location built from the client's Host header.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.on_fatal = on_fatal

@@ -69,7 +69,9 @@ def protocol(settings) -> functools.partial:
     return functools.partial(HttpProtocol, bounds=Bounds.of(settings))
 
 
-REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large",
+           503: b"Service Unavailable"}
+TYPES = {400: "invalid_request"}  # the native table's type, where the reason phrase does not give it
 
 
 class _Refused(Exception):
@@ -125,7 +127,8 @@ def refusal(status: int, message: str) -> bytes:
     """A complete HTTP/1.1 response in the native error shape, closing the connection; its
     request id is a new one (the head, if any, was not read)."""
     rid = new_id()
-    body = json.dumps({"error": {"message": message, "type": REASONS[status].decode().lower().replace(" ", "_"),
+    kind = TYPES.get(status) or REASONS[status].decode().lower().replace(" ", "_")
+    body = json.dumps({"error": {"message": message, "type": kind,
                                  "code": status, "request_id": rid}}).encode()
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"x-request-id: %s\r\nconnection: close\r\n\r\n" % (status, REASONS[status], len(body), rid.encode())) + body
@@ -256,10 +259,11 @@ class HttpProtocol(HttpToolsProtocol):
                 self._refuse(431, f"request head over {self._bounds.max_head_bytes} bytes")
 
     def _bad_request(self) -> None:
-        msg = "Invalid HTTP request received."
-        self.logger.warning(msg)
-        self._disarm()
-        self.send_400_response(msg)
+        """A request httptools cannot parse (a negative or doubled Content-Length, a bad chunk
+        size, ...): 400 in the native shape with a request id, as the other refusals of this
+        layer, not uvicorn's plain-text one; the connection closes."""
+        self.logger.warning("Invalid HTTP request received.")
+        self._refuse(400, "invalid HTTP request: the request line, a header or the body's framing could not be parsed")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -63,7 +63,7 @@ def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
 
     assert all(installed()[k] == WRITTEN_FOR[k] for k in ("uvicorn", "httptools")), installed()
     for name in ("_unset_keepalive_if_required", "_should_upgrade", "handle_websocket_upgrade",
-                 "_unsupported_upgrade_warning", "send_400_response", "shutdown", "on_message_begin",
+                 "_unsupported_upgrade_warning", "shutdown", "on_message_begin",
                  "on_url", "on_header", "on_headers_complete", "on_message_complete", "connection_lost",
                  "_start_asgi_task"):
         assert callable(getattr(HttpToolsProtocol, name)), name
