@@ -137,7 +137,8 @@ def tag(inputs: str | Sequence[str], *, model: str | None = None, truncate: bool
     return Call("POST", "/v1/tag", _body(
         {"model": model, "inputs": inputs if isinstance(inputs, str) else list(inputs), "truncate": truncate,
          "raw_scores": raw_scores, "all_scores": all_scores,
-         "ignore_labels": list(ignore_labels) if ignore_labels is not None else None,
+         "ignore_labels": [ignore_labels] if isinstance(ignore_labels, str) else
+                          list(ignore_labels) if ignore_labels is not None else None,
          "aggregation_strategy": aggregation_strategy, "attention": attention}, extra), parse.tag)
 
 

@@ -120,7 +120,7 @@ class Client:
     def _stream(self, call: StreamCall) -> Iterator[Event]:
         decoder = call.decoder()
         with self.http.stream("POST", call.path, json=call.body) as r:
-            if r.status_code >= 400:
+            if not 200 <= r.status_code < 300:
                 read_answer(r.status_code, r.read(), r.headers)
             for line in r.iter_lines():
                 if (ev := decoder.feed(line)) is not None:
@@ -173,7 +173,7 @@ class AsyncClient:
     async def _stream(self, call: StreamCall) -> AsyncIterator[Event]:
         decoder = call.decoder()
         async with self.http.stream("POST", call.path, json=call.body) as r:
-            if r.status_code >= 400:
+            if not 200 <= r.status_code < 300:
                 read_answer(r.status_code, await r.aread(), r.headers)
             async for line in r.aiter_lines():
                 if (ev := decoder.feed(line)) is not None:

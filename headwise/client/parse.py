@@ -47,10 +47,14 @@ from headwise.client.types import (
 
 
 def read_answer(status: int, content: bytes, headers: Mapping[str, str]) -> Any:
-    """The JSON of a 2xx answer; HeadwiseError for any other."""
-    if status >= 400:
+    """The JSON of a 2xx answer; HeadwiseError for any other (a redirect, which this client does
+    not follow, too), and for a 2xx whose body is not JSON."""
+    if not 200 <= status < 300:
         raise error_from_response(status, content, headers)
-    return json.loads(content)
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        raise HeadwiseError(status, "invalid_response", f"an answer that is not JSON: {content[:200]!r}") from None
 
 
 def _usage(u: Mapping[str, Any] | None) -> Usage:

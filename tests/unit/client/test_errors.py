@@ -106,3 +106,17 @@ def test_the_error_carries_the_answers_request_id():
         c.embed("a")
     assert e.value.request_id == "srv-7"
     assert error_from_response(500, b"", {}).request_id is None
+
+
+@pytest.mark.parametrize(("status", "content", "kind"), [
+    (307, b"", None),  # a redirect: this client follows none (the server sends none: a trailing slash is 404)
+    (200, b"<html>not json</html>", "invalid_response"),
+    (200, b"", "invalid_response"),
+])
+def test_an_answer_that_is_not_a_2xx_json_body_is_a_headwise_error(status, content, kind):
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=content)
+
+    with Client("http://hw.test", transport=httpx.MockTransport(handler)) as c, pytest.raises(HeadwiseError) as e:
+        c.model_info("")
+    assert e.value.status == status and (kind is None or e.value.type == kind)

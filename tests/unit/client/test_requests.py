@@ -307,3 +307,11 @@ def test_the_client_imports_none_of_the_server():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_tag_takes_one_ignored_label_as_a_string():
+    c, fake = make({"/v1/tag": {"model": "m", "labels": ["O", "B-PER"], "data": [], "usage": {}}})
+    c.tag("a", ignore_labels="B-PER")
+    assert fake.body["ignore_labels"] == ["B-PER"]
+    c.tag("a", ignore_labels=("O", "B-PER"))
+    assert fake.body["ignore_labels"] == ["O", "B-PER"]
