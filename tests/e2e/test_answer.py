@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from tests.e2e.conftest import ENGINE_MODES
+from tests.fixtures.qa import reference
 from tests.fixtures.tiny import reference_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -32,41 +32,6 @@ def ref(qa_package):
     ckpt, model = qa_package["tiny-qa"]
     tok = reference_tokenizer(ckpt, model_input_names=["input_ids", "token_type_ids", "attention_mask"])  # a pair's segments
     return tok, model.eval()
-
-
-def reference(ref, question: str, context: str, top_k: int, impossible: bool, attentions: bool = False):
-    """transformers' answers to one pair, as its question-answering pipeline made them (its
-    preprocess's truncation="only_second", then its postprocess: select_starts_ends,
-    get_indices, get_answer), of the pair's first window."""
-    from transformers.pipelines.document_question_answering import select_starts_ends
-
-    tok, model = ref
-    b = tok([question], [context], truncation="only_second", return_tensors="pt")
-    with torch.no_grad():
-        out = model(**b, output_attentions=attentions)
-    enc = b.encodings[0]
-    p_mask = np.array([[s != 1 for s in enc.sequence_ids]], dtype=np.int64)
-    p_mask[0, 0] = 0  # [CLS]
-    starts, ends, scores, null = select_starts_ends(out.start_logits.numpy(), out.end_logits.numpy(), p_mask,
-                                                    b["attention_mask"].numpy(), top_k=top_k,
-                                                    handle_impossible_answer=impossible)
-    answers = []
-    for s, e, score in zip(starts, ends, scores, strict=True):
-        if score <= 0:
-            continue
-        try:  # the pipeline's get_indices with align_to_words
-            a = enc.word_to_chars(enc.token_to_word(s), sequence_index=1)[0]
-            z = enc.word_to_chars(enc.token_to_word(e), sequence_index=1)[1]
-        except Exception:
-            a, z = enc.offsets[s][0], enc.offsets[e][1]
-        same = next((x for x in answers if x["answer"].lower() == context[a:z].lower()), None)  # get_answer
-        if same is not None:
-            same["score"] += float(score)
-        else:
-            answers.append({"answer": context[a:z], "score": float(score), "start": a, "end": z})
-    if impossible:
-        answers.append({"answer": "", "score": null, "start": 0, "end": 0})
-    return sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k], out
 
 
 def test_answers_equal_transformers_whatever_shares_the_batch(srv, ref):

@@ -5,7 +5,7 @@
   DistilBertForQuestionAnswering (distilbert-base-cased-distilled-squad's) checkpoints: each
   family's pair template (`<s> q </s></s> c </s>`, `[CLS] q [SEP] c [SEP]`) and its lack of
   segment ids reach the span choice intact, /v1/answer's spans equal transformers' model and
-  its span choice (test_answer.reference), in one batch;
+  its span choice (tests/fixtures/qa.reference), in one batch;
 - DistilBertForSequenceClassification (distilbert-base-uncased-finetuned-sst-2-english's class,
   transformers' default sentiment classifier): /v1/predict's scores are the softmax of
   transformers' logits, under config.json's labels."""
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.e2e.test_answer import reference
 from tests.fixtures import families as fam
+from tests.fixtures.qa import reference
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
