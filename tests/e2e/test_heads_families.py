@@ -37,7 +37,7 @@ def heads(tmp_path_factory):
         build_package(ckpt, root / "models", f"qa-{family}", progress=lambda m: None, quality=False)
         tok = AutoTokenizer.from_pretrained(str(ckpt), model_input_names=["input_ids", "attention_mask"])
         refs[f"qa-{family}"] = (tok, model.eval())
-    ckpt, model = fam._make_headed(root / "sst2", "distilbert", "ForSequenceClassification",
+    ckpt, model = fam.make_headed(root / "sst2", "distilbert", "ForSequenceClassification",
                                    {"num_labels": 2, "id2label": {0: "NEGATIVE", 1: "POSITIVE"}}, 0)
     build_package(ckpt, root / "models", "sentiment", progress=lambda m: None, quality=False)
     refs["sentiment"] = (AutoTokenizer.from_pretrained(str(ckpt), model_input_names=["input_ids", "attention_mask"]),
