@@ -3,6 +3,9 @@ segment embeddings and a LayerNorm on the embeddings, erf GELU."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from torch import nn
@@ -77,30 +80,49 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
     return m
 
 
-def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str], base: str = "BertModel",
-                       classifier: str | None = None, unused: set[str] = UNUSED, family: str = "BERT",
-                       tagger: str | None = None, answerer: str | None = None) -> None:
-    """A checkpoint with a head other than sequence or token classification (a masked-LM head,
-    ...) must not become an embedding model with the head silently dropped: its answers would
-    be wrong. Refused by the class config.json names, and by any weight the encoder does not use.
-    `base`, `classifier`, `tagger`, `unused`, `family`: the family's class names and ignored
-    weights (`tagger`, `answerer`: its …ForTokenClassification and …ForQuestionAnswering, where
-    headwise imports them)."""
-    classifier = classifier or CLASSIFIER
-    heads = [a for a in raw.get("architectures") or [] if a != base]
+def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str], base: str, heads: dict[str, str],
+                       unused: frozenset | set, family: str) -> None:
+    """A checkpoint with a head the family's importer does not read (a masked-LM head, ...)
+    must not become an embedding model with the head silently dropped: its answers would be
+    wrong. Refused by the class config.json names, and by any weight the encoder does not use.
+    `base`, `unused`, `family`: the family's bare class, ignored weights and name in messages;
+    `heads`: class name → what it is for, of the heads it does read (named in the refusal)."""
+    named = [a for a in raw.get("architectures") or [] if a != base]
     extra = sorted(k for k in state if k not in used and k not in unused)
-    if heads or extra:
-        what = f"architectures {heads}" if heads else "weights"
+    if named or extra:
+        what = f"architectures {named}" if named else "weights"
         shown = ", ".join(extra[:4]) + (f" and {len(extra) - 4} more" if len(extra) > 4 else "")
+        readable = "".join(f", {name} ({purpose})" for name, purpose in heads.items())
         raise CheckpointError(
-            f"{path}: this checkpoint has a task head ({what}{'; ' if heads and extra else ''}"
+            f"{path}: this checkpoint has a task head ({what}{'; ' if named and extra else ''}"
             f"{'unused weights: ' + shown if extra else ''}) that headwise would drop, serving its encoder as an "
-            f"embedding model with wrong answers; headwise imports bare {family} encoders ({base}), "
-            f"{classifier} (cross-encoders, classifiers){f', {tagger} (token taggers)' if tagger else ''}"
-            f"{f', {answerer} (extractive question answering)' if answerer else ''}")
+            f"embedding model with wrong answers; headwise imports bare {family} encoders ({base}){readable}")
 
 
-CLASSIFIER = "BertForSequenceClassification"
+@dataclass(frozen=True)
+class TaskHead:
+    """A transformers …For<Task> head an encoder family's importer reads: what it is for (named
+    in refusals) and `build(path, raw, state, cfg, keys, unused, name, family)` → (EncoderModel,
+    info), given the family's encoder `keys` and the class `name` config.json gave."""
+
+    what: str
+    build: Callable[..., tuple[EncoderModel, dict]]
+
+
+def encoder_or_head(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
+                    unused: frozenset | set, family: str, base: str, label: str,
+                    heads: dict[str, TaskHead]) -> tuple[nn.Module, dict]:
+    """An encoder family's checkpoint as the head config.json's `architectures` names, where
+    `heads` (class name → TaskHead: the family's table) has it; else its bare encoder (task
+    "embedding") once check_no_task_head finds no head that would be dropped. `base`, `label`:
+    the family's bare class and its name in messages."""
+    for name in raw.get("architectures") or []:
+        if name in heads:
+            return heads[name].build(path, raw, state, cfg, keys, unused, name, family)
+    check_no_task_head(path, raw, state, set(keys.values()), base, {n: h.what for n, h in heads.items()}, unused, label)
+    return loaded(Encoder(cfg), state, keys), {"family": family, "architecture": "encoder", "task": "embedding"}
+
+
 HEAD_KEYS = {"head.pooler.weight": "pooler.dense.weight", "head.pooler.bias": "pooler.dense.bias",
              "head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
 
@@ -112,51 +134,41 @@ def labels_of(raw: dict) -> list[str]:
     return [names.get(i, f"LABEL_{i}") for i in range(n)]
 
 
-def load_classifier(path: Path, raw: dict, state: dict) -> tuple[EncoderModel, dict]:
-    """A BertForSequenceClassification checkpoint (a cross-encoder or a classifier) as an
-    EncoderModel with a ClassificationHead; info adds task "classification" and the labels."""
-    cfg = config_from_hf(raw)
-    return classifier(path, raw, state, cfg, key_map(cfg), HEAD_KEYS, UNUSED, CLASSIFIER, "bert")
-
-
 def classifier(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
-               head_keys: dict[str, str], unused: frozenset | set, name: str, family: str,
+               unused: frozenset | set, name: str, family: str, head_keys: dict[str, str] = HEAD_KEYS,
                activation: str = "tanh") -> tuple[EncoderModel, dict]:
     """A `name` (…ForSequenceClassification) checkpoint of an encoder family whose base model
     maps by `keys` and whose pooler and classifier map by `head_keys`: an EncoderModel with a
     ClassificationHead (its pooler's `activation`); weights outside both (and `unused`) are
-    refused by name."""
+    refused by name. info adds task "classification" and the labels."""
     labels = labels_of(raw)
     head = ClassificationHead(cfg.d_model, labels, activation)
     model = with_head(path, state, cfg, keys, head, head_keys, unused, name)
     return model, {"family": family, "architecture": "encoder", "task": "classification", "labels": labels}
 
 
-TAGGER = "BertForTokenClassification"
+def classifies(head_keys: dict[str, str] = HEAD_KEYS, activation: str = "tanh") -> TaskHead:
+    """…ForSequenceClassification (cross-encoders, classifiers) whose pooler and classifier map
+    by `head_keys`, the pooler's activation `activation`."""
+    return TaskHead("cross-encoders, classifiers", partial(classifier, head_keys=head_keys, activation=activation))
+
+
 # transformers' …ForTokenClassification: `classifier` on the base model's last hidden state,
-# the same names in BERT, RoBERTa, XLM-RoBERTa and DistilBERT
+# the same names in BERT, RoBERTa, XLM-RoBERTa, DistilBERT and MPNet
 TAGGER_KEYS = {"head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
-
-
-def load_tagger(path: Path, raw: dict, state: dict) -> tuple[EncoderModel, dict]:
-    """A BertForTokenClassification checkpoint (an NER or PII tagger) as an EncoderModel with a
-    TokenClassificationHead; info adds task "token-classification" and the labels. A pooler
-    the checkpoint carries is unused (UNUSED), as for a bare encoder."""
-    cfg = config_from_hf(raw)
-    return tagger(path, raw, state, cfg, key_map(cfg), UNUSED, TAGGER, "bert")
 
 
 def tagger(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
            unused: frozenset | set, name: str, family: str) -> tuple[EncoderModel, dict]:
-    """A `name` (…ForTokenClassification) checkpoint of an encoder family whose base model maps
-    by `keys`: an EncoderModel with a TokenClassificationHead (TAGGER_KEYS); weights outside
-    both (and `unused`) are refused by name."""
+    """A `name` (…ForTokenClassification: NER and PII taggers) checkpoint of an encoder family
+    whose base model maps by `keys`: an EncoderModel with a TokenClassificationHead
+    (TAGGER_KEYS); weights outside both (and `unused`: a pooler the checkpoint carries) are
+    refused by name. info adds task "token-classification" and the labels."""
     labels = labels_of(raw)
     model = with_head(path, state, cfg, keys, TokenClassificationHead(cfg.d_model, labels), TAGGER_KEYS, unused, name)
     return model, {"family": family, "architecture": "encoder", "task": "token-classification", "labels": labels}
 
 
-QA = "BertForQuestionAnswering"
 # Extractive question answering (Devlin et al. 2019, "BERT", §4.2, SQuAD): a start vector S and
 # an end vector E scored against every token, i.e. a token classifier with two labels;
 # transformers names it `qa_outputs` (out_features 2: start, end).
@@ -164,22 +176,19 @@ QA_KEYS = {"head.classifier.weight": "qa_outputs.weight", "head.classifier.bias"
 SPAN_LABELS = ["start", "end"]
 
 
-def load_question_answering(path: Path, raw: dict, state: dict) -> tuple[EncoderModel, dict]:
-    """A BertForQuestionAnswering checkpoint (extractive QA: SQuAD-style) as an EncoderModel
-    with a TokenClassificationHead whose labels are the span's start and end; info adds task
-    "question-answering"."""
-    cfg = config_from_hf(raw)
-    return answerer(path, raw, state, cfg, key_map(cfg), UNUSED, QA, "bert")
-
-
 def answerer(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
              unused: frozenset | set, name: str, family: str) -> tuple[EncoderModel, dict]:
-    """A `name` (…ForQuestionAnswering) checkpoint of an encoder family whose base model maps by
-    `keys`: an EncoderModel with a two-label TokenClassificationHead (QA_KEYS: `qa_outputs`,
-    the same name in BERT, RoBERTa, XLM-RoBERTa and DistilBERT); weights outside both (and
-    `unused`) are refused by name."""
+    """A `name` (…ForQuestionAnswering: SQuAD-style) checkpoint of an encoder family whose base
+    model maps by `keys`: an EncoderModel with a two-label TokenClassificationHead (QA_KEYS:
+    `qa_outputs`, the same name in BERT, RoBERTa, XLM-RoBERTa, DistilBERT and MPNet) whose
+    labels are the span's start and end; weights outside both (and `unused`) are refused by
+    name. info adds task "question-answering"."""
     model = with_head(path, state, cfg, keys, TokenClassificationHead(cfg.d_model, SPAN_LABELS), QA_KEYS, unused, name)
     return model, {"family": family, "architecture": "encoder", "task": "question-answering", "labels": SPAN_LABELS}
+
+
+TAGS = TaskHead("token taggers", tagger)
+ANSWERS = TaskHead("extractive question answering", answerer)
 
 
 def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, str], head: nn.Module,
@@ -194,15 +203,12 @@ def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, s
     return loaded(EncoderModel(Encoder(cfg), head), state, keys)
 
 
+# The heads BERT's importer reads, by the class config.json's `architectures` names.
+HEADS = {"BertForSequenceClassification": classifies(), "BertForTokenClassification": TAGS,
+         "BertForQuestionAnswering": ANSWERS}
+
+
 def load(path: Path):
     raw, _, state = read_checkpoint(path, ("bert.", "model."))
-    if raw.get("architectures") == [CLASSIFIER]:
-        return load_classifier(path, raw, state)
-    if raw.get("architectures") == [TAGGER]:
-        return load_tagger(path, raw, state)
-    if raw.get("architectures") == [QA]:
-        return load_question_answering(path, raw, state)
     cfg = config_from_hf(raw)
-    keys = key_map(cfg)
-    check_no_task_head(path, raw, state, set(keys.values()), tagger=TAGGER, answerer=QA)
-    return loaded(Encoder(cfg), state, keys), {"family": "bert", "architecture": "encoder", "task": "embedding"}
+    return encoder_or_head(path, raw, state, cfg, key_map(cfg), UNUSED, "bert", "BertModel", "BERT", HEADS)

@@ -18,16 +18,12 @@ from pathlib import Path
 
 from headwise.model.config import TransformerConfig
 from headwise.model.importers import bert, common
-from headwise.model.transformer import Encoder
 
 MODEL_TYPES = {"distilbert"}
 ARCHITECTURE = "encoder"
 UNUSED = {"embeddings.position_ids"}
-CLASSIFIER = "DistilBertForSequenceClassification"
 HEAD_KEYS = {"head.pooler.weight": "pre_classifier.weight", "head.pooler.bias": "pre_classifier.bias",
              "head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
-TAGGER = "DistilBertForTokenClassification"
-ANSWERER = "DistilBertForQuestionAnswering"
 FAMILY = {"norm_first": False, "positional": "learned", "scale_embedding": False, "embedding_layer_norm": True,
           "type_vocab_size": 0, "layer_norm_eps": 1e-12}  # nn.LayerNorm(dim, eps=1e-12) throughout
 SIZES = {"vocab_size": "vocab_size", "d_model": "dim", "n_heads": "n_heads", "n_layers": "n_layers",
@@ -52,17 +48,13 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
     return m
 
 
+# The heads DistilBERT's importer reads, by the class config.json's `architectures` names.
+HEADS = {"DistilBertForSequenceClassification": bert.classifies(HEAD_KEYS, "relu"),
+         "DistilBertForTokenClassification": bert.TAGS, "DistilBertForQuestionAnswering": bert.ANSWERS}
+
+
 def load(path: Path):
     raw, _, state = common.read_checkpoint(path, ("distilbert.",))
     cfg = config_from_hf(raw)
-    keys = key_map(cfg)
-    if CLASSIFIER in (raw.get("architectures") or []):
-        return bert.classifier(path, raw, state, cfg, keys, HEAD_KEYS, UNUSED, CLASSIFIER, "distilbert", "relu")
-    if TAGGER in (raw.get("architectures") or []):
-        return bert.tagger(path, raw, state, cfg, keys, UNUSED, TAGGER, "distilbert")
-    if ANSWERER in (raw.get("architectures") or []):
-        return bert.answerer(path, raw, state, cfg, keys, UNUSED, ANSWERER, "distilbert")
-    bert.check_no_task_head(path, raw, state, set(keys.values()), "DistilBertModel", CLASSIFIER, UNUSED,
-                            "DistilBERT", TAGGER, ANSWERER)
-    return common.loaded(Encoder(cfg), state, keys), {"family": "distilbert", "architecture": ARCHITECTURE,
-                                                "task": "embedding"}
+    return bert.encoder_or_head(path, raw, state, cfg, key_map(cfg), UNUSED, "distilbert", "DistilBertModel",
+                                "DistilBERT", HEADS)

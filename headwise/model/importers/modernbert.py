@@ -114,6 +114,7 @@ def load(path: Path):
                                   f"{', '.join(extra[:4])}")
         model = loaded(EncoderModel(Encoder(cfg), head), state, keys, tf)
         return model, {"family": "modernbert", "architecture": ARCHITECTURE, "task": "classification", "labels": labels}
-    bert.check_no_task_head(path, raw, state, set(keys.values()), "ModernBertModel", CLASSIFIER, set(), "ModernBERT")
+    bert.check_no_task_head(path, raw, state, set(keys.values()), "ModernBertModel",
+                           {CLASSIFIER: "cross-encoders, classifiers"}, set(), "ModernBERT")
     return loaded(Encoder(cfg), state, keys, tf), {"family": "modernbert", "architecture": ARCHITECTURE,
                                                     "task": "embedding"}

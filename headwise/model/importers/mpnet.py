@@ -4,7 +4,9 @@ embeddings, and a relative position bias shared by every layer (model/relative.p
 from 32 buckets up to a distance of 128 as transformers' MPNetEncoder does.
 
 The sequence-classification head (MPNetForSequenceClassification) is RoBERTa's: dense + tanh
-+ out_proj on the first token.
++ out_proj on the first token. The token-classification head (MPNetForTokenClassification:
+NER taggers) is BERT's `classifier` on every token, and the question-answering head
+(MPNetForQuestionAnswering) BERT's `qa_outputs`.
 """
 
 from __future__ import annotations
@@ -17,15 +19,12 @@ from headwise.model.importers.common import (
     CheckpointError,
     activation,
     check_model_type,
-    loaded,
     read_checkpoint,
     weights_and_biases,
 )
-from headwise.model.transformer import Encoder
 
 MODEL_TYPES = {"mpnet"}
 ARCHITECTURE = "encoder"
-CLASSIFIER = "MPNetForSequenceClassification"
 UNUSED = bert.UNUSED
 # transformers' MPNet fixes these: padding_idx 1 for positions, compute_position_bias's 32 buckets.
 PADDING_IDX, BUCKETS = 1, 32
@@ -58,11 +57,13 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
     return m
 
 
+# The heads MPNet's importer reads, by the class config.json's `architectures` names: the
+# classifier is RoBERTa's (dense + tanh + out_proj), the token and span heads BERT's.
+HEADS = {"MPNetForSequenceClassification": bert.classifies(roberta.HEAD_KEYS),
+         "MPNetForTokenClassification": bert.TAGS, "MPNetForQuestionAnswering": bert.ANSWERS}
+
+
 def load(path: Path):
     raw, _, state = read_checkpoint(path, ("mpnet.",))
     cfg = config_from_hf(raw)
-    keys = key_map(cfg)
-    if CLASSIFIER in (raw.get("architectures") or []):
-        return bert.classifier(path, raw, state, cfg, keys, roberta.HEAD_KEYS, UNUSED, CLASSIFIER, "mpnet")
-    bert.check_no_task_head(path, raw, state, set(keys.values()), "MPNetModel", CLASSIFIER, UNUSED, "MPNet")
-    return loaded(Encoder(cfg), state, keys), {"family": "mpnet", "architecture": ARCHITECTURE, "task": "embedding"}
+    return bert.encoder_or_head(path, raw, state, cfg, key_map(cfg), UNUSED, "mpnet", "MPNetModel", "MPNet", HEADS)

@@ -25,17 +25,12 @@ from headwise.model.importers import bert
 from headwise.model.importers.common import (
     CheckpointError,
     check_model_type,
-    loaded,
     read_checkpoint,
 )
-from headwise.model.transformer import Encoder
 
 MODEL_TYPES = {"roberta", "xlm-roberta"}
 ARCHITECTURE = "encoder"
 UNUSED = bert.UNUSED | {"embeddings.token_type_ids"}
-CLASSIFIERS = {"roberta": "RobertaForSequenceClassification", "xlm-roberta": "XLMRobertaForSequenceClassification"}
-TAGGERS = {"roberta": "RobertaForTokenClassification", "xlm-roberta": "XLMRobertaForTokenClassification"}
-ANSWERERS = {"roberta": "RobertaForQuestionAnswering", "xlm-roberta": "XLMRobertaForQuestionAnswering"}
 BASES = {"roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel"}
 HEAD_KEYS = {"head.pooler.weight": "classifier.dense.weight", "head.pooler.bias": "classifier.dense.bias",
              "head.classifier.weight": "classifier.out_proj.weight", "head.classifier.bias": "classifier.out_proj.bias"}
@@ -57,18 +52,15 @@ def config_from_hf(raw: dict) -> TransformerConfig:
     )
 
 
+# The heads each family's importer reads, by the class config.json's `architectures` names.
+HEADS = {family: {f"{cls}ForSequenceClassification": bert.classifies(HEAD_KEYS),
+                  f"{cls}ForTokenClassification": bert.TAGS, f"{cls}ForQuestionAnswering": bert.ANSWERS}
+         for family, cls in (("roberta", "Roberta"), ("xlm-roberta", "XLMRoberta"))}
+
+
 def load(path: Path):
     raw, _, state = read_checkpoint(path, ("roberta.",))
     cfg = config_from_hf(raw)
     family = raw["model_type"]
-    keys = bert.key_map(cfg)
-    classifier = CLASSIFIERS[family]
-    if classifier in (raw.get("architectures") or []):
-        return bert.classifier(path, raw, state, cfg, keys, HEAD_KEYS, UNUSED, classifier, family)
-    if TAGGERS[family] in (raw.get("architectures") or []):
-        return bert.tagger(path, raw, state, cfg, keys, UNUSED, TAGGERS[family], family)
-    if ANSWERERS[family] in (raw.get("architectures") or []):
-        return bert.answerer(path, raw, state, cfg, keys, UNUSED, ANSWERERS[family], family)
-    bert.check_no_task_head(path, raw, state, set(keys.values()), BASES[family], classifier, UNUSED,
-                            "RoBERTa / XLM-RoBERTa", TAGGERS[family], ANSWERERS[family])
-    return loaded(Encoder(cfg), state, keys), {"family": family, "architecture": ARCHITECTURE, "task": "embedding"}
+    return bert.encoder_or_head(path, raw, state, cfg, bert.key_map(cfg), UNUSED, family, BASES[family],
+                                "RoBERTa / XLM-RoBERTa", HEADS[family])

@@ -1,5 +1,5 @@
 """model/'s token classifier (NER and PII taggers) imported from tiny random
-…ForTokenClassification checkpoints (BERT, RoBERTa, XLM-RoBERTa, DistilBERT): every real
+…ForTokenClassification checkpoints (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet): every real
 token's logits equal transformers' within 1e-5 in a padded batch, with the labels from
 config.json; a pooler the checkpoint carries is unused, a weight headwise does not know is
 refused by name, and a family without a token-classification importer is refused naming it."""
@@ -105,11 +105,13 @@ def test_family_taggers_equal_transformers(tmp_path, family):
 
 
 def test_a_family_without_a_tagger_importer_refuses_one_naming_it(tmp_path):
-    from transformers import MPNetConfig, MPNetForTokenClassification
+    from transformers import ModernBertConfig, ModernBertForTokenClassification
 
-    fam.bpe_tokenizer(tmp_path, fam.ROBERTA_SPECIALS, fam.ROBERTA_TEMPLATE)
-    MPNetForTokenClassification(MPNetConfig(vocab_size=90, **fam.tiny_sizes(), max_position_embeddings=66,
-                                            num_labels=3)).save_pretrained(str(tmp_path))
+    fam.bpe_tokenizer(tmp_path, fam.BERT_SPECIALS, fam.BERT_TEMPLATE)
+    ModernBertForTokenClassification(ModernBertConfig(
+        vocab_size=90, hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=48,
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
+        num_labels=3)).save_pretrained(str(tmp_path))
     assert kind_of_checkpoint(tmp_path).task == "token-classification"
-    with pytest.raises(CheckpointError, match=r"task head \(architectures \['MPNetForTokenClassification'\]"):
+    with pytest.raises(CheckpointError, match=r"task head \(architectures \['ModernBertForTokenClassification'\]"):
         load_checkpoint(tmp_path)
