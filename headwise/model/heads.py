@@ -20,6 +20,8 @@ head alone.
 - PredictionClassificationHead: ModernBERT's (Warner et al. 2024, "Smarter, Better, Faster,
   Longer", §2.1): the [CLS] state or the mean of the token states, through dense + activation +
   LayerNorm (its "prediction head"), then a linear map to one logit per label.
+  PredictionTokenClassificationHead: the same on every token's state, unpooled (ModernBERT's
+  taggers and extractive answerers).
 
 Each head names the output it adds (`output`), the field of EncoderModelOutput it fills.
 """
@@ -103,3 +105,11 @@ class PredictionClassificationHead(nn.Module):
             m = attention_mask.to(last_hidden_state.dtype)[..., None]  # (B, T, 1)
             pooled = (last_hidden_state * m).sum(1) / m.sum(1)  # (B, D)
         return self.classifier(self.norm(self.act(self.dense(pooled))))  # (B, n_labels)
+
+
+class PredictionTokenClassificationHead(PredictionClassificationHead):
+    output = "token_logits"
+
+    def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
+        """Every position's logits, padding included, as TokenClassificationHead's."""
+        return self.classifier(self.norm(self.act(self.dense(last_hidden_state))))  # (B, T, D) → (B, T, n_labels)

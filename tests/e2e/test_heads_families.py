@@ -1,8 +1,10 @@
 """Task heads beyond BERT's, end to end, exported and served by one real `headwise serve`:
 
 - extractive question answering from tiny random RobertaForQuestionAnswering
-  (deepset/roberta-base-squad2's class), XLMRobertaForQuestionAnswering and
-  DistilBertForQuestionAnswering (distilbert-base-cased-distilled-squad's) checkpoints: each
+  (deepset/roberta-base-squad2's class), XLMRobertaForQuestionAnswering,
+  DistilBertForQuestionAnswering (distilbert-base-cased-distilled-squad's),
+  MPNetForQuestionAnswering and ModernBertForQuestionAnswering (its prediction head on every
+  token) checkpoints: each
   family's pair template (`<s> q </s></s> c </s>`, `[CLS] q [SEP] c [SEP]`) and its lack of
   segment ids reach the span choice intact, /v1/answer's spans equal transformers' model and
   its span choice (tests/fixtures/qa.reference), in one batch;

@@ -102,8 +102,9 @@ def check_no_task_head(path: Path, raw: dict, state: dict, used: set[str], base:
 @dataclass(frozen=True)
 class TaskHead:
     """A transformers …For<Task> head an encoder family's importer reads: what it is for (named
-    in refusals) and `build(path, raw, state, cfg, keys, unused, name, family)` → (EncoderModel,
-    info), given the family's encoder `keys` and the class `name` config.json gave."""
+    in refusals) and `build(path, raw, state, cfg, keys, unused, name, family, transforms)` →
+    (EncoderModel, info), given the family's encoder `keys` (and their `transforms`, where a
+    checkpoint stacks weights: common.loaded) and the class `name` config.json gave."""
 
     what: str
     build: Callable[..., tuple[EncoderModel, dict]]
@@ -111,16 +112,17 @@ class TaskHead:
 
 def encoder_or_head(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
                     unused: frozenset | set, family: str, base: str, label: str,
-                    heads: dict[str, TaskHead]) -> tuple[nn.Module, dict]:
+                    heads: dict[str, TaskHead], transforms: dict | None = None) -> tuple[nn.Module, dict]:
     """An encoder family's checkpoint as the head config.json's `architectures` names, where
     `heads` (class name → TaskHead: the family's table) has it; else its bare encoder (task
     "embedding") once check_no_task_head finds no head that would be dropped. `base`, `label`:
     the family's bare class and its name in messages."""
     for name in raw.get("architectures") or []:
         if name in heads:
-            return heads[name].build(path, raw, state, cfg, keys, unused, name, family)
+            return heads[name].build(path, raw, state, cfg, keys, unused, name, family, transforms)
     check_no_task_head(path, raw, state, set(keys.values()), base, {n: h.what for n, h in heads.items()}, unused, label)
-    return loaded(Encoder(cfg), state, keys), {"family": family, "architecture": "encoder", "task": "embedding"}
+    return loaded(Encoder(cfg), state, keys, transforms), {"family": family, "architecture": "encoder",
+                                                          "task": "embedding"}
 
 
 HEAD_KEYS = {"head.pooler.weight": "pooler.dense.weight", "head.pooler.bias": "pooler.dense.bias",
@@ -135,15 +137,15 @@ def labels_of(raw: dict) -> list[str]:
 
 
 def classifier(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
-               unused: frozenset | set, name: str, family: str, head_keys: dict[str, str] = HEAD_KEYS,
-               activation: str = "tanh") -> tuple[EncoderModel, dict]:
+               unused: frozenset | set, name: str, family: str, transforms: dict | None = None,
+               head_keys: dict[str, str] = HEAD_KEYS, activation: str = "tanh") -> tuple[EncoderModel, dict]:
     """A `name` (…ForSequenceClassification) checkpoint of an encoder family whose base model
     maps by `keys` and whose pooler and classifier map by `head_keys`: an EncoderModel with a
     ClassificationHead (its pooler's `activation`); weights outside both (and `unused`) are
     refused by name. info adds task "classification" and the labels."""
     labels = labels_of(raw)
     head = ClassificationHead(cfg.d_model, labels, activation)
-    model = with_head(path, state, cfg, keys, head, head_keys, unused, name)
+    model = with_head(path, state, cfg, keys, head, head_keys, unused, name, transforms)
     return model, {"family": family, "architecture": "encoder", "task": "classification", "labels": labels}
 
 
@@ -159,13 +161,14 @@ TAGGER_KEYS = {"head.classifier.weight": "classifier.weight", "head.classifier.b
 
 
 def tagger(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
-           unused: frozenset | set, name: str, family: str) -> tuple[EncoderModel, dict]:
+           unused: frozenset | set, name: str, family: str, transforms: dict | None = None) -> tuple[EncoderModel, dict]:
     """A `name` (…ForTokenClassification: NER and PII taggers) checkpoint of an encoder family
     whose base model maps by `keys`: an EncoderModel with a TokenClassificationHead
     (TAGGER_KEYS); weights outside both (and `unused`: a pooler the checkpoint carries) are
     refused by name. info adds task "token-classification" and the labels."""
     labels = labels_of(raw)
-    model = with_head(path, state, cfg, keys, TokenClassificationHead(cfg.d_model, labels), TAGGER_KEYS, unused, name)
+    model = with_head(path, state, cfg, keys, TokenClassificationHead(cfg.d_model, labels), TAGGER_KEYS, unused, name,
+                      transforms)
     return model, {"family": family, "architecture": "encoder", "task": "token-classification", "labels": labels}
 
 
@@ -177,13 +180,14 @@ SPAN_LABELS = ["start", "end"]
 
 
 def answerer(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
-             unused: frozenset | set, name: str, family: str) -> tuple[EncoderModel, dict]:
+             unused: frozenset | set, name: str, family: str, transforms: dict | None = None) -> tuple[EncoderModel, dict]:
     """A `name` (…ForQuestionAnswering: SQuAD-style) checkpoint of an encoder family whose base
     model maps by `keys`: an EncoderModel with a two-label TokenClassificationHead (QA_KEYS:
     `qa_outputs`, the same name in BERT, RoBERTa, XLM-RoBERTa, DistilBERT and MPNet) whose
     labels are the span's start and end; weights outside both (and `unused`) are refused by
     name. info adds task "question-answering"."""
-    model = with_head(path, state, cfg, keys, TokenClassificationHead(cfg.d_model, SPAN_LABELS), QA_KEYS, unused, name)
+    model = with_head(path, state, cfg, keys, TokenClassificationHead(cfg.d_model, SPAN_LABELS), QA_KEYS, unused, name,
+                      transforms)
     return model, {"family": family, "architecture": "encoder", "task": "question-answering", "labels": SPAN_LABELS}
 
 
@@ -192,15 +196,18 @@ ANSWERS = TaskHead("extractive question answering", answerer)
 
 
 def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, str], head: nn.Module,
-              head_keys: dict[str, str], unused: frozenset | set, name: str) -> EncoderModel:
-    """Encoder(cfg) under `head`, assigned by `keys` (the encoder's) and `head_keys`; a weight
-    that neither maps nor `unused` names is refused by name, never dropped."""
+              head_keys: dict[str, str], unused: frozenset | set, name: str,
+              transforms: dict | None = None) -> EncoderModel:
+    """Encoder(cfg) under `head`, assigned by `keys` (the encoder's, with their `transforms`)
+    and `head_keys`; a weight that neither maps nor `unused` names is refused by name, never
+    dropped."""
+    tf = {f"encoder.{k}": v for k, v in (transforms or {}).items()}
     keys = {f"encoder.{k}": v for k, v in keys.items()} | head_keys
     extra = sorted(k for k in state if k not in set(keys.values()) and k not in unused)
     if extra:
         raise CheckpointError(f"{path}: {name} checkpoint with weights headwise does not know: "
                               f"{', '.join(extra[:4])}")
-    return loaded(EncoderModel(Encoder(cfg), head), state, keys)
+    return loaded(EncoderModel(Encoder(cfg), head), state, keys, tf)
 
 
 # The heads BERT's importer reads, by the class config.json's `architectures` names.

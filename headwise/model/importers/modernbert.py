@@ -8,7 +8,10 @@ normalised once, so layer 0 does not normalise its input again (`first_attn_norm
 Checkpoint layouts undone here: Q, K and V stacked in one Wqkv [3·D, D]; the feed-forward's
 activated and gating halves stacked in one Wi [2·d_ff, D] (the first half goes through GELU).
 The sequence-classification head (ModernBertForSequenceClassification) pools the [CLS]
-state or the mean (classifier_pooling), then dense + GELU + LayerNorm + classifier.
+state or the mean (classifier_pooling), then dense + GELU + LayerNorm + classifier (its
+"prediction head"); the token-classification and question-answering heads
+(ModernBertForTokenClassification, ModernBertForQuestionAnswering) put every token's state
+through the same prediction head and classifier.
 """
 
 from __future__ import annotations
@@ -16,18 +19,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwise.model.config import TransformerConfig
-from headwise.model.encoder_model import EncoderModel
-from headwise.model.heads import PredictionClassificationHead
+from headwise.model.heads import PredictionClassificationHead, PredictionTokenClassificationHead
 from headwise.model.importers import bert
 from headwise.model.importers.common import (
     CheckpointError,
     check_model_type,
-    loaded,
     read_checkpoint,
     sizes,
 )
 from headwise.model.importers.rope import rope_theta
-from headwise.model.transformer import Encoder
 
 MODEL_TYPES = {"modernbert"}
 ARCHITECTURE = "encoder"
@@ -90,31 +90,57 @@ def key_map(cfg: TransformerConfig) -> tuple[dict[str, str], dict]:
     return m, tf
 
 
+def _head(raw: dict, cfg: TransformerConfig, labels: list[str], cls: type, pooling: str = "cls"):
+    """The prediction head (dense + activation + LayerNorm) and its classifier, as config.json
+    sets them (`classifier_bias`: the dense layer's bias; the LayerNorm has none)."""
+    return cls(cfg.d_model, labels, pooling, raw.get("classifier_activation", "gelu"), cfg.layer_norm_eps,
+               dense_bias=bool(raw.get("classifier_bias")))
+
+
+def head_keys(raw: dict) -> dict[str, str]:
+    keys = {"head.dense.weight": "head.dense.weight", "head.norm.weight": "head.norm.weight",
+            "head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
+    return keys | ({"head.dense.bias": "head.dense.bias"} if raw.get("classifier_bias") else {})
+
+
+def classifier(path, raw, state, cfg, keys, unused, name, family, transforms):
+    """ModernBertForSequenceClassification: the [CLS] state or the mean (classifier_pooling)
+    through the prediction head."""
+    pooling = raw.get("classifier_pooling", "cls")
+    if pooling not in ("cls", "mean"):
+        raise CheckpointError(f"unsupported classifier_pooling {pooling!r}")
+    labels = bert.labels_of(raw)
+    head = _head(raw, cfg, labels, PredictionClassificationHead, pooling)
+    model = bert.with_head(path, state, cfg, keys, head, head_keys(raw), unused, name, transforms)
+    return model, {"family": family, "architecture": ARCHITECTURE, "task": "classification", "labels": labels}
+
+
+def tagger(path, raw, state, cfg, keys, unused, name, family, transforms):
+    """ModernBertForTokenClassification: every token's state through the prediction head."""
+    labels = bert.labels_of(raw)
+    head = _head(raw, cfg, labels, PredictionTokenClassificationHead)
+    model = bert.with_head(path, state, cfg, keys, head, head_keys(raw), unused, name, transforms)
+    return model, {"family": family, "architecture": ARCHITECTURE, "task": "token-classification", "labels": labels}
+
+
+def answerer(path, raw, state, cfg, keys, unused, name, family, transforms):
+    """ModernBertForQuestionAnswering: the tagger's head with the labels start and end (its
+    linear map is named `classifier`, not BERT's `qa_outputs`)."""
+    head = _head(raw, cfg, bert.SPAN_LABELS, PredictionTokenClassificationHead)
+    model = bert.with_head(path, state, cfg, keys, head, head_keys(raw), unused, name, transforms)
+    return model, {"family": family, "architecture": ARCHITECTURE, "task": "question-answering",
+                   "labels": bert.SPAN_LABELS}
+
+
+# The heads ModernBERT's importer reads, by the class config.json's `architectures` names.
+HEADS = {CLASSIFIER: bert.TaskHead(bert.classifies().what, classifier),
+         "ModernBertForTokenClassification": bert.TaskHead(bert.TAGS.what, tagger),
+         "ModernBertForQuestionAnswering": bert.TaskHead(bert.ANSWERS.what, answerer)}
+
+
 def load(path: Path):
     raw, _, state = read_checkpoint(path, ("model.",))
     cfg = config_from_hf(raw)
     keys, tf = key_map(cfg)
-    archs = raw.get("architectures") or []
-    if CLASSIFIER in archs:
-        if raw.get("classifier_bias"):
-            raise CheckpointError("ModernBERT with classifier_bias=true is not supported")
-        pooling = raw.get("classifier_pooling", "cls")
-        if pooling not in ("cls", "mean"):
-            raise CheckpointError(f"unsupported classifier_pooling {pooling!r}")
-        labels = bert.labels_of(raw)
-        head = PredictionClassificationHead(cfg.d_model, labels, pooling, raw.get("classifier_activation", "gelu"),
-                                            cfg.layer_norm_eps)
-        keys = {f"encoder.{k}": v for k, v in keys.items()} | {
-            "head.dense.weight": "head.dense.weight", "head.norm.weight": "head.norm.weight",
-            "head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
-        tf = {f"encoder.{k}": v for k, v in tf.items()}
-        extra = sorted(k for k in state if k not in set(keys.values()))
-        if extra:
-            raise CheckpointError(f"{path}: {CLASSIFIER} checkpoint with weights headwise does not know: "
-                                  f"{', '.join(extra[:4])}")
-        model = loaded(EncoderModel(Encoder(cfg), head), state, keys, tf)
-        return model, {"family": "modernbert", "architecture": ARCHITECTURE, "task": "classification", "labels": labels}
-    bert.check_no_task_head(path, raw, state, set(keys.values()), "ModernBertModel",
-                           {CLASSIFIER: "cross-encoders, classifiers"}, set(), "ModernBERT")
-    return loaded(Encoder(cfg), state, keys, tf), {"family": "modernbert", "architecture": ARCHITECTURE,
-                                                    "task": "embedding"}
+    return bert.encoder_or_head(path, raw, state, cfg, keys, set(), "modernbert", "ModernBertModel", "ModernBERT",
+                                HEADS, tf)

@@ -66,6 +66,20 @@ def test_sequence_classifiers_score_like_transformers(tmp_path, family, n_labels
         assert ours[:, 0].argsort().tolist() == theirs[:, 0].argsort().tolist()
 
 
+def test_a_modernbert_classifier_with_a_dense_bias_scores_like_transformers(tmp_path):
+    ckpt, ref = fam.make_headed(tmp_path / "ce", "modernbert", "ForSequenceClassification",
+                                {"num_labels": 2, "classifier_bias": True})
+    with torch.no_grad():  # initialised to zero: make it count
+        ref.head.dense.bias.normal_(0, 1.0)
+    ref.save_pretrained(str(ckpt))
+    loaded = load_encoder_model(ckpt)
+    b = loaded.tokenizer([*fam.TEXTS[:3], *fam.PAIRS])
+    with torch.no_grad():
+        ours = loaded.model(b.input_ids, b.attention_mask, b.token_type_ids).logits
+        theirs = ref(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+
+
 def test_a_roberta_task_head_headwise_does_not_know_is_refused(tmp_path):
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
 

@@ -1,7 +1,7 @@
 """A BERT checkpoint with a task head headwise does not know (a masked-LM or multiple-choice
 head, or classifier weights that config.json does not declare) is refused with a clear error
 instead of being served as an embedding model without its head; so is the question-answering head
-of a family whose importer does not read one (ModernBERT's). BertForSequenceClassification, BertForTokenClassification and
+of a family whose importer does not read one (Qwen3's). BertForSequenceClassification, BertForTokenClassification and
 BertForQuestionAnswering are imported with their heads (test_classifier_parity.py,
 test_token_classifier_parity.py, test_qa_parity.py)."""
 
@@ -41,18 +41,17 @@ def test_a_task_head_is_refused_naming_it(tmp_path, cls, labels):
 
 
 def test_another_familys_question_answering_head_is_refused_naming_it(tmp_path):
-    from transformers import ModernBertConfig, ModernBertForQuestionAnswering
+    from transformers import Qwen3Config, Qwen3ForQuestionAnswering
 
     from headwise.export.package import kind_of_checkpoint
 
     torch.manual_seed(0)
-    cfg = ModernBertConfig(vocab_size=60, hidden_size=32, num_attention_heads=2, num_hidden_layers=2,
-                           intermediate_size=48, max_position_embeddings=64, pad_token_id=0, bos_token_id=2,
-                           eos_token_id=3, cls_token_id=2, sep_token_id=3)
-    path = save(ModernBertForQuestionAnswering(cfg), tmp_path / "mqa")
+    cfg = Qwen3Config(vocab_size=60, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                      num_hidden_layers=2, intermediate_size=64, max_position_embeddings=64)
+    path = save(Qwen3ForQuestionAnswering(cfg), tmp_path / "qqa")
     kind = kind_of_checkpoint(path)
     assert kind.task == "question-answering"
-    with pytest.raises(CheckpointError, match=r"task head \(architectures \['ModernBertForQuestionAnswering'\]"):
+    with pytest.raises(CheckpointError, match=r"task head \(\['Qwen3ForQuestionAnswering'\]\) headwise would drop"):
         kind.load(path)
 
 

@@ -1,5 +1,5 @@
 """model/'s extractive question answerer imported from tiny random …ForQuestionAnswering
-checkpoints (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet): config.json's architectures make it a
+checkpoints (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet, ModernBERT): config.json's architectures make it a
 question-answering checkpoint, and its head (a token classifier with the labels start and end,
 from `qa_outputs`) gives transformers' start and end logits within 1e-5 at every real token of
 (question, context) pairs in a padded batch; it is not a sentence-embedding model."""

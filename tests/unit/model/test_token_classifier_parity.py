@@ -1,5 +1,5 @@
 """model/'s token classifier (NER and PII taggers) imported from tiny random
-…ForTokenClassification checkpoints (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet): every real
+…ForTokenClassification checkpoints (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet, ModernBERT): every real
 token's logits equal transformers' within 1e-5 in a padded batch, with the labels from
 config.json; a pooler the checkpoint carries is unused, a weight headwise does not know is
 refused by name, and a family without a token-classification importer is refused naming it."""
@@ -105,13 +105,12 @@ def test_family_taggers_equal_transformers(tmp_path, family):
 
 
 def test_a_family_without_a_tagger_importer_refuses_one_naming_it(tmp_path):
-    from transformers import ModernBertConfig, ModernBertForTokenClassification
+    from transformers import Qwen3Config, Qwen3ForTokenClassification
 
-    fam.bpe_tokenizer(tmp_path, fam.BERT_SPECIALS, fam.BERT_TEMPLATE)
-    ModernBertForTokenClassification(ModernBertConfig(
-        vocab_size=90, hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=48,
-        max_position_embeddings=64, pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
-        num_labels=3)).save_pretrained(str(tmp_path))
+    fam.bpe_tokenizer(tmp_path, fam.QWEN_SPECIALS, fam.QWEN_TEMPLATE)
+    Qwen3ForTokenClassification(Qwen3Config(
+        vocab_size=90, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+        intermediate_size=64, max_position_embeddings=64, num_labels=3)).save_pretrained(str(tmp_path))
     assert kind_of_checkpoint(tmp_path).task == "token-classification"
-    with pytest.raises(CheckpointError, match=r"task head \(architectures \['ModernBertForTokenClassification'\]"):
+    with pytest.raises(CheckpointError, match=r"task head \(\['Qwen3ForTokenClassification'\]\) headwise would drop"):
         load_checkpoint(tmp_path)
