@@ -74,7 +74,8 @@ def output_names(outputs: tuple[str, ...], with_attention: bool, analysis: bool 
 
 def _shapes(model: EncoderModel) -> dict[str, tuple[str, list]]:
     cfg = model.config
-    n_labels = len(getattr(model.head, "labels", ()))
+    # one logit per label, or per token of the vocabulary (a fill-mask head, which has no labels)
+    n_labels = getattr(model.head, "vocab_size", None) or len(getattr(model.head, "labels", ()))
     attentions = ["batch", cfg.n_layers, cfg.n_heads, "seq", "seq"]
     d_embedding = getattr(model.head, "dim", None) or cfg.d_model  # Dense layers may change it
     return {"sentence_embedding": ("float32", ["batch", d_embedding]),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from headwise.export import manifest as mf
 from headwise.export.classifier import ClassifierKind
+from headwise.export.fill_mask import FillMaskKind
 from headwise.export.generative import GenerativeKind
 from headwise.export.pipeline import Kind, Options, build
 from headwise.export.question_answering import QuestionAnsweringKind
@@ -18,7 +19,7 @@ from headwise.model.sentence import default_checkpoint
 
 KINDS: dict[str, Kind] = {"embedding": SentenceKind(), "classification": ClassifierKind(),
                           "token-classification": TokenClassifierKind(), "question-answering": QuestionAnsweringKind(),
-                          "generation": GenerativeKind()}
+                          "fill-mask": FillMaskKind(), "generation": GenerativeKind()}
 
 
 def default_name(checkpoint: Path) -> str:
@@ -57,7 +58,7 @@ def build_package(
 ) -> Path:
     """Export `checkpoint` (default: bundled all-MiniLM-L6-v2) to out/name as the kind its
     config.json says (sentence embedding, classification, token classification, question
-    answering or generation). Written to a temporary folder and moved into place only when complete (and
+    answering, fill-mask or generation). Written to a temporary folder and moved into place only when complete (and
     verified).
     `matryoshka_dimensions`: the sizes an embedding model was trained to be cut to
     (export.prompts), the only ones the service will cut it to."""

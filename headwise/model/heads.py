@@ -23,6 +23,10 @@ head alone.
   PredictionTokenClassificationHead: the same on every token's state, unpooled (ModernBERT's
   taggers and extractive answerers).
 
+- MaskedLMHead: BERT's masked-LM head (Devlin et al. 2019, "BERT", §3.1, "Masked LM"): every
+  token's state through dense + activation + LayerNorm, then a linear map to one logit per
+  token of the vocabulary (its weight, in BERT, the word embeddings'), for a fill-mask model.
+
 Each head names the output it adds (`output`), the field of EncoderModelOutput it fills.
 """
 
@@ -34,7 +38,9 @@ from torch import Tensor, nn
 from headwise.model.pooling import PoolingConfig, normalize, pool
 
 _DENSE_ACTIVATIONS = {"tanh": torch.tanh, "identity": lambda x: x, "relu": torch.relu,
-                      "gelu": torch.nn.functional.gelu, "sigmoid": torch.sigmoid}
+                      "gelu": torch.nn.functional.gelu, "sigmoid": torch.sigmoid,
+                      "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+                      "silu": torch.nn.functional.silu}
 
 
 class PoolingHead(nn.Module):
@@ -113,3 +119,24 @@ class PredictionTokenClassificationHead(PredictionClassificationHead):
     def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
         """Every position's logits, padding included, as TokenClassificationHead's."""
         return self.classifier(self.norm(self.act(self.dense(last_hidden_state))))  # (B, T, D) → (B, T, n_labels)
+
+
+class MaskedLMHead(nn.Module):
+    """transformers' BertLMPredictionHead: `transform` (dense, activation, LayerNorm), then
+    `decoder` over the vocabulary with its own bias."""
+
+    output = "token_logits"
+    labels: tuple[str, ...] = ()  # no label names: the logits are over the tokenizer's vocabulary
+
+    def __init__(self, d_model: int, vocab_size: int, activation: str = "gelu", eps: float = 1e-12):
+        super().__init__()
+        self.vocab_size = vocab_size  # the logits' last axis (export.graphs)
+        self.dense = nn.Linear(d_model, d_model)
+        self.act = _DENSE_ACTIVATIONS[activation]
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.decoder = nn.Linear(d_model, vocab_size)
+
+    def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
+        """Every position's logits, padding included, as TokenClassificationHead's."""
+        x = self.norm(self.act(self.dense(last_hidden_state)))  # (B, T, D)
+        return self.decoder(x)  # (B, T, D) → (B, T, vocab_size)

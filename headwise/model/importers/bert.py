@@ -12,7 +12,7 @@ from torch import nn
 
 from headwise.model.config import TransformerConfig
 from headwise.model.encoder_model import EncoderModel
-from headwise.model.heads import ClassificationHead, TokenClassificationHead
+from headwise.model.heads import ClassificationHead, MaskedLMHead, TokenClassificationHead
 from headwise.model.importers.common import (
     CheckpointError,
     activation,
@@ -191,8 +191,42 @@ def answerer(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: d
     return model, {"family": family, "architecture": "encoder", "task": "question-answering", "labels": SPAN_LABELS}
 
 
+# Masked language models (Devlin et al. 2019, "BERT", §3.1, "Masked LM"): transformers'
+# BertLMPredictionHead, `cls.predictions`. Its decoder's weight is tied to the word embeddings
+# and its bias to `cls.predictions.bias`: save_pretrained writes neither decoder tensor. A
+# checkpoint that has its own (torch.save by older transformers; tie_word_embeddings false)
+# has them read, as transformers reads them.
+MLM_KEYS = {"head.dense.weight": "cls.predictions.transform.dense.weight",
+            "head.dense.bias": "cls.predictions.transform.dense.bias",
+            "head.norm.weight": "cls.predictions.transform.LayerNorm.weight",
+            "head.norm.bias": "cls.predictions.transform.LayerNorm.bias"}
+DECODER, DECODER_BIAS, MLM_BIAS = "cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"
+# BERT's next-sentence head, which checkpoints saved from pre-training keep beside the masked-LM
+# head (bert-base-uncased's): transformers' BertForMaskedLM leaves it unused, and so does headwise.
+NSP = {"cls.seq_relationship.weight", "cls.seq_relationship.bias"}
+
+
+def masked_lm(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
+              unused: frozenset | set, name: str, family: str, transforms: dict | None = None) -> tuple[EncoderModel, dict]:
+    """A `name` (…ForMaskedLM: fill-mask) checkpoint of an encoder family whose base model maps
+    by `keys`: an EncoderModel with a MaskedLMHead (MLM_KEYS; the decoder's weight the word
+    embeddings' unless the checkpoint has its own, or says tie_word_embeddings false, then it
+    must); weights outside these (and `unused`, and a next-sentence head: NSP) are refused by
+    name. info adds task
+    "fill-mask", no labels: the logits are over the tokenizer's vocabulary."""
+    tied = raw.get("tie_word_embeddings", True) and DECODER not in state
+    own_bias = DECODER_BIAS in state  # then transformers' logits use it, not cls.predictions.bias
+    head_keys = MLM_KEYS | {"head.decoder.weight": keys["embeddings.tokens.weight"] if tied else DECODER,
+                            "head.decoder.bias": DECODER_BIAS if own_bias else MLM_BIAS}
+    head = MaskedLMHead(cfg.d_model, cfg.vocab_size, cfg.activation, cfg.layer_norm_eps)
+    model = with_head(path, state, cfg, keys, head, head_keys, set(unused) | NSP | ({MLM_BIAS} if own_bias else set()),
+                      name, transforms)
+    return model, {"family": family, "architecture": "encoder", "task": "fill-mask"}
+
+
 TAGS = TaskHead("token taggers", tagger)
 ANSWERS = TaskHead("extractive question answering", answerer)
+FILLS = TaskHead("masked language models, fill-mask", masked_lm)
 
 
 def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, str], head: nn.Module,
@@ -212,7 +246,7 @@ def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, s
 
 # The heads BERT's importer reads, by the class config.json's `architectures` names.
 HEADS = {"BertForSequenceClassification": classifies(), "BertForTokenClassification": TAGS,
-         "BertForQuestionAnswering": ANSWERS}
+         "BertForQuestionAnswering": ANSWERS, "BertForMaskedLM": FILLS}
 
 
 def load(path: Path):

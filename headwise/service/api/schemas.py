@@ -185,6 +185,7 @@ class ModelCard(BaseModel):
     architecture: str
     task: Task
     labels: list[str] | None = Field(None, description="a classification model's labels, in logit order")
+    mask_token: str | None = Field(None, description="a fill-mask model's mask token, which its inputs carry")
     n_layers: int
     n_encoder_layers: int | None = Field(None, description="an encoder-decoder's encoder layers (generative models)")
     n_heads: int

@@ -1,9 +1,10 @@
-"""A BERT checkpoint with a task head headwise does not know (a masked-LM or multiple-choice
-head, or classifier weights that config.json does not declare) is refused with a clear error
-instead of being served as an embedding model without its head; so is the question-answering head
-of a family whose importer does not read one (Qwen3's). BertForSequenceClassification, BertForTokenClassification and
-BertForQuestionAnswering are imported with their heads (test_classifier_parity.py,
-test_token_classifier_parity.py, test_qa_parity.py)."""
+"""A BERT checkpoint with a task head headwise does not know (a pre-training head: masked LM and
+next sentence, or a multiple-choice head, or classifier weights that config.json does not
+declare) is refused with a clear error instead of being served as an embedding model without its
+head; so is the question-answering head of a family whose importer does not read one (Qwen3's).
+BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering and
+BertForMaskedLM are imported with their heads (test_classifier_parity.py,
+test_token_classifier_parity.py, test_qa_parity.py, test_fill_mask_parity.py)."""
 
 import json
 
@@ -28,7 +29,7 @@ def tiny_config(**kw):
                       intermediate_size=64, max_position_embeddings=64, **kw)
 
 
-@pytest.mark.parametrize("cls,labels", [("BertForMaskedLM", None), ("BertForMultipleChoice", None)])
+@pytest.mark.parametrize("cls,labels", [("BertForPreTraining", None), ("BertForMultipleChoice", None)])
 def test_a_task_head_is_refused_naming_it(tmp_path, cls, labels):
     import transformers
 

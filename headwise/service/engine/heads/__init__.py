@@ -17,6 +17,7 @@ import numpy as np
 from headwise.service.engine.heads.embedding import EmbeddingHead
 from headwise.service.engine.heads.extractive import SpanHead
 from headwise.service.engine.heads.logits import LogitsHead
+from headwise.service.engine.heads.masked import MaskHead
 from headwise.service.engine.heads.tokens import TokenHead
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import Capability
@@ -62,6 +63,7 @@ HEADS: dict[str, type[Head]] = {
     "classification": LogitsHead,
     "token-classification": TokenHead,
     "question-answering": SpanHead,
+    "fill-mask": MaskHead,
 }
 
 
@@ -85,4 +87,4 @@ def head_for(package: ModelPackage, tokenizer: TextTokenizer) -> Head:
     return HEADS[package.task](package, tokenizer)
 
 
-__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "SpanHead", "TokenHead", "check_package", "head_for"]
+__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "MaskHead", "SpanHead", "TokenHead", "check_package", "head_for"]
