@@ -8,6 +8,9 @@
   family's pair template (`<s> q </s></s> c </s>`, `[CLS] q [SEP] c [SEP]`) and its lack of
   segment ids reach the span choice intact, /v1/answer's spans equal transformers' model and
   its span choice (tests/fixtures/qa.reference), in one batch;
+- fill-mask from tiny random XLMRobertaForMaskedLM (`<mask>`, `lm_head`) and DistilBertForMaskedLM
+  (`[MASK]`, `vocab_projector`) checkpoints: /v1/fill_mask's fills equal transformers' fill-mask
+  pipeline's;
 - DistilBertForSequenceClassification (distilbert-base-uncased-finetuned-sst-2-english's class,
   transformers' default sentiment classifier): /v1/predict's scores are the softmax of
   transformers' logits, under config.json's labels."""
@@ -44,6 +47,10 @@ def heads(tmp_path_factory):
     build_package(ckpt, root / "models", "sentiment", progress=lambda m: None, quality=False)
     refs["sentiment"] = (AutoTokenizer.from_pretrained(str(ckpt), model_input_names=["input_ids", "attention_mask"]),
                          model.eval())
+    for family in ("xlm-roberta", "distilbert"):  # <mask> and [MASK], lm_head and vocab_projector
+        ckpt, model = fam.make_headed(root / f"mlm-{family}", family, "ForMaskedLM", {}, 0)
+        build_package(ckpt, root / "models", f"mlm-{family}", progress=lambda m: None, quality=False)
+        refs[f"mlm-{family}"] = (AutoTokenizer.from_pretrained(str(ckpt)), model.eval())
     return root / "models", refs
 
 
@@ -81,3 +88,23 @@ def test_distilbert_sentiment_scores_equal_transformers(srv, heads):
         got = {p["label"]: p["score"] for p in preds}
         assert set(got) == {"NEGATIVE", "POSITIVE"}
         np.testing.assert_allclose([got["NEGATIVE"], got["POSITIVE"]], row, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["xlm-roberta", "distilbert"])
+def test_fills_equal_the_fill_mask_pipeline(srv, heads, family):
+    from transformers import FillMaskPipeline
+
+    tok, model = heads[1][f"mlm-{family}"]
+    pipe = FillMaskPipeline(model=model, tokenizer=tok)
+    texts = [f"the cat sat on the {tok.mask_token}.", f"{tok.mask_token} dog and {tok.mask_token} cat"]
+    card = srv.get(f"/v1/models/mlm-{family}").json()
+    assert (card["task"], card["mask_token"]) == ("fill-mask", tok.mask_token)
+    r = srv.post("/v1/fill_mask", {"model": f"mlm-{family}", "inputs": texts, "top_k": 3})
+    assert r.status_code == 200, r.text
+    for text, item in zip(texts, r.json()["data"], strict=True):
+        want = pipe(text, top_k=3)
+        want = [want] if isinstance(want[0], dict) else want
+        for mask, theirs in zip(item["masks"], want, strict=True):
+            assert [(f["token"], f["token_str"], f["sequence"]) for f in mask["fills"]] == [
+                (w["token"], w["token_str"], w["sequence"]) for w in theirs]
+            np.testing.assert_allclose([f["score"] for f in mask["fills"]], [w["score"] for w in theirs], rtol=1e-3)

@@ -191,42 +191,63 @@ def answerer(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: d
     return model, {"family": family, "architecture": "encoder", "task": "question-answering", "labels": SPAN_LABELS}
 
 
+@dataclass(frozen=True)
+class MaskedLMNames:
+    """Where a family's masked-LM head keeps its weights: the transform's dense layer and
+    LayerNorm, the decoder, and the bias the decoder's is tied to (None: the decoder's own);
+    `activation` the transform's (None: the encoder's, config.json's)."""
+
+    dense: str
+    norm: str
+    decoder: str
+    bias: str | None
+    activation: str | None = None
+
+
 # Masked language models (Devlin et al. 2019, "BERT", §3.1, "Masked LM"): transformers'
 # BertLMPredictionHead, `cls.predictions`. Its decoder's weight is tied to the word embeddings
 # and its bias to `cls.predictions.bias`: save_pretrained writes neither decoder tensor. A
 # checkpoint that has its own (torch.save by older transformers; tie_word_embeddings false)
 # has them read, as transformers reads them.
-MLM_KEYS = {"head.dense.weight": "cls.predictions.transform.dense.weight",
-            "head.dense.bias": "cls.predictions.transform.dense.bias",
-            "head.norm.weight": "cls.predictions.transform.LayerNorm.weight",
-            "head.norm.bias": "cls.predictions.transform.LayerNorm.bias"}
-DECODER, DECODER_BIAS, MLM_BIAS = "cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "cls.predictions.bias"
+BERT_MLM = MaskedLMNames("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                         "cls.predictions.decoder", "cls.predictions.bias")
+# RoBERTa's, XLM-RoBERTa's and MPNet's `lm_head`: the same, its activation GELU whatever the encoder's
+LM_HEAD = MaskedLMNames("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head.bias", "gelu")
 # BERT's next-sentence head, which checkpoints saved from pre-training keep beside the masked-LM
 # head (bert-base-uncased's): transformers' BertForMaskedLM leaves it unused, and so does headwise.
 NSP = {"cls.seq_relationship.weight", "cls.seq_relationship.bias"}
 
 
 def masked_lm(path: Path, raw: dict, state: dict, cfg: TransformerConfig, keys: dict[str, str],
-              unused: frozenset | set, name: str, family: str, transforms: dict | None = None) -> tuple[EncoderModel, dict]:
+              unused: frozenset | set, name: str, family: str, transforms: dict | None = None,
+              names: MaskedLMNames = BERT_MLM) -> tuple[EncoderModel, dict]:
     """A `name` (…ForMaskedLM: fill-mask) checkpoint of an encoder family whose base model maps
-    by `keys`: an EncoderModel with a MaskedLMHead (MLM_KEYS; the decoder's weight the word
-    embeddings' unless the checkpoint has its own, or says tie_word_embeddings false, then it
-    must); weights outside these (and `unused`, and a next-sentence head: NSP) are refused by
-    name. info adds task
-    "fill-mask", no labels: the logits are over the tokenizer's vocabulary."""
-    tied = raw.get("tie_word_embeddings", True) and DECODER not in state
-    own_bias = DECODER_BIAS in state  # then transformers' logits use it, not cls.predictions.bias
-    head_keys = MLM_KEYS | {"head.decoder.weight": keys["embeddings.tokens.weight"] if tied else DECODER,
-                            "head.decoder.bias": DECODER_BIAS if own_bias else MLM_BIAS}
-    head = MaskedLMHead(cfg.d_model, cfg.vocab_size, cfg.activation, cfg.layer_norm_eps)
-    model = with_head(path, state, cfg, keys, head, head_keys, set(unused) | NSP | ({MLM_BIAS} if own_bias else set()),
-                      name, transforms)
+    by `keys` and whose head is where `names` says: an EncoderModel with a MaskedLMHead (the
+    decoder's weight the word embeddings' unless the checkpoint has its own, or says
+    tie_word_embeddings false, then it must); weights outside these (and `unused`, and a
+    next-sentence head: NSP) are refused by name. info adds task "fill-mask", no labels: the
+    logits are over the tokenizer's vocabulary."""
+    decoder, decoder_bias = f"{names.decoder}.weight", f"{names.decoder}.bias"
+    tied = raw.get("tie_word_embeddings", True) and decoder not in state
+    own_bias = names.bias is None or decoder_bias in state  # then transformers' logits use the decoder's
+    head_keys = {"head.dense.weight": f"{names.dense}.weight", "head.dense.bias": f"{names.dense}.bias",
+                 "head.norm.weight": f"{names.norm}.weight", "head.norm.bias": f"{names.norm}.bias",
+                 "head.decoder.weight": keys["embeddings.tokens.weight"] if tied else decoder,
+                 "head.decoder.bias": decoder_bias if own_bias else names.bias}
+    head = MaskedLMHead(cfg.d_model, cfg.vocab_size, names.activation or cfg.activation, cfg.layer_norm_eps)
+    unused = set(unused) | NSP | ({names.bias} if own_bias and names.bias else set())
+    model = with_head(path, state, cfg, keys, head, head_keys, unused, name, transforms)
     return model, {"family": family, "architecture": "encoder", "task": "fill-mask"}
+
+
+def fills(names: MaskedLMNames = BERT_MLM) -> TaskHead:
+    """…ForMaskedLM (fill-mask) whose head is where `names` says."""
+    return TaskHead("masked language models, fill-mask", partial(masked_lm, names=names))
 
 
 TAGS = TaskHead("token taggers", tagger)
 ANSWERS = TaskHead("extractive question answering", answerer)
-FILLS = TaskHead("masked language models, fill-mask", masked_lm)
+FILLS = fills()
 
 
 def with_head(path: Path, state: dict, cfg: TransformerConfig, keys: dict[str, str], head: nn.Module,

@@ -9,7 +9,8 @@ answerers), whose head is BERT's too: `qa_outputs` on every token.
 DistilBertForSequenceClassification (distilbert-base-uncased-finetuned-sst-2-english, the
 sentiment classifier transformers' text-classification pipeline picks by default) is BERT's
 classification head with ReLU for tanh: `pre_classifier` + ReLU + `classifier` on the [CLS]
-token.
+token. DistilBertForMaskedLM (distilbert-base-uncased) has BERT's masked-LM head under other
+names (`vocab_transform`, `vocab_layer_norm`, `vocab_projector`).
 """
 
 from __future__ import annotations
@@ -48,9 +49,12 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
     return m
 
 
+# DistilBertForMaskedLM's head: BERT's under other names, the projector's bias its own
+MLM = bert.MaskedLMNames("vocab_transform", "vocab_layer_norm", "vocab_projector", None)
 # The heads DistilBERT's importer reads, by the class config.json's `architectures` names.
 HEADS = {"DistilBertForSequenceClassification": bert.classifies(HEAD_KEYS, "relu"),
-         "DistilBertForTokenClassification": bert.TAGS, "DistilBertForQuestionAnswering": bert.ANSWERS}
+         "DistilBertForTokenClassification": bert.TAGS, "DistilBertForQuestionAnswering": bert.ANSWERS,
+         "DistilBertForMaskedLM": bert.fills(MLM)}
 
 
 def load(path: Path):

@@ -6,7 +6,8 @@ from 32 buckets up to a distance of 128 as transformers' MPNetEncoder does.
 The sequence-classification head (MPNetForSequenceClassification) is RoBERTa's: dense + tanh
 + out_proj on the first token. The token-classification head (MPNetForTokenClassification:
 NER taggers) is BERT's `classifier` on every token, and the question-answering head
-(MPNetForQuestionAnswering) BERT's `qa_outputs`.
+(MPNetForQuestionAnswering) BERT's `qa_outputs`; the masked-LM head (MPNetForMaskedLM) is
+RoBERTa's `lm_head`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def key_map(cfg: TransformerConfig) -> dict[str, str]:
 # The heads MPNet's importer reads, by the class config.json's `architectures` names: the
 # classifier is RoBERTa's (dense + tanh + out_proj), the token and span heads BERT's.
 HEADS = {"MPNetForSequenceClassification": bert.classifies(roberta.HEAD_KEYS),
-         "MPNetForTokenClassification": bert.TAGS, "MPNetForQuestionAnswering": bert.ANSWERS}
+         "MPNetForTokenClassification": bert.TAGS, "MPNetForQuestionAnswering": bert.ANSWERS,
+         "MPNetForMaskedLM": bert.fills(bert.LM_HEAD)}
 
 
 def load(path: Path):

@@ -13,7 +13,9 @@ cross-encoders) is dense + tanh + out_proj on the <s> token, BERT's pooler and c
 under other names. The token-classification head (RobertaForTokenClassification,
 XLMRobertaForTokenClassification: NER taggers) is BERT's: `classifier` on every token; so is
 the question-answering head (RobertaForQuestionAnswering, XLMRobertaForQuestionAnswering:
-deepset's SQuAD 2.0 answerers), `qa_outputs` on every token.
+deepset's SQuAD 2.0 answerers), `qa_outputs` on every token; the masked-LM head
+(RobertaForMaskedLM, XLMRobertaForMaskedLM: roberta-base, xlm-roberta-base) is `lm_head`,
+BERT's with GELU.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def config_from_hf(raw: dict) -> TransformerConfig:
 
 # The heads each family's importer reads, by the class config.json's `architectures` names.
 HEADS = {family: {f"{cls}ForSequenceClassification": bert.classifies(HEAD_KEYS),
-                  f"{cls}ForTokenClassification": bert.TAGS, f"{cls}ForQuestionAnswering": bert.ANSWERS}
+                  f"{cls}ForTokenClassification": bert.TAGS, f"{cls}ForQuestionAnswering": bert.ANSWERS,
+                  f"{cls}ForMaskedLM": bert.fills(bert.LM_HEAD)}
          for family, cls in (("roberta", "Roberta"), ("xlm-roberta", "XLMRoberta"))}
 
 

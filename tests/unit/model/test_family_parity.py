@@ -81,14 +81,14 @@ def test_a_modernbert_classifier_with_a_dense_bias_scores_like_transformers(tmp_
 
 
 def test_a_roberta_task_head_headwise_does_not_know_is_refused(tmp_path):
-    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
+    from transformers import XLMRobertaConfig, XLMRobertaForMultipleChoice
 
     from headwise.model.importers import CheckpointError
 
     fam.bpe_tokenizer(tmp_path, fam.ROBERTA_SPECIALS, fam.ROBERTA_TEMPLATE)
-    XLMRobertaForMaskedLM(XLMRobertaConfig(vocab_size=90, **fam.tiny_sizes(), max_position_embeddings=66)
+    XLMRobertaForMultipleChoice(XLMRobertaConfig(vocab_size=90, **fam.tiny_sizes(), max_position_embeddings=66)
                           ).save_pretrained(str(tmp_path))
-    with pytest.raises(CheckpointError, match=r"task head \(architectures \['XLMRobertaForMaskedLM'\]"):
+    with pytest.raises(CheckpointError, match=r"task head \(architectures \['XLMRobertaForMultipleChoice'\]"):
         load_checkpoint(tmp_path)
 
 
@@ -103,13 +103,13 @@ def test_roberta_reads_no_segment_ids(tmp_path):
 
 
 def test_a_distilbert_task_head_headwise_does_not_know_is_refused(tmp_path):
-    from transformers import DistilBertConfig, DistilBertForMaskedLM
+    from transformers import DistilBertConfig, DistilBertForMultipleChoice
 
     from headwise.model.importers import CheckpointError
 
     fam.bpe_tokenizer(tmp_path, fam.BERT_SPECIALS, fam.BERT_TEMPLATE)
-    DistilBertForMaskedLM(DistilBertConfig(vocab_size=90, dim=32, n_heads=4, n_layers=1,
+    DistilBertForMultipleChoice(DistilBertConfig(vocab_size=90, dim=32, n_heads=4, n_layers=1,
                                            hidden_dim=64)).save_pretrained(str(tmp_path))
-    with pytest.raises(CheckpointError, match=r"DistilBertForMaskedLM.*headwise would drop.*"
+    with pytest.raises(CheckpointError, match=r"DistilBertForMultipleChoice.*headwise would drop.*"
                                               r"DistilBertForSequenceClassification \(cross-encoders"):
         load_checkpoint(tmp_path)

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from headwise.export.package import kind_of_checkpoint
 from headwise.model.importers import CheckpointError, load_checkpoint
 from headwise.model.sentence import load_encoder_model, load_sentence_model
+from tests.fixtures import families as fam
 from tests.fixtures.tiny import make_tiny_bert_mlm
 
 TEXTS = ["paris is the [MASK] of france.", "[MASK]", "the quick brown [MASK] jumps over the lazy [MASK]", "",
@@ -121,3 +122,24 @@ def test_mlm_weights_without_architectures_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"unused weights: cls\.predictions\.bias, "
                                               r"cls\.predictions\.transform\.LayerNorm\.bias"):
         load_checkpoint(tmp_path / "mlm")
+
+
+@pytest.mark.parametrize("family", fam.MASKED_LM_FAMILIES)
+def test_family_masked_lms_equal_transformers(tmp_path, family):
+    """RoBERTa's, XLM-RoBERTa's and MPNet's `lm_head` (GELU whatever the encoder's), DistilBERT's
+    `vocab_transform`/`vocab_layer_norm`/`vocab_projector`: logits within 1e-5 at every real token,
+    the mask read as one token."""
+    ckpt, ref = fam.make_headed(tmp_path / "mlm", family, "ForMaskedLM", {})
+    assert kind_of_checkpoint(ckpt).task == "fill-mask"
+    loaded = load_encoder_model(ckpt)
+    assert (loaded.task, loaded.family) == ("fill-mask", family)
+    mask = "[MASK]" if family == "distilbert" else "<mask>"
+    texts = [t.replace("[MASK]", mask) for t in TEXTS]
+    b = loaded.tokenizer(texts)
+    with torch.no_grad():
+        ours = loaded.model(b.input_ids, b.attention_mask, b.token_type_ids).token_logits
+        theirs = ref(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+    mask_id = loaded.tokenizer([mask]).input_ids[0, 1]  # <s> mask </s>: the mask read as one token
+    assert (b.input_ids == mask_id).sum() >= 4
+    real = b.attention_mask.bool()
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=0)
