@@ -13,16 +13,25 @@ onnxruntime, FastAPI or torch being used."""
 from headwise.client.arrays import decode_array
 from headwise.client.client import AsyncClient, Client
 from headwise.client.errors import HeadwiseError
-from headwise.client.types import (
+from headwise.client.heads import (
     Answer,
     AnswerItem,
     AnswerResult,
+    Entity,
+    Fill,
+    FillItem,
+    FillMaskResult,
+    Mask,
+    TaggedText,
+    TaggedToken,
+    TagResult,
+)
+from headwise.client.types import (
     Attention,
     AttentionBlock,
     AttentionOptions,
     EmbedItem,
     EmbedResult,
-    Entity,
     GenerateAttention,
     GenerateHidden,
     GenerateResult,
@@ -41,9 +50,6 @@ from headwise.client.types import (
     RerankResult,
     SimilarityItem,
     SimilarityResult,
-    TaggedText,
-    TaggedToken,
-    TagResult,
     TokenizeItem,
     TokenizeResult,
     TokenPair,
@@ -53,8 +59,8 @@ from headwise.client.types import (
 
 __all__ = [
     "Answer", "AnswerItem", "AnswerResult", "AsyncClient", "Attention", "AttentionBlock", "AttentionOptions", "Client", "EmbedItem", "EmbedResult", "Entity",
-    "GenerateAttention", "GenerateHidden", "GenerateResult", "GenerateStep", "GenerateToken", "HeadImportanceResult", "HeadwiseError",
-    "HiddenState", "HiddenStatesOptions", "Label", "ModelInfo", "OcclusionResult", "OcclusionUnit", "PredictResult", "RerankAttention",
+    "Fill", "FillItem", "FillMaskResult", "GenerateAttention", "GenerateHidden", "GenerateResult", "GenerateStep", "GenerateToken", "HeadImportanceResult", "HeadwiseError",
+    "HiddenState", "HiddenStatesOptions", "Label", "Mask", "ModelInfo", "OcclusionResult", "OcclusionUnit", "PredictResult", "RerankAttention",
     "RerankItem", "RerankResult", "SimilarityItem", "SimilarityResult", "TagResult", "TaggedText", "TaggedToken", "TokenPair", "TokenizeItem", "TokenizeResult",
     "Tokens", "Usage", "decode_array",
 ]

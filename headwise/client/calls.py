@@ -10,8 +10,12 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 from headwise.client import parse
-from headwise.client.types import (
+from headwise.client.heads import (
     AnswerResult,
+    FillMaskResult,
+    TagResult,
+)
+from headwise.client.types import (
     AttentionOptions,
     EmbedResult,
     GenerateResult,
@@ -22,7 +26,6 @@ from headwise.client.types import (
     PredictResult,
     RerankResult,
     SimilarityResult,
-    TagResult,
     TokenizeResult,
 )
 
@@ -159,6 +162,17 @@ def answer(question: str | Sequence[str], context: str | Sequence[str], *, model
         {"model": model, "inputs": inputs, "top_k": top_k, "max_answer_len": max_answer_len,
          "handle_impossible_answer": handle_impossible_answer, "align_to_words": align_to_words,
          "truncate": truncate, "attention": attention}, extra), parse.answer)
+
+
+def fill_mask(inputs: str | Sequence[str], *, model: str | None = None, top_k: int = 5,
+              targets: str | Sequence[str] | None = None, truncate: bool = True,
+              attention: AttentionOptions | Mapping[str, Any] | None = None, **extra: Any) -> Call[FillMaskResult]:
+    """POST /v1/fill_mask with a masked language model: per input, at each of its mask tokens
+    (the model card's `mask_token`) the likeliest `top_k` tokens, among `targets` if given."""
+    return Call("POST", "/v1/fill_mask", _body(
+        {"model": model, "inputs": inputs if isinstance(inputs, str) else list(inputs), "top_k": top_k,
+         "targets": targets if targets is None or isinstance(targets, str) else list(targets),
+         "truncate": truncate, "attention": attention}, extra), parse.fill_mask)
 
 
 def _generate_body(prompt: str | None, source: str | None, model: str | None, max_new_tokens: int | None,

@@ -11,14 +11,23 @@ import numpy as np
 
 from headwise.client.arrays import decode_array, decode_block, decode_hidden_states
 from headwise.client.errors import HeadwiseError, error_from_body, error_from_response
-from headwise.client.types import (
+from headwise.client.heads import (
     Answer,
     AnswerItem,
     AnswerResult,
+    Entity,
+    Fill,
+    FillItem,
+    FillMaskResult,
+    Mask,
+    TaggedText,
+    TaggedToken,
+    TagResult,
+)
+from headwise.client.types import (
     Attention,
     EmbedItem,
     EmbedResult,
-    Entity,
     GenerateAttention,
     GenerateHidden,
     GenerateResult,
@@ -35,9 +44,6 @@ from headwise.client.types import (
     RerankResult,
     SimilarityItem,
     SimilarityResult,
-    TaggedText,
-    TaggedToken,
-    TagResult,
     TokenizeItem,
     TokenizeResult,
     TokenPair,
@@ -164,6 +170,15 @@ def answer(d: Mapping[str, Any]) -> AnswerResult:
                         attention(x["attention"]) if x.get("attention") is not None else None)
              for i, x in enumerate(d["data"])]
     return AnswerResult(d["model"], items, _usage(d.get("usage")), raw=dict(d))
+
+
+def fill_mask(d: Mapping[str, Any]) -> FillMaskResult:
+    items = [FillItem(x.get("index", i),
+                      [Mask(m["position"], [Fill(float(f["score"]), f["token"], f["token_str"], f["sequence"])
+                                            for f in m["fills"]]) for m in x["masks"]],
+                      attention(x["attention"]) if x.get("attention") is not None else None)
+             for i, x in enumerate(d["data"])]
+    return FillMaskResult(d["model"], items, _usage(d.get("usage")), raw=dict(d))
 
 
 def _step(s: Mapping[str, Any], dtype: str, encoding: str) -> GenerateStep:

@@ -184,9 +184,10 @@ DOCS = ["a dog", "the cat sat on the mat", "where is the cat? on the mat", ""]
 
 @pytest.fixture(scope="module")
 def zoo(start_server, classifier_packages, tagger_package, qa_package, default_package, tmp_path_factory):
-    """The tiny cross-encoder, classifier, tagger and answerer beside a tiny GPT-2 and MiniLM,
-    in one server."""
+    """The tiny cross-encoder, classifier, tagger, answerer and masked LM beside a tiny GPT-2 and
+    MiniLM, in one server."""
     from headwise.export.package import build_package
+    from tests.fixtures.tiny import make_fill_mask_package
     from tests.fixtures.tiny_generative import make_tiny_gpt2
 
     models = tmp_path_factory.mktemp("client-models")
@@ -195,6 +196,8 @@ def zoo(start_server, classifier_packages, tagger_package, qa_package, default_p
     (models / DEFAULT_NAME).symlink_to(default_package, target_is_directory=True)
     for name, packages in (("tiny-tagger", tagger_package), ("tiny-qa", qa_package)):
         (models / name).symlink_to(packages["models"] / name, target_is_directory=True)
+    mlm = make_fill_mask_package(tmp_path_factory.mktemp("client-mlm"))
+    (models / "tiny-mlm").symlink_to(mlm["models"] / "tiny-mlm", target_is_directory=True)
     ckpt = make_tiny_gpt2(tmp_path_factory.mktemp("client-gpt2") / "gpt2", n_layers=2, n_heads=2, d_model=32)
     build_package(ckpt, models, "tiny-gpt2", progress=lambda m: None)
     srv = start_server(models=models)
@@ -268,6 +271,25 @@ def test_answer(zoo):
     assert e.value.status == 422 and "truncate" in str(e.value)
 
 
+def test_fill_mask(zoo):
+    srv, c = zoo
+    texts = ["the cat sat on the [MASK].", "[MASK] dog and [MASK] cat"]
+    want = ok(srv.post("/v1/fill_mask", {"model": "tiny-mlm", "inputs": texts, "top_k": 3, "targets": ["cat", "dog"],
+                                         "attention": {"layers": [0]}}))
+    res = c.fill_mask(texts, model="tiny-mlm", top_k=3, targets=["cat", "dog"],
+                      attention={"layers": [0], "encoding": "base64"})
+    for got, item in zip(res.data, want["data"], strict=True):
+        assert [(m.position, [(f.score, f.token, f.token_str, f.sequence) for f in m.fills]) for m in got.masks] == [
+            (m["position"], [(f["score"], f["token"], f["token_str"], f["sequence"]) for f in m["fills"]])
+            for m in item["masks"]]
+        assert np.allclose(got.attention.values, np.asarray(item["attention"]["data"], dtype=np.float32))
+    one = c.fill_mask("the [MASK]", model="tiny-mlm", targets="cat")
+    assert [f.token_str for f in one.data[0].masks[0].fills] == ["cat"]
+    with pytest.raises(HeadwiseError) as e:
+        c.fill_mask("no mask", model="tiny-mlm")
+    assert e.value.status == 422 and "[MASK]" in str(e.value)
+
+
 def test_generate_and_its_stream(zoo):
     srv, c = zoo
     body = {"model": "tiny-gpt2", "prompt": "the quick brown fox", "max_new_tokens": 5, "seed": 3}
@@ -315,7 +337,8 @@ def test_generate_and_its_stream(zoo):
 
 # The docs' model names → the test servers' (the tiny cross-encoder and GPT-2 stand in)
 DOC_MODELS = {'"ms-marco-minilm"': '"tiny-reranker"', '"gpt2"': '"tiny-gpt2"', '"bert-base-ner"': '"tiny-tagger"',
-              '"bert-squad"': '"tiny-qa"'}
+              '"bert-squad"': '"tiny-qa"',
+              '"bert-base-uncased"': '"tiny-mlm"'}
 DOC_URL = "http://127.0.0.1:8000"
 
 
@@ -364,4 +387,4 @@ def test_every_python_example_of_the_client_docs_runs_against_a_real_server(serv
                 assert got == shown.strip(), f"{section}: {last} is {got}, the docs show {shown.strip()}"
         ran.append(section)
     assert {"Occlusion", "Async", "Generate", "Errors", "Hidden states and removed heads", "Tag (NER, PII)",
-            "Answer (extractive question answering)"} <= set(ran)
+            "Answer (extractive question answering)", "Fill mask"} <= set(ran)
