@@ -88,9 +88,11 @@ def test_bad_requests_are_4xx(classifiers, body, status, words):
     assert words in r.json()["error"]["message"]
 
 
-def test_a_pair_on_an_embedding_model_and_too_many_rows(server, start_server, default_package):
+def test_a_pair_or_a_long_text_on_an_embedding_model_and_too_many_rows(server, start_server, default_package):
     r = server.post("/v1/head_importance", {"input": [QUERY, DOC]})
     assert r.status_code == 422 and "cross-encoder" in r.json()["error"]["message"]
+    r = server.post("/v1/head_importance", {"input": "the cat " * 400, "truncate": False})
+    assert r.status_code == 422 and r.json()["error"]["message"].startswith("input[0] has"), r.text
     small = start_server(default_package, env={"HEADWISE_MAX_CLIENT_BATCH": "64"})
     r = small.post("/v1/head_importance", {"input": TEXT})
     assert r.status_code == 413 and "73 forward passes" in r.json()["error"]["message"]

@@ -183,7 +183,7 @@ class Engine:
             raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
 
     async def _encode(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
-                      whole: bool = False) -> list[Encoded]:
+                      whole: bool = False, field: str = "inputs") -> list[Encoded]:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         if whole:
@@ -191,7 +191,7 @@ class Engine:
                 _ = rt.tokenizer.special_ids  # TEI's /tokenize reads it next, on the loop: built here, once
                 return rt.tokenizer.encode_unchecked(texts, False, special_tokens)
         else:
-            work = partial(rt.tokenizer.encode, texts, truncate, special_tokens)
+            work = partial(rt.tokenizer.encode, texts, truncate, special_tokens, field)
         encs = await loop.run_in_executor(self._tok_pool, work)
         self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
         return encs
@@ -319,7 +319,7 @@ class Engine:
             if not isinstance(item, str):
                 raise Validation(f"{FIELD}: a pair needs a cross-encoder; {rt.name!r} is an embedding model",
                                  field="input")
-            encs = await self._encode(rt, [item], truncate)
+            encs = await self._encode(rt, [item], truncate, field="input")
             params: RequestParams = EmbedParams(sentence=True, normalize=True)
         else:
             Capability.EMBED.of(rt, "head importance", also=(Capability.RERANK,), field="model")

@@ -243,10 +243,11 @@ class TextTokenizer:
         return [Encoded(np.asarray(s, dtype=np.int64), np.zeros(len(s), dtype=np.int64),
                         [tok.id_to_token(i) or "" for i in s], [(0, 0)] * len(s)) for s in seqs]
 
-    def encode(self, texts: list[str], truncate: bool = True, special_tokens: bool = True) -> list[Encoded]:
-        """Batch-encode; with truncate=False an input over max_len raises Validation (422)."""
+    def encode(self, texts: list[str], truncate: bool = True, special_tokens: bool = True,
+               field: str = "inputs") -> list[Encoded]:
+        """Batch-encode; with truncate=False an input over max_len raises Validation (422) naming `field`[i]."""
         encs = self.encode_unchecked(texts, truncate, special_tokens)
-        self.check(encs)
+        self.check(encs, field)
         return encs
 
     @cached_property
