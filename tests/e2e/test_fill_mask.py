@@ -1,8 +1,9 @@
 """Fill-mask end to end: a real `headwise serve` (in process, and with the engine in its own
 process) on a tiny random BertForMaskedLM package, answers compared with transformers' fill-mask
 pipeline on the same checkpoint: one mask and several, targets, a batch whose texts differ in
-length, per-head attention and removed heads; a text without its mask, and an embedding model
-asked to fill, are refused in the native shape."""
+length, per-head attention and removed heads, and huggingface_hub's InferenceClient.fill_mask on
+TEI's POST /; a text without its mask, and an embedding model asked to fill, are refused in the
+native shape."""
 
 from __future__ import annotations
 
@@ -112,3 +113,24 @@ def test_another_kind_is_refused_with_the_one_message(start_server):
     r = srv.post("/v1/fill_mask", {"inputs": "the [MASK]"})
     assert r.status_code == 422, r.text
     assert "/v1/fill_mask serves masked language models" in r.json()["error"]["message"]
+
+
+def test_huggingface_hub_fill_mask_reads_the_pipelines_shape(srv, pipe):
+    """TEI's POST / on a masked language model: transformers' fill-mask pipeline's answer, as
+    huggingface_hub's InferenceClient.fill_mask reads it (Hugging Face Inference Endpoints'
+    shape); several masks answer the pipeline's list of lists."""
+    from huggingface_hub import InferenceClient
+    from huggingface_hub.errors import HfHubHTTPError
+
+    hub = InferenceClient(model=srv.url, timeout=120)
+    for kw in ({}, {"top_k": 2, "targets": ["cat", "dog", "mat"]}):
+        got = hub.fill_mask(TEXTS[0], **kw)
+        want = pipe(TEXTS[0], **kw)
+        assert [(g.token, g.token_str, g.sequence) for g in got] == [
+            (w["token"], w["token_str"], w["sequence"]) for w in want]
+        np.testing.assert_allclose([g.score for g in got], [w["score"] for w in want], rtol=1e-3, atol=1e-6)
+    r = srv.post("/", {"inputs": TEXTS[3], "parameters": {"top_k": 2}})
+    assert r.status_code == 200, r.text
+    assert [[f["token"] for f in m] for m in r.json()] == [[w["token"] for w in m] for m in pipe(TEXTS[3], top_k=2)]
+    with pytest.raises(HfHubHTTPError, match="no mask token"):
+        hub.fill_mask("no mask here")

@@ -20,11 +20,9 @@ from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, ablati
 from headwise.service.api.sizes import ENVELOPE_BYTES
 from headwise.service.api.writer import Writer
 from headwise.service.engine import Engine
-from headwise.service.engine.heads.masked import FILL, FillParams, target_ids
+from headwise.service.engine.heads.masked import FILL, MAX_TOP_K, FillParams, target_ids
 
 router = APIRouter(tags=["fill_mask"], dependencies=[Depends(require_api_key)])
-
-MAX_TOP_K = 1000  # fills per mask; the answer's size is bounded beside it (HEADWISE_MAX_RESPONSE_BYTES)
 
 
 class FillMaskRequest(BaseModel):

@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from headwise.service.api.body import Json, read_body
-from headwise.service.api.compat import qa_pipeline, tei, token_pipeline
+from headwise.service.api.compat import fill_pipeline, qa_pipeline, tei, token_pipeline
 from headwise.service.api.compat.openapi import inline_schema
 from headwise.service.api.compat.rerank import JinaRerankRequest, JinaRerankResponse, untag
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
@@ -34,6 +34,7 @@ from headwise.service.engine import Capability, Engine, Runtime, matryoshka, pro
 from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.engine import TOKENIZER_THREADS
 from headwise.service.engine.heads.extractive import ANSWER
+from headwise.service.engine.heads.masked import FILL
 from headwise.service.engine.heads.tokens import TagParams
 from headwise.service.engine.params import EmbedParams
 from headwise.service.engine.runtime import R, Tagger
@@ -246,7 +247,7 @@ async def info(request: Request, model: str | None = None, engine: Engine = Depe
 
 ROOT_BODIES = _schemas(tei.EmbedRequest, tei.SimilarityRequest, tei.PredictRequest, tei.RerankRequest,
                        JinaRerankRequest, token_pipeline.TokenClassificationRequest,
-                       qa_pipeline.QuestionAnsweringRequest)
+                       qa_pipeline.QuestionAnsweringRequest, fill_pipeline.FillMaskRequest)
 
 
 @router.post("/", response_model=list | JinaRerankResponse, openapi_extra=ROOT_BODIES, responses=ERRORS)
@@ -258,7 +259,8 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
     {source_sentence, sentences} is /similarity, inputs {question, context} transformers'
     question-answering pipeline; otherwise the model's kind decides: /embed for an embedding model, /predict
     for a classifier or re-ranker, transformers' token-classification pipeline for a tagger
-    (also chosen by its parameters: aggregation_strategy, ignore_labels, stride). The model is the named one, else the default; but text
+    (also chosen by its parameters: aggregation_strategy, ignore_labels, stride), its fill-mask
+    pipeline for a masked language model. The model is the named one, else the default; but text
     inputs with `parameters` (huggingface_hub's text_classification; /embed has no such field)
     go to /predict when a classification model is served."""
     body = await _json_object(request)
@@ -274,6 +276,8 @@ async def root(request: Request, engine: Engine = Depends(get_engine), probe=Dep
     if name is None and "parameters" in body and classifies and not tokens:
         return await predict(request, _parse(tei.PredictRequest, body), engine, probe, started)
     rt = pick(request, engine, name, Capability.TAG if tokens else None, "/")
+    if FILL.declared(rt):
+        return await fill_mask(_parse(fill_pipeline.FillMaskRequest, body), rt, engine, probe)
     if tagger := Capability.TAG.declared(rt):
         return await token_classification(_parse(token_pipeline.TokenClassificationRequest, body), tagger, engine,
                                           probe)
@@ -294,6 +298,13 @@ async def question_answering(request: Request, body: qa_pipeline.QuestionAnsweri
     result = await engine.submit(rt, ANSWER, [(body.inputs.question, body.inputs.context)], qa_pipeline.params(body),
                                  probe)
     return await answer(engine, qa_pipeline.ANSWERS, result, body)
+
+
+async def fill_mask(body: fill_pipeline.FillMaskRequest, rt: Runtime, engine: Engine, probe) -> Response:
+    """POST / on a masked language model: transformers' fill-mask pipeline's answer (Hugging Face
+    Inference Endpoints', huggingface_hub's InferenceClient.fill_mask)."""
+    result = await engine.submit(rt, FILL, [body.inputs], fill_pipeline.params(body, rt.tokenizer), probe)
+    return await answer(engine, fill_pipeline.FILLS, result, body)
 
 
 async def token_classification(body: token_pipeline.TokenClassificationRequest, rt: Tagger, engine: Engine,

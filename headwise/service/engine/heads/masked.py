@@ -28,6 +28,7 @@ from headwise.service.engine.work import Entry, Inputs
 from headwise.service.errors import FIELD, Validation
 from headwise.service.package import ModelPackage, PackageError
 
+MAX_TOP_K = 1000  # fills per mask a request may ask for; the answer's size is bounded beside it
 FILL: Capability[Batched] = Capability(
     "fill", "a masked language model (`*ForMaskedLM`)", "{use}; /v1/fill_mask serves masked language models")
 
