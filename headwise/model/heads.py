@@ -128,12 +128,13 @@ class MaskedLMHead(nn.Module):
     output = "token_logits"
     labels: tuple[str, ...] = ()  # no label names: the logits are over the tokenizer's vocabulary
 
-    def __init__(self, d_model: int, vocab_size: int, activation: str = "gelu", eps: float = 1e-12):
+    def __init__(self, d_model: int, vocab_size: int, activation: str = "gelu", eps: float = 1e-12,
+                 dense_bias: bool = True, norm_bias: bool = True):
         super().__init__()
         self.vocab_size = vocab_size  # the logits' last axis (export.graphs)
-        self.dense = nn.Linear(d_model, d_model)
+        self.dense = nn.Linear(d_model, d_model, bias=dense_bias)  # ModernBERT's: classifier_bias
         self.act = _DENSE_ACTIVATIONS[activation]
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = nn.LayerNorm(d_model, eps=eps, bias=norm_bias)  # ModernBERT's has none
         self.decoder = nn.Linear(d_model, vocab_size)
 
     def forward(self, last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:

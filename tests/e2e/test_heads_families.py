@@ -47,7 +47,7 @@ def heads(tmp_path_factory):
     build_package(ckpt, root / "models", "sentiment", progress=lambda m: None, quality=False)
     refs["sentiment"] = (AutoTokenizer.from_pretrained(str(ckpt), model_input_names=["input_ids", "attention_mask"]),
                          model.eval())
-    for family in ("xlm-roberta", "distilbert"):  # <mask> and [MASK], lm_head and vocab_projector
+    for family in ("xlm-roberta", "distilbert", "modernbert"):  # <mask>, [MASK]; lm_head, vocab_projector, decoder
         ckpt, model = fam.make_headed(root / f"mlm-{family}", family, "ForMaskedLM", {}, 0)
         build_package(ckpt, root / "models", f"mlm-{family}", progress=lambda m: None, quality=False)
         refs[f"mlm-{family}"] = (AutoTokenizer.from_pretrained(str(ckpt)), model.eval())
@@ -90,7 +90,7 @@ def test_distilbert_sentiment_scores_equal_transformers(srv, heads):
         np.testing.assert_allclose([got["NEGATIVE"], got["POSITIVE"]], row, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("family", ["xlm-roberta", "distilbert"])
+@pytest.mark.parametrize("family", ["xlm-roberta", "distilbert", "modernbert"])
 def test_fills_equal_the_fill_mask_pipeline(srv, heads, family):
     from transformers import FillMaskPipeline
 

@@ -11,7 +11,8 @@ The sequence-classification head (ModernBertForSequenceClassification) pools the
 state or the mean (classifier_pooling), then dense + GELU + LayerNorm + classifier (its
 "prediction head"); the token-classification and question-answering heads
 (ModernBertForTokenClassification, ModernBertForQuestionAnswering) put every token's state
-through the same prediction head and classifier.
+through the same prediction head and classifier, and the masked-LM head
+(ModernBertForMaskedLM) through it and onto the vocabulary (`decoder`, tied to the embeddings).
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwise.model.config import TransformerConfig
-from headwise.model.heads import PredictionClassificationHead, PredictionTokenClassificationHead
+from headwise.model.heads import (
+    MaskedLMHead,
+    PredictionClassificationHead,
+    PredictionTokenClassificationHead,
+)
 from headwise.model.importers import bert
 from headwise.model.importers.common import (
     CheckpointError,
@@ -97,7 +102,7 @@ def _head(raw: dict, cfg: TransformerConfig, labels: list[str], cls: type, pooli
                dense_bias=bool(raw.get("classifier_bias")))
 
 
-def head_keys(raw: dict) -> dict[str, str]:
+def head_keys_of(raw: dict) -> dict[str, str]:
     keys = {"head.dense.weight": "head.dense.weight", "head.norm.weight": "head.norm.weight",
             "head.classifier.weight": "classifier.weight", "head.classifier.bias": "classifier.bias"}
     return keys | ({"head.dense.bias": "head.dense.bias"} if raw.get("classifier_bias") else {})
@@ -111,7 +116,7 @@ def classifier(path, raw, state, cfg, keys, unused, name, family, transforms):
         raise CheckpointError(f"unsupported classifier_pooling {pooling!r}")
     labels = bert.labels_of(raw)
     head = _head(raw, cfg, labels, PredictionClassificationHead, pooling)
-    model = bert.with_head(path, state, cfg, keys, head, head_keys(raw), unused, name, transforms)
+    model = bert.with_head(path, state, cfg, keys, head, head_keys_of(raw), unused, name, transforms)
     return model, {"family": family, "architecture": ARCHITECTURE, "task": "classification", "labels": labels}
 
 
@@ -119,7 +124,7 @@ def tagger(path, raw, state, cfg, keys, unused, name, family, transforms):
     """ModernBertForTokenClassification: every token's state through the prediction head."""
     labels = bert.labels_of(raw)
     head = _head(raw, cfg, labels, PredictionTokenClassificationHead)
-    model = bert.with_head(path, state, cfg, keys, head, head_keys(raw), unused, name, transforms)
+    model = bert.with_head(path, state, cfg, keys, head, head_keys_of(raw), unused, name, transforms)
     return model, {"family": family, "architecture": ARCHITECTURE, "task": "token-classification", "labels": labels}
 
 
@@ -127,15 +132,30 @@ def answerer(path, raw, state, cfg, keys, unused, name, family, transforms):
     """ModernBertForQuestionAnswering: the tagger's head with the labels start and end (its
     linear map is named `classifier`, not BERT's `qa_outputs`)."""
     head = _head(raw, cfg, bert.SPAN_LABELS, PredictionTokenClassificationHead)
-    model = bert.with_head(path, state, cfg, keys, head, head_keys(raw), unused, name, transforms)
+    model = bert.with_head(path, state, cfg, keys, head, head_keys_of(raw), unused, name, transforms)
     return model, {"family": family, "architecture": ARCHITECTURE, "task": "question-answering",
                    "labels": bert.SPAN_LABELS}
+
+
+def masked_lm(path, raw, state, cfg, keys, unused, name, family, transforms):
+    """ModernBertForMaskedLM: every token's state through the prediction head, then `decoder`
+    onto the vocabulary (its weight the word embeddings', tied; its bias with decoder_bias)."""
+    bias = raw.get("decoder_bias", True)
+    head = MaskedLMHead(cfg.d_model, cfg.vocab_size, raw.get("classifier_activation", "gelu"), cfg.layer_norm_eps,
+                        dense_bias=bool(raw.get("classifier_bias")), norm_bias=False)
+    tied = raw.get("tie_word_embeddings", True) and "decoder.weight" not in state
+    head_keys = {k: v for k, v in head_keys_of(raw).items() if not k.startswith("head.classifier")} | {
+        "head.decoder.weight": keys["embeddings.tokens.weight"] if tied else "decoder.weight",
+        **({"head.decoder.bias": "decoder.bias"} if bias else {})}
+    model = bert.with_head(path, state, cfg, keys, head, head_keys, unused, name, transforms)
+    return model, {"family": family, "architecture": ARCHITECTURE, "task": "fill-mask"}
 
 
 # The heads ModernBERT's importer reads, by the class config.json's `architectures` names.
 HEADS = {CLASSIFIER: bert.TaskHead(bert.classifies().what, classifier),
          "ModernBertForTokenClassification": bert.TaskHead(bert.TAGS.what, tagger),
-         "ModernBertForQuestionAnswering": bert.TaskHead(bert.ANSWERS.what, answerer)}
+         "ModernBertForQuestionAnswering": bert.TaskHead(bert.ANSWERS.what, answerer),
+         "ModernBertForMaskedLM": bert.TaskHead(bert.FILLS.what, masked_lm)}
 
 
 def load(path: Path):

@@ -127,13 +127,13 @@ def test_mlm_weights_without_architectures_are_refused(tmp_path):
 @pytest.mark.parametrize("family", fam.MASKED_LM_FAMILIES)
 def test_family_masked_lms_equal_transformers(tmp_path, family):
     """RoBERTa's, XLM-RoBERTa's and MPNet's `lm_head` (GELU whatever the encoder's), DistilBERT's
-    `vocab_transform`/`vocab_layer_norm`/`vocab_projector`: logits within 1e-5 at every real token,
-    the mask read as one token."""
+    `vocab_transform`/`vocab_layer_norm`/`vocab_projector`, ModernBERT's prediction head and
+    `decoder`: logits within 1e-5 at every real token, the mask read as one token."""
     ckpt, ref = fam.make_headed(tmp_path / "mlm", family, "ForMaskedLM", {})
     assert kind_of_checkpoint(ckpt).task == "fill-mask"
     loaded = load_encoder_model(ckpt)
     assert (loaded.task, loaded.family) == ("fill-mask", family)
-    mask = "[MASK]" if family == "distilbert" else "<mask>"
+    mask = "[MASK]" if family in ("distilbert", "modernbert") else "<mask>"
     texts = [t.replace("[MASK]", mask) for t in TEXTS]
     b = loaded.tokenizer(texts)
     with torch.no_grad():
