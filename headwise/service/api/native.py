@@ -4,7 +4,8 @@ the engine and hand its result to `responses.answer` with one of these."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from headwise.service.api.compat import token_pipeline
 from headwise.service.api.sizes import (
@@ -84,9 +85,23 @@ def _predict(result, _request) -> dict:
 PREDICT = Writer(lambda r, _: ENVELOPE_BYTES + r.answer_bytes, _predict, "send fewer inputs")
 
 
+def per_input(result, fields: Callable[[int, Any], dict], labels: bool = False) -> dict:
+    """A head's answer (a HeadResult) in the native shape: per input its `index`, `fields(i,
+    answer)` and its `attention` where asked; the model, its `labels` with `labels`, the usage."""
+    data = []
+    for i, x in enumerate(result.data):
+        item = {"index": i, **fields(i, x)}
+        if x.attention is not None:
+            item["attention"] = x.attention
+        data.append(item)
+    head = {"model": result.model, "labels": result.labels} if labels else {"model": result.model}
+    return {**head, "data": data, "usage": result.usage}
+
+
 def _tag(result, body) -> dict:
-    labels, ignored, data = result.labels, set(body.ignore_labels), []
-    for i, t in enumerate(result.data):
+    labels, ignored = result.labels, set(body.ignore_labels)
+
+    def tokens(_, t) -> dict:
         best = t.logits.argmax(axis=-1).tolist()  # one label: always it (its sigmoid is the score)
         tokens, offsets = t.encoding.tokens, t.encoding.offsets
         rows = []
@@ -99,11 +114,9 @@ def _tag(result, body) -> dict:
             if body.all_scores:
                 row["scores"] = t.scores[pos].tolist()
             rows.append(row)
-        item = {"index": i, "tokens": rows}
-        if t.attention is not None:
-            item["attention"] = t.attention
-        data.append(item)
-    return {"model": result.model, "labels": labels, "data": data, "usage": result.usage}
+        return {"tokens": rows}
+
+    return per_input(result, tokens, labels=True)
 
 
 # a TagResult and the route's body; the labels' list beside the envelope
@@ -121,13 +134,8 @@ class Tagging(NamedTuple):
 
 
 def _entities(result, q: Tagging) -> dict:
-    data = []
-    for i, (t, text) in enumerate(zip(result.data, q.texts, strict=True)):
-        item = {"index": i, "entities": token_pipeline.entities(t, result.labels, q.strategy, q.ignore, text, q.pieces)}
-        if t.attention is not None:
-            item["attention"] = t.attention
-        data.append(item)
-    return {"model": result.model, "labels": result.labels, "data": data, "usage": result.usage}
+    return per_input(result, lambda i, t: {"entities": token_pipeline.entities(
+        t, result.labels, q.strategy, q.ignore, q.texts[i], q.pieces)}, labels=True)
 
 
 # a TagResult as transformers' pipeline groups it: per text its entities, bounded as TEI's

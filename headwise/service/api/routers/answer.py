@@ -8,6 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from headwise.service.api import native
 from headwise.service.api.body import Json
 from headwise.service.api.compat.qa_pipeline import AnswerLength, TopK
 from headwise.service.api.dependencies import (
@@ -72,14 +73,8 @@ class AnswerResponse(BaseModel):
 
 
 def _answers(result, _) -> dict:
-    data = []
-    for i, x in enumerate(result.data):
-        item = {"index": i, "answers": [{"answer": a.answer, "score": a.score, "start": a.start, "end": a.end}
-                                        for a in x.answers]}
-        if x.attention is not None:
-            item["attention"] = x.attention
-        data.append(item)
-    return {"model": result.model, "data": data, "usage": result.usage}
+    return native.per_input(result, lambda _, x: {"answers": [
+        {"answer": a.answer, "score": a.score, "start": a.start, "end": a.end} for a in x.answers]})
 
 
 ANSWERS = Writer(lambda r, _: r.answer_bytes + ENVELOPE_BYTES, _answers, "send fewer inputs, or a smaller top_k")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, conint, conlist
 
+from headwise.service.api import native
 from headwise.service.api.body import Json
 from headwise.service.api.dependencies import (
     disconnect_probe,
@@ -70,16 +71,10 @@ class FillMaskResponse(BaseModel):
 
 
 def _fills(result, _) -> dict:
-    data = []
-    for i, x in enumerate(result.data):
-        item = {"index": i, "masks": [
-            {"position": at, "fills": [{"score": f.score, "token": f.token, "token_str": f.token_str,
-                                        "sequence": f.sequence} for f in fills]}
-            for at, fills in zip(x.masks, x.fills, strict=True)]}
-        if x.attention is not None:
-            item["attention"] = x.attention
-        data.append(item)
-    return {"model": result.model, "data": data, "usage": result.usage}
+    return native.per_input(result, lambda _, x: {"masks": [
+        {"position": at, "fills": [{"score": f.score, "token": f.token, "token_str": f.token_str,
+                                    "sequence": f.sequence} for f in fills]}
+        for at, fills in zip(x.masks, x.fills, strict=True)]})
 
 
 FILLS = Writer(lambda r, _: r.answer_bytes + ENVELOPE_BYTES, _fills, "send fewer inputs, or a smaller top_k")

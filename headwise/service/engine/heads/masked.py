@@ -108,6 +108,8 @@ class MaskHead:
             raise PackageError(f"{package.path / 'manifest.json'}: a fill-mask package needs 'mask_token', "
                                "a token of its tokenizer")
         self.mask, self.mask_id, self.pad_id = mask, mask_id, package.pad_id
+        vocab = package.manifest.get("vocab_size")  # the model's rows, which its logits score
+        self.vocab_size = vocab if isinstance(vocab, int) and vocab > 0 else tokenizer.vocab_size
         self.tokenizer = tokenizer
         self.capabilities = frozenset({FILL})
         self.described = "a masked language model"
@@ -129,7 +131,12 @@ class MaskHead:
     def answer_size(self, params: FillParams, encs: list[Encoded]) -> Size:
         """Per mask, `k` fills: a score, a token id, the token's string and the text decoded
         with it (at most every token's string and a space, and the longest token). An input
-        without a mask token is refused here, where each request's inputs are checked alone."""
+        without a mask token, or targets past the model's vocabulary, are refused here, where each
+        request's inputs are checked alone."""
+        past = [t for t in params.targets or () if t >= self.vocab_size]
+        if past:  # a token the tokenizer added that the model has no row for
+            raise Validation(f"targets: token id {past[0]} is past this model's vocabulary of {self.vocab_size}",
+                             field="targets")
         sizes = []
         for i, e in enumerate(encs):
             n = int((e.ids == self.mask_id).sum()) * params.k

@@ -37,7 +37,7 @@ def tokenizers(tmp_path_factory):
     hf = PreTrainedTokenizerFast(tokenizer_file=str(path / "tokenizer.json"), pad_token="[PAD]", unk_token="[UNK]",
                                  cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
     ours = TextTokenizer(path / "tokenizer.json", 64)
-    package = SimpleNamespace(manifest={"mask_token": "[MASK]"}, path=path, pad_id=0)
+    package = SimpleNamespace(manifest={"mask_token": "[MASK]", "vocab_size": len(hf)}, path=path, pad_id=0)
     return ours, hf, MaskHead(package, ours)
 
 
@@ -114,3 +114,15 @@ def test_a_package_without_its_mask_token_is_refused(tokenizers, tmp_path):
     for manifest in ({}, {"mask_token": "<mask>"}, {"mask_token": 3}):
         with pytest.raises(PackageError, match="mask_token"):
             MaskHead(SimpleNamespace(manifest=manifest, path=tmp_path, pad_id=0), tok)
+
+
+def test_a_target_past_the_models_vocabulary_is_refused(tokenizers, tmp_path):
+    """A token the tokenizer has and the model has no row for (an added token) is refused, not
+    read past the logits."""
+    tok, _, _ = tokenizers
+    head = MaskHead(SimpleNamespace(manifest={"mask_token": "[MASK]", "vocab_size": 20}, path=tmp_path, pad_id=0),
+                    tok)
+    encs = tok.encode_unchecked(["the [MASK] sat"])
+    head.answer_size(FillParams(targets=(5, 19)), encs)
+    with pytest.raises(Validation, match="token id 40 is past this model's vocabulary of 20"):
+        head.answer_size(FillParams(targets=(5, 40)), encs)
