@@ -203,13 +203,16 @@ def test_a_model_that_cannot_be_prepared_stops_the_server_non_zero(default_packa
 def test_an_analysis_graph_that_cannot_be_loaded_lazily_is_refused_and_plain_work_goes_on(
         start_server, default_package, tmp_path, engine):
     """HEADWISE_ANALYSIS=lazy (the default): the server starts; the first request that looks
-    inside gets 503 naming the graph, and so does every later one; plain work is answered."""
+    inside gets 503 naming the graph (not where it is: that is the log's), and so does every later
+    one; plain work is answered."""
     pkg = _broken_analysis_graph(default_package, tmp_path)
     srv = start_server(models=pkg, env={"HEADWISE_ENGINE": engine,
                                         **({"HEADWISE_FRONTENDS": "1"} if engine == "process" else {})})
     for _ in range(2):
         r = srv.post("/v1/embed", json={"inputs": ["a cat"], "attention": {"layers": [0]}})
         assert r.status_code == 503, r.text
-        assert "analysis graph (analysis.onnx) could not be loaded" in r.json()["error"]["message"], r.text
+        message = r.json()["error"]["message"]
+        assert "analysis graph (analysis.onnx) could not be loaded; see the server log" in message, r.text
+        assert str(tmp_path) not in message  # the server's paths stay in its log
         assert srv.post("/v1/embed", json={"inputs": ["a cat"]}).status_code == 200
     assert srv.get("/health/ready").status_code == 200

@@ -185,9 +185,12 @@ class OrtBackend:
                             self._load(r)
                 except Exception as e:
                     file = self.package.variants[name].file.name
+                    # the client hears which graph; the log, which alone says where and why (onnxruntime's
+                    # message names the server's own path)
                     self._broken[name] = (f"model {self.package.name}: its {name} graph ({file}) could not be "
-                                          f"loaded: {type(e).__name__}: {e}")
-                    log.error("%s", self._broken[name])
+                                          "loaded; see the server log")
+                    log.error("model %s: its %s graph (%s) could not be loaded: %s: %s", self.package.name, name,
+                              self.package.variants[name].file, type(e).__name__, e)
                     raise NotReady(self._broken[name]) from None
                 log.info("model %s: %s graph loaded for its first request in %.1fs (HEADWISE_ANALYSIS=lazy)",
                          self.package.name, name, time.perf_counter() - t0)
