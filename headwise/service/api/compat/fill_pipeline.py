@@ -34,14 +34,17 @@ class FillMaskRequest(TeiBody):
 
 def params(body: FillMaskRequest, tokenizer: TextTokenizer) -> FillParams:
     p = body.parameters or FillMaskParameters()
-    targets = None if p.targets is None else target_ids(tokenizer, [p.targets] if isinstance(p.targets, str)
-                                                        else p.targets)
+    targets = None if p.targets is None else target_ids(tokenizer, p.targets)
     return FillParams(truncate=body.truncate is not False, top_k=p.top_k or 5, targets=targets)
 
 
+def fills_of(fills: list) -> list[dict]:
+    """One mask's fills as the pipeline writes them (also /v1/fill_mask's)."""
+    return [{"score": f.score, "token": f.token, "token_str": f.token_str, "sequence": f.sequence} for f in fills]
+
+
 def _fills(result, _) -> list:
-    masks = [[{"score": f.score, "token": f.token, "token_str": f.token_str, "sequence": f.sequence} for f in fills]
-             for fills in result.data[0].fills]
+    masks = [fills_of(fills) for fills in result.data[0].fills]
     return masks[0] if len(masks) == 1 else masks  # the pipeline's shape
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, conint
 
 from headwise.service.api import native
 from headwise.service.api.body import Json
+from headwise.service.api.compat import fill_pipeline
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -72,9 +73,7 @@ class FillMaskResponse(BaseModel):
 
 def _fills(result, _) -> dict:
     return native.per_input(result, lambda _, x: {"masks": [
-        {"position": at, "fills": [{"score": f.score, "token": f.token, "token_str": f.token_str,
-                                    "sequence": f.sequence} for f in fills]}
-        for at, fills in zip(x.masks, x.fills, strict=True)]})
+        {"position": at, "fills": fill_pipeline.fills_of(fills)} for at, fills in zip(x.masks, x.fills, strict=True)]})
 
 
 FILLS = Writer(lambda r, _: r.answer_bytes + ENVELOPE_BYTES, _fills, "send fewer inputs, or a smaller top_k")
@@ -88,9 +87,7 @@ async def fill_mask(request: Request, body: Json[FillMaskRequest], engine: Engin
     rt = model_for(request, engine, body.model)
     fill = FILL.of(rt)
     spec = body.attention.spec(rt) if body.attention is not None else None
-    targets = None
-    if body.targets is not None:
-        targets = target_ids(fill.tokenizer, [body.targets] if isinstance(body.targets, str) else body.targets)
+    targets = target_ids(fill.tokenizer, body.targets) if body.targets is not None else None
     params = FillParams(truncate=body.truncate, top_k=body.top_k, targets=targets, attention=spec,
                         ablate=ablation(rt, body.ablate))
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs

@@ -71,13 +71,13 @@ class Filled:
     attention: dict | None  # service.engine.outputs.attention_payload, over every position
 
 
-def target_ids(tokenizer: TextTokenizer, targets: list[str]) -> tuple[int, ...]:
-    """Targets → token ids as the pipeline's `get_target_ids` reads them: a vocabulary entry
-    as it is, else the first token the text encodes to; duplicates once. Validation when none
-    is left."""
+def target_ids(tokenizer: TextTokenizer, targets: str | list[str]) -> tuple[int, ...]:
+    """Targets (one, or a list) → token ids as the pipeline's `get_target_ids` reads them: a
+    vocabulary entry as it is, else the first token the text encodes to; duplicates once.
+    Validation when none is left."""
     tok = tokenizer.untruncated
     ids: list[int] = []
-    for target in targets:
+    for target in [targets] if isinstance(targets, str) else targets:
         found = tok.token_to_id(target)
         if found is None:
             pieces = tok.encode(target, add_special_tokens=False).ids
