@@ -2,7 +2,7 @@
 tokenizer.json: CPU µs per input at about 20 and 128 tokens, and whether each candidate's ids
 equal the service's (TextTokenizer: special tokens added, truncated at the package's max_len)
 on every input of three sets: the STS-B dev sentences the repository ships
-(headwise/export/data/stsb), a multilingual set (bench/data/multilingual.txt and variants of
+(headwise/export/data/stsb), a multilingual set (headwise/export/data/multilingual.txt and variants of
 it), and hostile unicode (`hostile()`).
 
     .venv/bin/python -m bench.tokenizers_eval [--reps 5] [--batch 32] [--seconds 0.15]
@@ -42,7 +42,7 @@ from tokenizers import Tokenizer
 
 from bench.alternate import turns
 from bench.args import strs
-from bench.text_sets import hostile, multilingual, stsb
+from headwise.export.text_sets import hostile, multilingual, stsb
 
 ERROR = "error"  # an input the tokenizer refused
 

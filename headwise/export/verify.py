@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headwise import ascii_path
 from headwise.export import manifest as mf
-from headwise.export import runner, stsb
+from headwise.export import runner, stsb, text_sets
 from headwise.model.sentence import LoadedModel, default_checkpoint, load_encoder_model
 
 # A fixed, varied set: ASCII, accents, CJK, emoji, numbers, empty, and longer than max_len.
@@ -189,6 +190,21 @@ def stsb_figures(parity: dict, manifest: dict, embeddings: dict[str, np.ndarray]
             f["stsb_drop"] = round(parity["fast"]["stsb_spearman"] - f["stsb_spearman"], 4)
 
 
+def check_ascii_path(tokenizer: Path, max_len: int, progress: Callable[[str], None] = print) -> None:
+    """The service reads printable ASCII past BERT's normalizer (headwise.ascii_path): that reading
+    must equal the usual one on every text it takes of the check's sets, or the package fails."""
+    path = ascii_path.AsciiPath.of(tokenizer)
+    if path is None:
+        return
+    texts = text_sets.stsb() + text_sets.multilingual() + text_sets.hostile() + ascii_path.ascii_hostile()
+    bad = ascii_path.mismatches(tokenizer, texts, max_len)
+    if bad:
+        raise mf.PackageError(f"{tokenizer.name}: the ASCII path reads {len(bad)} texts otherwise than the "
+                              "tokenizer: " + "; ".join(bad[:5]))
+    taken = sum(path.text(t) is not None for t in texts)
+    progress(f"tokenizer: the ASCII path reads the {taken} of {len(texts)} checked texts it takes as the tokenizer does")
+
+
 def verify(
     pkg: Path,
     checkpoint: Path | None = None,
@@ -204,6 +220,8 @@ def verify(
     manifest = mf.read(pkg)
     mf.check_hashes(pkg, manifest)
     progress("hashes ok")
+    if manifest.get("tokenizer"):
+        check_ascii_path(pkg / manifest["tokenizer"]["file"], int(manifest["max_len"]), progress)
     loaded = load_encoder_model(resolve_checkpoint(manifest, checkpoint))
     if loaded.task != manifest.get("task", "embedding"):
         raise mf.PackageError(f"{manifest['name']!r} is a {manifest.get('task', 'embedding')} package, "

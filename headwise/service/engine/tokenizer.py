@@ -10,6 +10,7 @@ from typing import Literal
 import numpy as np
 from tokenizers import Tokenizer
 
+from headwise import ascii_path
 from headwise.service.errors import FIELD, Validation
 
 # A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
@@ -77,12 +78,16 @@ class TextTokenizer:
         self.max_len = max_len
         # The file may carry its own padding and truncation (all-MiniLM-L6-v2 pads to 128);
         # they are switched off here and ours apply.
-        self._truncating = Tokenizer.from_file(str(file))
-        self._truncating.no_padding()
-        self._truncating.enable_truncation(max_length=max_len)
-        self._full = Tokenizer.from_file(str(file))
-        self._full.no_padding()
-        self._full.no_truncation()
+        truncating = Tokenizer.from_file(str(file))
+        truncating.no_padding()
+        truncating.enable_truncation(max_length=max_len)
+        full = Tokenizer.from_file(str(file))
+        full.no_padding()
+        full.no_truncation()
+        # batches' printable ASCII read past BERT's normalizer, with the same answer (headwise.ascii_path)
+        self.ascii = ascii_path.AsciiPath.of(file)
+        self._truncating, self._full = ascii_path.reader(truncating, self.ascii), ascii_path.reader(full, self.ascii)
+        self._plain = full
 
     def encode_unchecked(self, texts: list[str], truncate: bool = True, special_tokens: bool = True,
                          lazy: bool = False, strings: bool = True) -> list[Encoded]:
@@ -222,7 +227,7 @@ class TextTokenizer:
     def untruncated(self) -> Tokenizer:
         """The `tokenizers` tokenizer itself, without truncation or padding: for what Encoded
         does not keep (word ids: service.engine.analytics.spans)."""
-        return self._full
+        return self._plain
 
     @property
     def vocab_size(self) -> int:

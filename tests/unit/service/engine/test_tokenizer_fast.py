@@ -1,7 +1,7 @@
 """Texts read without offsets (TextTokenizer.encode_unchecked(strings=False): `tokenizers`'
 encode_batch_fast, for answers that carry no token strings) have the same ids and type ids as
 texts read with them, on every STS-B dev sentence the repository ships, the multilingual and
-hostile sets of bench/text_sets.py, and texts long enough to be read as prefixes; their
+hostile sets of headwise/export/text_sets.py, and texts long enough to be read as prefixes; their
 token strings and offsets, read after all, are the full encoding's. The embedding head reads
 with strings unless told otherwise."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.text_sets import hostile, multilingual
 from headwise.export.stsb import BUNDLED, load_pairs
+from headwise.export.text_sets import hostile, multilingual
 from headwise.model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2
 from headwise.service.engine.heads.embedding import EmbeddingHead
 from headwise.service.engine.tokenizer import PREFIX_TOKENS, TextTokenizer

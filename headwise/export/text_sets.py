@@ -1,11 +1,13 @@
-"""The three sets of texts bench.tokenizers_eval compares tokenizers on (and the service's
-tokenizer tests read): the shipped STS-B dev sentences, a multilingual set, and hostile
-unicode."""
+"""The sets of texts a tokenizer's reading is checked on (`headwise export`'s verification of the
+ASCII path, headwise.ascii_path; bench.tokenizers_eval; the service's tokenizer tests): the
+shipped STS-B dev sentences, a multilingual set, and hostile unicode."""
 
 from __future__ import annotations
 
 import unicodedata
 from pathlib import Path
+
+from headwise.export.stsb import BUNDLED, load_pairs
 
 DATA = Path(__file__).resolve().parent / "data"
 MULTILINGUAL = DATA / "multilingual.txt"
@@ -13,14 +15,12 @@ MULTILINGUAL = DATA / "multilingual.txt"
 
 def stsb() -> list[str]:
     """Every sentence of the shipped STS-B dev split (3,000: both sides of 1,500 pairs)."""
-    from headwise.export.stsb import BUNDLED, load_pairs
-
     a, b, _ = load_pairs(BUNDLED)
     return list(a) + list(b)
 
 
 def multilingual() -> list[str]:
-    """bench/data/multilingual.txt (about 30 scripts) and variants of each line: upper case,
+    """data/multilingual.txt (about 30 scripts) and variants of each line: upper case,
     NFD, NFKC, an emoji appended, and two lines of different scripts joined."""
     base = [ln for ln in MULTILINGUAL.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]
     out = list(base)

@@ -1,0 +1,156 @@
+"""Printable ASCII read past the normalizer, with the same answer (issue 37, item 6).
+
+BERT's normalizer (`BertNormalizer`: clean the text, split CJK characters, strip accents, lower
+the case) is a third of `tokenizers`' CPU on English text (bench/results/tokenizers-ascii.md):
+it walks the text a character at a time through Unicode tables and keeps an alignment per
+character. On a text of printable ASCII (and tab, newline, carriage return) it can do nothing but
+lower the case: no control character to remove (those are refused below), no CJK, no accent, and
+the whitespace it maps to a space is whitespace to `BertPreTokenizer` either way. Python's
+`str.lower` lowers ASCII exactly as the normalizer does and keeps every character's position.
+So such a text, lowered, given to the same tokenizer without its normalizer, has the same ids,
+type ids, tokens, offsets and word ids. One exception: an added token ([CLS], [SEP], [MASK],
+...) is matched before the normalizer, on the text as sent, so a text that holds one's content
+in any case is read the usual way.
+
+Only tokenizers whose normalizer is `BertNormalizer` and whose pre-tokenizer is
+`BertPreTokenizer` take this path (BERT, MiniLM, MPNet, DistilBERT); `headwise export`'s
+verification checks it on the package's tokenizer against the usual reading (`mismatches`),
+text by text, over the STS-B sentences, the multilingual and hostile sets and hostile ASCII.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+UNSAFE = re.compile(r"[^\t\n\r -~]")  # anything but printable ASCII, tab, newline, return
+
+
+class AsciiPath:
+    """A tokenizer's normalizer-free twin, and which texts it may read."""
+
+    def __init__(self, config: dict, lowercase: bool):
+        self.lowercase = lowercase
+        # every added token's content, lowered (and normalized, for one matched after the
+        # normalizer): a text holding one, in any case, goes the usual way
+        norm = Tokenizer.from_str(json.dumps(config)).normalizer
+        added = config.get("added_tokens") or ()
+        self.added = tuple({t["content"].lower() for t in added}
+                           | {norm.normalize_str(t["content"]).lower() for t in added if t.get("normalized")})
+        self.bare = Tokenizer.from_str(json.dumps({**config, "normalizer": None}))
+        self.bare.no_padding()
+
+    @classmethod
+    def of(cls, file: str | Path) -> AsciiPath | None:
+        """The path for the tokenizer in `file`, or None where its normalizer could do more to
+        ASCII than lower its case."""
+        config = json.loads(Path(file).read_text(encoding="utf-8"))
+        norm, pre = config.get("normalizer"), config.get("pre_tokenizer")
+        if not (isinstance(norm, dict) and norm.get("type") == "BertNormalizer"
+                and isinstance(pre, dict) and pre.get("type") == "BertPreTokenizer"):
+            return None
+        return cls(config, bool(norm.get("lowercase", True)))
+
+    def text(self, text: str) -> str | None:
+        """What the twin reads for `text` (lowered), or None: read it the usual way."""
+        if not text.isascii() or UNSAFE.search(text) is not None:
+            return None
+        low = text.lower()
+        if any(a in low for a in self.added):
+            return None
+        return low if self.lowercase else text
+
+    def item(self, item):
+        """`text` for a text, or for a pair (a, b) both sides, else None."""
+        if isinstance(item, str):
+            return self.text(item)
+        a, b = self.text(item[0]), self.text(item[1])
+        return None if a is None or b is None else (a, b)
+
+
+class Reader:
+    """`tok` (its truncation and padding set), its batches' texts and pairs that the path takes
+    read by its twin; everything else is `tok`'s own."""
+
+    def __init__(self, tok: Tokenizer, path: AsciiPath):
+        self.usual, self.path = tok, path
+        self.twin = Tokenizer.from_str(path.bare.to_str())
+        self.twin.no_padding()
+        self.twin.no_truncation()
+        if (t := tok.truncation) is not None:
+            self.twin.enable_truncation(**t)
+        if (p := tok.padding) is not None:
+            self.twin.enable_padding(**p)
+
+    def encode_batch(self, items: list, **kw) -> list:
+        return self._read("encode_batch", items, kw)
+
+    def encode_batch_fast(self, items: list, **kw) -> list:
+        return self._read("encode_batch_fast", items, kw)
+
+    def __getattr__(self, name: str):
+        return getattr(self.usual, name)
+
+    def _read(self, call: str, items: list, kw: dict) -> list:
+        plain = [self.path.item(x) for x in items]
+        if all(p is None for p in plain):
+            return getattr(self.usual, call)(items, **kw)
+        if all(p is not None for p in plain):
+            return getattr(self.twin, call)(plain, **kw)
+        usual = [i for i, p in enumerate(plain) if p is None]
+        bare = [i for i, p in enumerate(plain) if p is not None]
+        out: list = [None] * len(items)
+        for i, e in zip(usual, getattr(self.usual, call)([items[i] for i in usual], **kw), strict=True):
+            out[i] = e
+        for i, e in zip(bare, getattr(self.twin, call)([plain[i] for i in bare], **kw), strict=True):
+            out[i] = e
+        return out
+
+
+def reader(tok: Tokenizer, path: AsciiPath | None):
+    """`tok`, reading through `path` where there is one."""
+    return tok if path is None else Reader(tok, path)
+
+
+def mismatches(file: str | Path, texts: list[str], max_len: int = 512) -> list[str]:
+    """Where the path's reading differs from the usual one (ids, type ids, tokens, offsets,
+    word ids), for each text the path takes, alone and paired with the next, special tokens
+    added, untruncated and (alone) truncated at max_len; [] when it agrees or takes nothing.
+    (The normalizer runs before special tokens are added and truncation cuts: those two are
+    only checked to be passed on.)"""
+    path = AsciiPath.of(file)
+    if path is None:
+        return []
+    taken = [t for t in texts if path.text(t) is not None]
+    out = []
+    for truncate, items in ((False, taken), (False, list(zip(taken, taken[1:] + taken[:1], strict=True))),
+                            (True, taken[:100])):
+        usual = Tokenizer.from_file(str(file))
+        usual.no_padding()
+        if truncate:
+            usual.enable_truncation(max_length=max_len)
+        else:
+            usual.no_truncation()
+        a, b = usual.encode_batch(items), Reader(usual, path).encode_batch(items)
+        for item, x, y in zip(items, a, b, strict=True):
+            if (x.ids, x.type_ids, x.tokens, x.offsets, x.word_ids) != (y.ids, y.type_ids, y.tokens, y.offsets,
+                                                                         y.word_ids):
+                out.append(f"{item!r} (truncated: {truncate})")
+    return out
+
+
+def ascii_hostile() -> list[str]:
+    """ASCII the path must get right or leave: every ASCII character alone and inside words,
+    the added tokens' text in every case and glued, long words, runs of punctuation."""
+    s = [chr(c) for c in range(128)]
+    s += [f"a{chr(c)}b {chr(c)}x y{chr(c)}" for c in range(128)]
+    s += ["[CLS] hello [SEP]", "[cls] hello [sep]", "[Cls]", "x[MASK]y", "[mask]", "[PAD][pad]", "[UNK]", "[unk]",
+          "<s> </s> <pad> <unk> <mask>", "[ SEP ]", "##ing ##s", "[unused0] [unused99]", "text[SEP]glued"]
+    s += ["a" * 99, "a" * 100, "a" * 101, "A" * 101, "x" * 3000, "!" * 300, "the " * 400, ". " * 300,
+          "0123456789" * 40, "https://example.com/" + "path/" * 60, "Mixed CASE words ALL CAPS and camelCase",
+          "tab\tnew\nline\rreturn", " leading and trailing ", "   ", "", "don't can't won't it's", "e.g. i.e. U.S.A.",
+          "C++ C# F# .NET node.js", "$100 50% #1 @user ~home ^caret `tick` |pipe| \\back/slash", "{}[]()<>"]
+    return s
