@@ -74,7 +74,8 @@ class Encoded:
 
 
 class TextTokenizer:
-    def __init__(self, file: str | Path, max_len: int):
+    def __init__(self, file: str | Path, max_len: int, ascii: bool = True):
+        """`ascii=False`: every text read the usual way (for comparison; the path's answers are the same)."""
         self.max_len = max_len
         # The file may carry its own padding and truncation (all-MiniLM-L6-v2 pads to 128);
         # they are switched off here and ours apply.
@@ -85,7 +86,7 @@ class TextTokenizer:
         full.no_padding()
         full.no_truncation()
         # batches' printable ASCII read past BERT's normalizer, with the same answer (headwise.ascii_path)
-        self.ascii = ascii_path.AsciiPath.of(file)
+        self.ascii = ascii_path.AsciiPath.of(file) if ascii else None
         self._truncating, self._full = ascii_path.reader(truncating, self.ascii), ascii_path.reader(full, self.ascii)
         self._plain = full
 

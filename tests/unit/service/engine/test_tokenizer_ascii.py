@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from tokenizers import AddedToken, Tokenizer, normalizers
 
-from headwise import ascii_path
 from headwise.ascii_path import AsciiPath, Reader, ascii_hostile, mismatches
 from headwise.export.manifest import PackageError
 from headwise.export.text_sets import hostile, multilingual, stsb
@@ -106,11 +105,9 @@ def test_a_mixed_batch_is_answered_in_order(texts):
 
 
 @pytest.mark.parametrize("max_len,truncate", [(256, True), (16, True), (16, False)])
-def test_text_tokenizer_answers_alike_with_and_without_the_path(monkeypatch, texts, max_len, truncate):
+def test_text_tokenizer_answers_alike_with_and_without_the_path(texts, max_len, truncate):
     sample = [t for t in texts[::7] if _utf8(t)] + ["hello " * 2000, ""]
-    fast = TextTokenizer(MINILM, max_len)
-    monkeypatch.setattr(ascii_path.AsciiPath, "of", classmethod(lambda cls, file: None))
-    slow = TextTokenizer(MINILM, max_len)
+    fast, slow = TextTokenizer(MINILM, max_len), TextTokenizer(MINILM, max_len, ascii=False)
     assert fast.ascii is not None and slow.ascii is None
     for strings in (True, False):
         a = fast.encode_unchecked(sample, truncate, lazy=True, strings=strings)
