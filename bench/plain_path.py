@@ -159,6 +159,12 @@ class Harness:
         self.engine.load_packages()
         self.engine.prepare()
         self.engine.start()
+        try:  # as `headwise serve` does once ready, in a tree that does (service.heap)
+            from headwise.service import heap
+        except ImportError:
+            pass
+        else:
+            heap.settle()
         self.body = json.dumps({"inputs": TEXT}).encode()
         self.conns = [await Conn.open() for _ in range(clients)]
         return self

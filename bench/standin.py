@@ -174,7 +174,7 @@ def headwise_app(models: str, factory):
     from headwise.service.server import fastpath
     from headwise.service.settings import Settings
 
-    app = create_app(Settings(models_dir=models), backend_factory=factory)
+    app = create_app(Settings(models_dir=models), backend_factory=factory, settle_heap=True)
     return app if os.environ.get("HEADWISE_BENCH_PLAIN") else fastpath.install(app)
 
 

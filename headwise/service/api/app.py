@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 
-from headwise.service import tracing
+from headwise.service import heap, tracing
 from headwise.service.api import errors
 from headwise.service.api.body import body_model
 from headwise.service.api.compat.openapi import inline_schema
@@ -123,6 +123,8 @@ async def _prepare(app: FastAPI) -> None:
         return
     if not engine.draining:
         engine.start()
+        if app.state.settle_heap:
+            heap.settle()
         log.info("ready: %s", ", ".join(engine.models))
 
 
@@ -204,13 +206,16 @@ def _document_bodies(app: FastAPI) -> None:
 
 
 def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None,
-               on_fatal: Callable[[], None] | None = None, ready_before_serving: bool = False) -> FastAPI:
+               on_fatal: Callable[[], None] | None = None, ready_before_serving: bool = False,
+               settle_heap: bool = False) -> FastAPI:
     """Build the app. Settings default to the HEADWISE_* environment, validated now.
     `on_fatal` is called when the models cannot be prepared (sessions, warm-up): `headwise
     serve` passes one that stops the server, which then exits non-zero; without it the app
     stays up, live but never ready, and `/health/ready` says why. By default the app answers
     (live, not ready) while it prepares; with `ready_before_serving` its start-up waits until
-    it is prepared, so it accepts no connection before (process mode's front-ends)."""
+    it is prepared, so it accepts no connection before (process mode's front-ends). `settle_heap`:
+    once prepared, freeze what start-up built out of the collector's way (service.heap; for a
+    server process, not for an app a test builds and drops)."""
     settings = settings if settings is not None else load_settings()
     tracing.setup(settings.otel, "front-end" if settings.engine_address else "server")
     m = Metrics()
@@ -233,6 +238,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.settings = settings
     app.state.on_fatal = on_fatal
     app.state.ready_before_serving = ready_before_serving
+    app.state.settle_heap = settle_heap
     app.state.activity = Activity()
     app.state.metrics = m
     app.state.engine = Engine(settings, m, backend_factory, measure=JSON)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from headwise.service import tracing
+from headwise.service import heap, tracing
 from headwise.service.api.sizes import JSON
 from headwise.service.backends.core import EngineCore
 from headwise.service.backends.onnxruntime import metric_variant
@@ -78,6 +78,7 @@ def serve() -> int:
     except Exception as e:
         log.error("engine: cannot listen at %s: %s", settings.engine_address, e)
         return 3
+    heap.settle()
     log.info("engine: serving %s at %s (loaded and warmed in %.1fs)", ", ".join(backends), settings.engine_address,
              time.perf_counter() - t0)
     stop.wait()

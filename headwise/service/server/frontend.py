@@ -34,7 +34,8 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
     def stop() -> None:
         server.should_exit = True
 
-    app = create_app(settings, backend_factory=link.backend, on_fatal=stop, ready_before_serving=True)
+    app = create_app(settings, backend_factory=link.backend, on_fatal=stop, ready_before_serving=True,
+                     settle_heap=True)
     engine = app.state.engine
 
     def engine_lost(why: str) -> None:

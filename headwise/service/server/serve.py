@@ -181,7 +181,7 @@ def main(args: argparse.Namespace) -> int:
             def stop() -> None:
                 server.should_exit = True
 
-            app = create_app(settings, on_fatal=stop)
+            app = create_app(settings, on_fatal=stop, settle_heap=True)
             if fast:
                 from headwise.service.server import fastpath
 

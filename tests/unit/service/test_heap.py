@@ -1,0 +1,62 @@
+"""A server process freezes what start-up built once it is ready (service.heap): start-up's
+cyclic garbage is collected first, what is left stays out of later collections and is still
+freed by its count; an app a test builds is left alone unless it asks."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from headwise.service import heap
+from tests.unit.fakes import FakeBackend, make_package, wait_ready
+
+
+@pytest.fixture
+def thawed():
+    gc.unfreeze()
+    yield
+    gc.unfreeze()  # the rest of the suite collects as before
+
+
+class Node:
+    def __init__(self):
+        self.me = self  # a cycle: only the collector frees it
+
+
+def test_settle_collects_then_freezes(thawed):
+    garbage = Node()
+    gone = weakref.ref(garbage)
+    del garbage
+    kept = Node()
+    frozen = heap.settle()
+    assert gone() is None  # start-up's garbage went first
+    assert frozen == gc.get_freeze_count() > 0
+    assert not any(o is kept for o in gc.get_objects())  # in no generation a collection walks
+
+
+def test_frozen_objects_are_still_freed_by_count(thawed):
+    class Plain:
+        pass
+
+    obj = Plain()
+    gone = weakref.ref(obj)
+    heap.settle()
+    del obj
+    assert gone() is None
+
+
+@pytest.mark.parametrize("settle", [False, True])
+def test_the_app_settles_its_heap_once_ready_only_when_asked(tmp_path, thawed, settle):
+    from fastapi.testclient import TestClient
+
+    from headwise.service.api.app import create_app
+    from headwise.service.settings import Settings
+
+    package = make_package(tmp_path)
+    app = create_app(Settings(models_dir=package.parent), backend_factory=FakeBackend, settle_heap=settle)
+    with TestClient(app) as client:
+        wait_ready(client)
+        assert (gc.get_freeze_count() > 0) is settle
+        assert client.post("/v1/embed", json={"inputs": "the cat sat"}).status_code == 200
