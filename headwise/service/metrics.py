@@ -19,6 +19,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    values,
 )
 
 from headwise.service.gpu_metrics import GpuCollector, gpu_collector
@@ -32,6 +33,27 @@ UNIT = tuple(round(0.05 * i, 2) for i in range(1, 21))  # 0.05, 0.1, ..., 1: sha
 
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+
+class _Pid:
+    """This process's id, read again after a fork only. prometheus-client's multiprocess
+    values ask for it at every change, to notice a fork (a getpid system call each, a dozen a
+    request in a front-end); `values.MultiProcessValue` takes the function it asks instead."""
+
+    value = os.getpid()
+
+    @classmethod
+    def get(cls) -> int:
+        return cls.value
+
+    @classmethod
+    def forked(cls) -> None:
+        cls.value = os.getpid()
+
+
+os.register_at_fork(after_in_child=_Pid.forked)
+if multiprocess_dir():  # the CLI sets it before this module is imported (module docstring)
+    values.ValueClass = values.MultiProcessValue(_Pid.get)
 
 
 class Metrics:
@@ -184,9 +206,18 @@ class QueueHooks:
         self._depth = metrics.queue_depth.labels(**labels)
         self._wait = metrics.queue_duration.labels(**labels)
         self._dropped = metrics.request_failures.labels(model=model, reason="disconnected")
+        self.depth = 0
+        # The depth changes a few times a request. In one process the scrape reads it (a
+        # gauge's function); several processes' values meet only in their files, so there
+        # each change is written.
+        self._written = bool(multiprocess_dir())
+        if not self._written:
+            self._depth.set_function(lambda: self.depth)
 
     def on_depth(self, n: int) -> None:
-        self._depth.set(n)
+        self.depth = n
+        if self._written:
+            self._depth.set(n)
 
     def on_queue_wait(self, seconds: float) -> None:
         self._wait.observe(seconds)
