@@ -15,7 +15,8 @@ in any case is read the usual way.
 Only tokenizers whose normalizer is `BertNormalizer` and whose pre-tokenizer is
 `BertPreTokenizer` take this path (BERT, MiniLM, MPNet, DistilBERT); `headwise export`'s
 verification checks it on the package's tokenizer against the usual reading (`mismatches`),
-text by text, over the STS-B sentences, the multilingual and hostile sets and hostile ASCII.
+text by text, over the STS-B sentences, the multilingual and hostile sets and hostile ASCII
+(export/text_sets.py).
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ class AsciiPath:
         added = config.get("added_tokens") or ()
         self.added = tuple({t["content"].lower() for t in added}
                            | {norm.normalize_str(t["content"]).lower() for t in added if t.get("normalized")})
-        self.bare = Tokenizer.from_str(json.dumps({**config, "normalizer": None}))
-        self.bare.no_padding()
+        self.bare = json.dumps({**config, "normalizer": None})  # the twin's tokenizer.json
 
     @classmethod
     def of(cls, file: str | Path) -> AsciiPath | None:
@@ -77,7 +77,7 @@ class Reader:
 
     def __init__(self, tok: Tokenizer, path: AsciiPath):
         self.usual, self.path = tok, path
-        self.twin = Tokenizer.from_str(path.bare.to_str())
+        self.twin = Tokenizer.from_str(path.bare)
         self.twin.no_padding()
         self.twin.no_truncation()
         if (t := tok.truncation) is not None:
@@ -140,17 +140,3 @@ def mismatches(file: str | Path, texts: list[str], max_len: int = 512) -> list[s
                                                                          y.word_ids):
                 out.append(f"{item!r} (truncated: {truncate})")
     return out
-
-
-def ascii_hostile() -> list[str]:
-    """ASCII the path must get right or leave: every ASCII character alone and inside words,
-    the added tokens' text in every case and glued, long words, runs of punctuation."""
-    s = [chr(c) for c in range(128)]
-    s += [f"a{chr(c)}b {chr(c)}x y{chr(c)}" for c in range(128)]
-    s += ["[CLS] hello [SEP]", "[cls] hello [sep]", "[Cls]", "x[MASK]y", "[mask]", "[PAD][pad]", "[UNK]", "[unk]",
-          "<s> </s> <pad> <unk> <mask>", "[ SEP ]", "##ing ##s", "[unused0] [unused99]", "text[SEP]glued"]
-    s += ["a" * 99, "a" * 100, "a" * 101, "A" * 101, "x" * 3000, "!" * 300, "the " * 400, ". " * 300,
-          "0123456789" * 40, "https://example.com/" + "path/" * 60, "Mixed CASE words ALL CAPS and camelCase",
-          "tab\tnew\nline\rreturn", " leading and trailing ", "   ", "", "don't can't won't it's", "e.g. i.e. U.S.A.",
-          "C++ C# F# .NET node.js", "$100 50% #1 @user ~home ^caret `tick` |pipe| \\back/slash", "{}[]()<>"]
-    return s

@@ -77,3 +77,17 @@ def hostile() -> list[str]:
     s += ["pаypаl (Cyrillic а)", "ЁлкаTree木", "𠀀𠀁𪜀𫝀𫠠𬺰 ext", "\u4e00\u9fff\u3400\uf900\u2f800", "〇〻々〆",
           "ㄅㄆㄇ bopomofo", "ᄀ ᅡ ᆨ jamo", "ﾟ｡ halfwidth", "Ａ-Ｚ ａ-ｚ"]
     return s
+
+
+def ascii_hostile() -> list[str]:
+    """ASCII the path must get right or leave: every ASCII character alone and inside words,
+    the added tokens' text in every case and glued, long words, runs of punctuation."""
+    s = [chr(c) for c in range(128)]
+    s += [f"a{chr(c)}b {chr(c)}x y{chr(c)}" for c in range(128)]
+    s += ["[CLS] hello [SEP]", "[cls] hello [sep]", "[Cls]", "x[MASK]y", "[mask]", "[PAD][pad]", "[UNK]", "[unk]",
+          "<s> </s> <pad> <unk> <mask>", "[ SEP ]", "##ing ##s", "[unused0] [unused99]", "text[SEP]glued"]
+    s += ["a" * 99, "a" * 100, "a" * 101, "A" * 101, "x" * 3000, "!" * 300, "the " * 400, ". " * 300,
+          "0123456789" * 40, "https://example.com/" + "path/" * 60, "Mixed CASE words ALL CAPS and camelCase",
+          "tab\tnew\nline\rreturn", " leading and trailing ", "   ", "", "don't can't won't it's", "e.g. i.e. U.S.A.",
+          "C++ C# F# .NET node.js", "$100 50% #1 @user ~home ^caret `tick` |pipe| \\back/slash", "{}[]()<>"]
+    return s

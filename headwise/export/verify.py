@@ -196,7 +196,7 @@ def check_ascii_path(tokenizer: Path, max_len: int, progress: Callable[[str], No
     path = ascii_path.AsciiPath.of(tokenizer)
     if path is None:
         return
-    texts = text_sets.stsb() + text_sets.multilingual() + text_sets.hostile() + ascii_path.ascii_hostile()
+    texts = text_sets.stsb() + text_sets.multilingual() + text_sets.hostile() + text_sets.ascii_hostile()
     bad = ascii_path.mismatches(tokenizer, texts, max_len)
     if bad:
         raise mf.PackageError(f"{tokenizer.name}: the ASCII path reads {len(bad)} texts otherwise than the "

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from tokenizers import AddedToken, Tokenizer, normalizers
 
-from headwise.ascii_path import AsciiPath, Reader, ascii_hostile, mismatches
+from headwise.ascii_path import AsciiPath, Reader, mismatches
 from headwise.export.manifest import PackageError
-from headwise.export.text_sets import hostile, multilingual, stsb
+from headwise.export.text_sets import ascii_hostile, hostile, multilingual, stsb
 from headwise.export.verify import check_ascii_path
 from headwise.model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2
 from headwise.service.engine.tokenizer import TextTokenizer
