@@ -29,11 +29,12 @@ def default_name(checkpoint: Path) -> str:
 
 
 def kind_of_checkpoint(checkpoint: Path) -> Kind:
-    """The kind whose head config.json's `architectures` names (…ForSequenceClassification: a
-    classifier, ...), else an embedding model for an encoder and generation for the others."""
+    """The first kind in KINDS that says the checkpoint is its (`Kind.matches`: by the head
+    config.json's `architectures` names, …ForSequenceClassification: a classifier, ...), else an
+    embedding model for an encoder and generation for the others."""
     heads = checkpoint_heads(checkpoint)
     for kind in KINDS.values():
-        if kind.head is not None and any(h.endswith(kind.head) for h in heads):
+        if kind.matches(checkpoint, heads):
             return kind
     return KINDS["embedding" if checkpoint_architecture(checkpoint) == "encoder" else "generation"]
 

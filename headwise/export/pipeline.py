@@ -57,6 +57,12 @@ class Kind:
     task: str  # the manifest's "task"
     head: str | None = None  # how the transformers class of its head ends (…ForSequenceClassification), if any
 
+    def matches(self, checkpoint: Path, heads: list[str]) -> bool:
+        """Whether `checkpoint` is of this kind, given config.json's `architectures` (`heads`):
+        by default, whether one of them ends with `head`. A kind that shares a head with another
+        (a sparse encoder is a masked LM) reads the checkpoint's other files too."""
+        return self.head is not None and any(h.endswith(self.head) for h in heads)
+
     def notes(self, options: Options) -> list[str]:
         """Lines to say before the export: options this kind ignores."""
         return []
