@@ -13,13 +13,15 @@ from headwise.export.generative import GenerativeKind
 from headwise.export.pipeline import Kind, Options, build
 from headwise.export.question_answering import QuestionAnsweringKind
 from headwise.export.sentence import SentenceKind
+from headwise.export.sparse_embedding import SparseEmbeddingKind
 from headwise.export.token_classifier import TokenClassifierKind
 from headwise.model.importers import checkpoint_architecture, checkpoint_heads
 from headwise.model.sentence import default_checkpoint
 
 KINDS: dict[str, Kind] = {"embedding": SentenceKind(), "classification": ClassifierKind(),
                           "token-classification": TokenClassifierKind(), "question-answering": QuestionAnsweringKind(),
-                          "fill-mask": FillMaskKind(), "generation": GenerativeKind()}
+                          "sparse-embedding": SparseEmbeddingKind(), "fill-mask": FillMaskKind(),
+                          "generation": GenerativeKind()}
 
 
 def default_name(checkpoint: Path) -> str:
@@ -59,7 +61,7 @@ def build_package(
 ) -> Path:
     """Export `checkpoint` (default: bundled all-MiniLM-L6-v2) to out/name as the kind its
     config.json says (sentence embedding, classification, token classification, question
-    answering, fill-mask or generation). Written to a temporary folder and moved into place only when complete (and
+    answering, sparse embedding, fill-mask or generation). Written to a temporary folder and moved into place only when complete (and
     verified).
     `matryoshka_dimensions`: the sizes an embedding model was trained to be cut to
     (export.prompts), the only ones the service will cut it to."""

@@ -1,6 +1,6 @@
 """Loading an encoder checkpoint as an EncoderModel with its head: pooling for
-sentence-embedding checkpoints, the checkpoint's own head for sequence and token classifiers;
-and where the default checkpoint lives."""
+sentence-embedding checkpoints, the checkpoint's own head for sequence and token classifiers,
+SPLADE pooling over a masked LM's for sparse encoders; and where the default checkpoint lives."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headwise.model.encoder_model import EncoderModel
-from headwise.model.heads import PoolingHead
+from headwise.model.heads import MaskedLMHead, PoolingHead
 from headwise.model.importers import CheckpointError, load_checkpoint
 from headwise.model.importers.common import loaded as assigned
 from headwise.model.importers.common import read_state_dict, sha256_file, weights_file
 from headwise.model.pooling import PoolingConfig
+from headwise.model.splade import SpladeConfig, SpladeHead
 from headwise.model.tokenizer import Tokenizer
+
+SPARSE = "sparse-embedding"  # a masked LM with SpladePooling (model.splade)
 
 
 def default_checkpoint() -> Path:
@@ -60,7 +63,7 @@ class LoadedModel:
     tokenizer: Tokenizer
     family: str
     architecture: str
-    task: str  # "embedding" | "classification" | "token-classification"
+    task: str  # "embedding", "classification", ..., SPARSE: the kind of package it exports as
     max_len: int
     source: dict  # {"path": basename, "sha256": weights hash}
 
@@ -75,6 +78,10 @@ def load_encoder_model(path: str | Path | None = None) -> LoadedModel:
         raise CheckpointError(f"{path}: a {info['architecture']} checkpoint, not an encoder")
     if not isinstance(model, EncoderModel):
         model = EncoderModel(model, pooling_head(path, model.config.d_model))
+    elif (splade := SpladeConfig.from_checkpoint(path)) is not None:  # a sparse encoder: its masked LM, pooled
+        if not isinstance(model.head, MaskedLMHead):
+            raise CheckpointError(f"{path}: SpladePooling needs a masked LM (…ForMaskedLM), not a {info['task']} head")
+        model, info = EncoderModel(model.encoder, SpladeHead(model.head, splade)), {**info, "task": SPARSE}
     max_len = max_seq_length(path, model.config.max_tokens)
     source = {"path": path.name, "sha256": sha256_file(weights_file(path))}
     return LoadedModel(model.eval(), Tokenizer(path, max_len), info["family"], info["architecture"],
