@@ -35,6 +35,7 @@ from headwise.service.api.routers import (
     cohere_embed,
     cohere_rerank,
     embed,
+    embed_sparse,
     fill_mask,
     generate,
     health,
@@ -244,7 +245,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.engine = Engine(settings, m, backend_factory, measure=JSON)
     errors.install(app)
     routers = [r.router for r in (embed, tokenize, analytics, importance, models, health, metrics, generate, classify, tag,
-                                  answer, fill_mask, openai, kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]
+                                  answer, fill_mask, embed_sparse, openai, kserve, tei, cohere_rerank, cohere_embed, vllm)] + [tei.probes]
     for router in routers:
         app.include_router(router)
     app.state.shortcuts = {}  # filled by server.fastpath under `headwise serve`

@@ -18,6 +18,7 @@ from headwise.service.engine.heads.embedding import EmbeddingHead
 from headwise.service.engine.heads.extractive import SpanHead
 from headwise.service.engine.heads.logits import LogitsHead
 from headwise.service.engine.heads.masked import MaskHead
+from headwise.service.engine.heads.sparse import SparseHead
 from headwise.service.engine.heads.tokens import TokenHead
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import Capability
@@ -64,6 +65,7 @@ HEADS: dict[str, type[Head]] = {
     "token-classification": TokenHead,
     "question-answering": SpanHead,
     "fill-mask": MaskHead,
+    "sparse-embedding": SparseHead,
 }
 
 
@@ -87,4 +89,4 @@ def head_for(package: ModelPackage, tokenizer: TextTokenizer) -> Head:
     return HEADS[package.task](package, tokenizer)
 
 
-__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "MaskHead", "SpanHead", "TokenHead", "check_package", "head_for"]
+__all__ = ["HEADS", "EmbeddingHead", "Head", "LogitsHead", "MaskHead", "SpanHead", "SparseHead", "TokenHead", "check_package", "head_for"]

@@ -81,3 +81,22 @@ def test_a_raw_writers_body_goes_out_as_it_wrote_it():
     assert response.body == b"headtail" and response.media_type == "application/octet-stream"
     assert (b"x-len", b"4") in response.raw_headers and engine.responses.used == 10
     response.reservation.release()
+
+
+def test_the_sparse_writer_bounds_what_it_writes():
+    """/v1/embed_sparse's bound counts the entries the run found (the engine could not before),
+    with decode their vocabulary entries too, at worst case: never under the bytes written."""
+    import numpy as np
+
+    from headwise.service.api.routers import embed_sparse
+    from headwise.service.api.serialize import dumps_chunks
+    from headwise.service.engine.heads.sparse import SparseVector
+
+    ids = np.array([0, 9, 99_999, 2_000_000])
+    x = SparseVector(None, ids, np.array([1e-7, 3.4028235e38, 0.1, 1.0], np.float32), None)
+    result = types.SimpleNamespace(model="m", data=[x, x], usage={"prompt_tokens": 9, "total_tokens": 9},
+                                   answer_bytes=2 * 64)
+    for decode in (False, True):
+        q = (decode, lambda i: None if i == 9 else '"\\' * 20)
+        written = sum(map(len, dumps_chunks(embed_sparse.VECTORS.build(result, q))))
+        assert written <= embed_sparse.VECTORS.bound(result, q)
