@@ -111,3 +111,32 @@ def test_an_embedding_model_is_refused_with_the_one_message(start_server):
     assert r.status_code == 422, r.text
     assert "/v1/embed_sparse serves sparse embedding models" in r.json()["error"]["message"]
 
+
+def test_tei_embed_sparse_answers_teis_shape(srv, sparse):
+    """TEI's POST /embed_sparse: per input its [{index, value}, ...], the native route's entries;
+    token-id inputs as TEI takes them; /info says what TEI says of a SPLADE model."""
+    from transformers import AutoTokenizer
+
+    ckpt, _ = sparse["tiny-splade"]
+    native = srv.post("/v1/embed_sparse", {"inputs": TEXTS}).json()["data"]
+    r = srv.post("/embed_sparse", {"inputs": TEXTS})
+    assert r.status_code == 200, r.text
+    assert "x-compute-time" in r.headers
+    for got, want in zip(r.json(), native, strict=True):
+        assert [v["index"] for v in got] == want["indices"] and [v["value"] for v in got] == want["values"]
+    ids = AutoTokenizer.from_pretrained(str(ckpt))(TEXTS[1])["input_ids"]
+    by_ids = srv.post("/embed_sparse", {"inputs": ids})
+    assert by_ids.status_code == 200, by_ids.text
+    assert [v["index"] for v in by_ids.json()[0]] == native[1]["indices"]
+    info = srv.get("/info").json()
+    assert info["model_type"] == {"embedding": {"pooling": "splade"}}
+
+
+def test_tei_refusals_come_in_teis_shape(srv, start_server):
+    long = srv.post("/embed_sparse", {"inputs": "the cat " * 40, "truncate": False})
+    assert (long.status_code, long.json()) == (422, {"error": long.json()["error"], "error_type": "Validation"})
+    prompt = srv.post("/embed_sparse", {"inputs": "the cat", "prompt_name": "query"})
+    assert prompt.status_code == 422 and set(prompt.json()) == {"error", "error_type"}, prompt.text
+    other = start_server().post("/embed_sparse", {"inputs": "the cat"})
+    assert (other.status_code, other.json()["error_type"]) == (424, "Backend"), other.text
+    assert "no model served is a sparse embedding model (SPLADE: a SparseEncoder): /embed_sparse" in other.json()["error"]

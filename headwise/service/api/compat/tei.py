@@ -143,6 +143,11 @@ class Rank(BaseModel):
     score: float
 
 
+class SparseValue(BaseModel):
+    index: int = Field(..., description="a vocabulary id")
+    value: float = Field(..., description="its weight, > 0")
+
+
 class TeiError(BaseModel):
     error: str
     error_type: Literal["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty"]
@@ -279,6 +284,9 @@ def tokens_bytes(texts: list[str], n_tokens: int) -> int:
 
 # -- the answers, a writer per route -------------------------------------------------------------
 
+SPARSE_VALUE_BYTES = 48  # {"index":1234567,"value":-1.2345678e-5}, and its comma
+
+
 class Cut(NamedTuple):
     """/embed's request as its answer reads it."""
 
@@ -289,6 +297,12 @@ class Cut(NamedTuple):
 # an EmbedResult each
 EMBED = Writer(counted, lambda r, q: [matryoshka(e.sentence, q.dimensions, q.normalize) for e in r.data])
 EMBED_ALL = Writer(counted, lambda r, _: [e.tokens for e in r.data])
+# a HeadResult of SparseVectors: per input its non-zero weights, {index, value} each
+EMBED_SPARSE = Writer(lambda r, _: r.answer_bytes + SPARSE_VALUE_BYTES * sum(len(x.indices) for x in r.data),
+                      # float32 scalars, which orjson writes in their own shortest digits (as the native route)
+                      lambda r, _: [[{"index": i, "value": v} for i, v in zip(x.indices.tolist(), x.values, strict=True)]
+                                    for x in r.data],
+                      "send fewer inputs")
 # a Similarity
 SIMILARITY = Writer(counted, lambda res, _: res.scores, "send fewer sentences")
 # a Ranking and the route's body

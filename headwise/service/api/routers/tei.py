@@ -1,5 +1,5 @@
 """text-embeddings-inference's routes (docs/api.md, TEI): `POST /embed`, `/embed_all`,
-`/similarity`, `/rerank`, `/predict`, `/tokenize`, `/decode`, `GET /info`, `GET /health`, and
+`/embed_sparse`, `/similarity`, `/rerank`, `/predict`, `/tokenize`, `/decode`, `GET /info`, `GET /health`, and
 `POST /`, which answers by the body's shape and the model's kind as TEI's does; SageMaker's
 `GET /ping` and `POST /invocations` are `/health` and `POST /`, as in TEI's SageMaker build.
 The inference routes send TEI's timing headers (service.api.timing). TEI clients (huggingface_hub's
@@ -35,6 +35,7 @@ from headwise.service.engine.classify import ClassifyParams
 from headwise.service.engine.engine import TOKENIZER_THREADS
 from headwise.service.engine.heads.extractive import ANSWER
 from headwise.service.engine.heads.masked import FILL
+from headwise.service.engine.heads.sparse import SPARSE, SparseParams
 from headwise.service.engine.heads.tokens import TagParams
 from headwise.service.engine.params import EmbedParams
 from headwise.service.engine.runtime import R, Tagger
@@ -47,9 +48,10 @@ ERRORS = {c: {"model": tei.TeiError} for c in (400, 401, 404, 413, 422, 424, 429
 EMBEDDING, CLASSIFIER, RERANKER, GENERATOR = "embedding", "classifier", "reranker", "generator"
 TAGGER = "token_classifier"  # no TEI type: headwise's, with a classifier's labels
 # TEI's model types, read from the capabilities a model declares, first match (a model that
-# reranks is a re-ranker, though it classifies too)
+# reranks is a re-ranker, though it classifies too; a sparse encoder is an embedding model whose
+# pooling is "splade", as TEI's)
 KINDS = ((Capability.RERANK, RERANKER), (Capability.CLASSIFY, CLASSIFIER), (Capability.EMBED, EMBEDDING),
-         (Capability.TAG, TAGGER), (Capability.GENERATE, GENERATOR))
+         (SPARSE, EMBEDDING), (Capability.TAG, TAGGER), (Capability.GENERATE, GENERATOR))
 
 
 def kind(rt: Runtime) -> str:
@@ -119,6 +121,17 @@ async def embed_all(request: Request, body: Json[tei.EmbedAllRequest], engine: E
     inputs = _prompted(engine, rt, _inputs(body.inputs), body.prompt_name)
     result = await engine.embed(rt, inputs, params, probe)
     return await answer(engine, tei.EMBED_ALL, result, headers=tei_headers(rt, result, started, characters(inputs)))
+
+
+@router.post("/embed_sparse", response_model=list[list[tei.SparseValue]], responses=ERRORS)
+async def embed_sparse(request: Request, body: Json[tei.EmbedAllRequest], engine: Engine = Depends(get_engine),
+                       probe=Depends(disconnect_probe), started: float = Depends(started_at)):
+    """A sparse encoder's (SPLADE's) non-zero weights over the vocabulary, per input, as /v1/embed_sparse's."""
+    rt = pick(request, engine, body.model, SPARSE, "/embed_sparse")
+    inputs = _prompted(engine, rt, _inputs(body.inputs), body.prompt_name)
+    result = await engine.submit(rt, SPARSE, inputs, SparseParams(truncate=tei.truncation(body)), probe)
+    return await answer(engine, tei.EMBED_SPARSE, result,
+                        headers=tei_headers(rt, result, started, characters(inputs)))
 
 
 @router.post("/similarity", response_model=list[float], responses=ERRORS)
