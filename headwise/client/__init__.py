@@ -22,6 +22,8 @@ from headwise.client.heads import (
     FillItem,
     FillMaskResult,
     Mask,
+    SparseItem,
+    SparseResult,
     TaggedText,
     TaggedToken,
     TagResult,
@@ -61,6 +63,6 @@ __all__ = [
     "Answer", "AnswerItem", "AnswerResult", "AsyncClient", "Attention", "AttentionBlock", "AttentionOptions", "Client", "EmbedItem", "EmbedResult", "Entity",
     "Fill", "FillItem", "FillMaskResult", "GenerateAttention", "GenerateHidden", "GenerateResult", "GenerateStep", "GenerateToken", "HeadImportanceResult", "HeadwiseError",
     "HiddenState", "HiddenStatesOptions", "Label", "Mask", "ModelInfo", "OcclusionResult", "OcclusionUnit", "PredictResult", "RerankAttention",
-    "RerankItem", "RerankResult", "SimilarityItem", "SimilarityResult", "TagResult", "TaggedText", "TaggedToken", "TokenPair", "TokenizeItem", "TokenizeResult",
+    "RerankItem", "RerankResult", "SimilarityItem", "SimilarityResult", "SparseItem", "SparseResult", "TagResult", "TaggedText", "TaggedToken", "TokenPair", "TokenizeItem", "TokenizeResult",
     "Tokens", "Usage", "decode_array",
 ]

@@ -13,6 +13,7 @@ from headwise.client import parse
 from headwise.client.heads import (
     AnswerResult,
     FillMaskResult,
+    SparseResult,
     TagResult,
 )
 from headwise.client.types import (
@@ -173,6 +174,16 @@ def fill_mask(inputs: str | Sequence[str], *, model: str | None = None, top_k: i
         {"model": model, "inputs": inputs if isinstance(inputs, str) else list(inputs), "top_k": top_k,
          "targets": targets if targets is None or isinstance(targets, str) else list(targets),
          "truncate": truncate, "attention": attention}, extra), parse.fill_mask)
+
+
+def embed_sparse(inputs: str | Sequence[str], *, model: str | None = None, decode: bool = False,
+                 truncate: bool = True, attention: AttentionOptions | Mapping[str, Any] | None = None,
+                 **extra: Any) -> Call[SparseResult]:
+    """POST /v1/embed_sparse with a sparse encoder (SPLADE): per input, its non-zero weights over
+    the vocabulary; `decode`: also each index's vocabulary entry."""
+    return Call("POST", "/v1/embed_sparse", _body(
+        {"model": model, "inputs": inputs if isinstance(inputs, str) else list(inputs), "decode": decode,
+         "truncate": truncate, "attention": attention}, extra), parse.embed_sparse)
 
 
 def _generate_body(prompt: str | None, source: str | None, model: str | None, max_new_tokens: int | None,

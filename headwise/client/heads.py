@@ -1,10 +1,12 @@
-"""What the task-head routes answer (/v1/tag, /v1/answer, /v1/fill_mask), parsed: plain
+"""What the task-head routes answer (/v1/tag, /v1/answer, /v1/fill_mask, /v1/embed_sparse), parsed: plain
 dataclasses beside those of headwise.client.types, with the answer's JSON in `.raw`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from headwise.client.types import Attention, Usage
 
@@ -104,5 +106,31 @@ class FillItem:
 class FillMaskResult:
     model: str
     data: list[FillItem]  # per input
+    usage: Usage
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class SparseItem:
+    """A text's sparse embedding (POST /v1/embed_sparse): its non-zero weights over the
+    vocabulary, `indices` ascending; `tokens` each index's vocabulary entry, with decode."""
+
+    index: int
+    indices: np.ndarray  # int64 (nnz,)
+    values: np.ndarray  # float32 (nnz,)
+    tokens: list[str | None] | None = None
+    attention: Attention | None = None
+
+    def dense(self, size: int) -> np.ndarray:
+        """The whole vector: `size` weights (the vocabulary's), zero where none is listed."""
+        out = np.zeros(size, np.float32)
+        out[self.indices] = self.values
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class SparseResult:
+    model: str
+    data: list[SparseItem]  # per input
     usage: Usage
     raw: dict[str, Any] = field(repr=False, default_factory=dict)

@@ -20,6 +20,8 @@ from headwise.client.heads import (
     FillItem,
     FillMaskResult,
     Mask,
+    SparseItem,
+    SparseResult,
     TaggedText,
     TaggedToken,
     TagResult,
@@ -179,6 +181,13 @@ def fill_mask(d: Mapping[str, Any]) -> FillMaskResult:
                       attention(x["attention"]) if x.get("attention") is not None else None)
              for i, x in enumerate(d["data"])]
     return FillMaskResult(d["model"], items, _usage(d.get("usage")), raw=dict(d))
+
+
+def embed_sparse(d: Mapping[str, Any]) -> SparseResult:
+    items = [SparseItem(x.get("index", i), np.asarray(x["indices"], np.int64), np.asarray(x["values"], np.float32),
+                        x.get("tokens"), attention(x["attention"]) if x.get("attention") is not None else None)
+             for i, x in enumerate(d["data"])]
+    return SparseResult(d["model"], items, _usage(d.get("usage")), raw=dict(d))
 
 
 def _step(s: Mapping[str, Any], dtype: str, encoding: str) -> GenerateStep:

@@ -184,10 +184,10 @@ DOCS = ["a dog", "the cat sat on the mat", "where is the cat? on the mat", ""]
 
 @pytest.fixture(scope="module")
 def zoo(start_server, classifier_packages, tagger_package, qa_package, default_package, tmp_path_factory):
-    """The tiny cross-encoder, classifier, tagger, answerer and masked LM beside a tiny GPT-2 and
+    """The tiny cross-encoder, classifier, tagger, answerer, masked LM and sparse encoder beside a tiny GPT-2 and
     MiniLM, in one server."""
     from headwise.export.package import build_package
-    from tests.fixtures.tiny import make_fill_mask_package
+    from tests.fixtures.tiny import make_fill_mask_package, make_sparse_package
     from tests.fixtures.tiny_generative import make_tiny_gpt2
 
     models = tmp_path_factory.mktemp("client-models")
@@ -198,6 +198,8 @@ def zoo(start_server, classifier_packages, tagger_package, qa_package, default_p
         (models / name).symlink_to(packages["models"] / name, target_is_directory=True)
     mlm = make_fill_mask_package(tmp_path_factory.mktemp("client-mlm"))
     (models / "tiny-mlm").symlink_to(mlm["models"] / "tiny-mlm", target_is_directory=True)
+    sparse = make_sparse_package(tmp_path_factory.mktemp("client-sparse"))
+    (models / "tiny-splade").symlink_to(sparse["models"] / "tiny-splade", target_is_directory=True)
     ckpt = make_tiny_gpt2(tmp_path_factory.mktemp("client-gpt2") / "gpt2", n_layers=2, n_heads=2, d_model=32)
     build_package(ckpt, models, "tiny-gpt2", progress=lambda m: None)
     srv = start_server(models=models)
@@ -290,6 +292,25 @@ def test_fill_mask(zoo):
     assert e.value.status == 422 and "[MASK]" in str(e.value)
 
 
+def test_embed_sparse(zoo):
+    srv, c = zoo
+    texts = ["the cat sat on the mat.", "a dog"]
+    want = ok(srv.post("/v1/embed_sparse", {"model": "tiny-splade", "inputs": texts, "decode": True,
+                                            "attention": {"layers": [0]}}))
+    res = c.embed_sparse(texts, model="tiny-splade", decode=True, attention={"layers": [0], "encoding": "base64"})
+    for got, item in zip(res.data, want["data"], strict=True):
+        assert got.indices.tolist() == item["indices"] and got.tokens == item["tokens"]
+        assert np.array_equal(got.values, np.asarray(item["values"], np.float32))
+        assert np.allclose(got.attention.values, np.asarray(item["attention"]["data"], dtype=np.float32))
+        dense = got.dense(int(got.indices.max()) + 1)
+        assert np.array_equal(dense[got.indices], got.values) and (dense > 0).sum() == len(got.indices)
+    one = c.embed_sparse("a dog", model="tiny-splade")
+    assert one.data[0].tokens is None and one.data[0].indices.tolist() == want["data"][1]["indices"]
+    with pytest.raises(HeadwiseError) as e:
+        c.embed_sparse("a dog", model=DEFAULT_NAME)
+    assert e.value.status == 422 and "/v1/embed_sparse serves sparse embedding models" in str(e.value)
+
+
 def test_generate_and_its_stream(zoo):
     srv, c = zoo
     body = {"model": "tiny-gpt2", "prompt": "the quick brown fox", "max_new_tokens": 5, "seed": 3}
@@ -338,7 +359,7 @@ def test_generate_and_its_stream(zoo):
 # The docs' model names → the test servers' (the tiny cross-encoder and GPT-2 stand in)
 DOC_MODELS = {'"ms-marco-minilm"': '"tiny-reranker"', '"gpt2"': '"tiny-gpt2"', '"bert-base-ner"': '"tiny-tagger"',
               '"bert-squad"': '"tiny-qa"',
-              '"bert-base-uncased"': '"tiny-mlm"'}
+              '"bert-base-uncased"': '"tiny-mlm"', '"splade-v3"': '"tiny-splade"'}
 DOC_URL = "http://127.0.0.1:8000"
 
 
