@@ -1,6 +1,7 @@
 """model/'s sparse encoder (SPLADE) loaded from tiny random checkpoints that sentence-transformers
 saved as SparseEncoders: each text's weights over the vocabulary equal SparseEncoder.encode's
-within 1e-5, in a padded batch, for max and sum pooling and both activations; splade_pool is the
+within 1e-5, in a padded batch, for max and sum pooling and both activations, and for every
+family whose masked LM headwise imports; splade_pool is the
 paper's formula; a masked LM without SpladePooling stays a fill-mask model, and what headwise
 cannot reproduce (another module, a default prompt, max_active_dims, an unknown pooling) is
 refused by name."""
@@ -14,6 +15,7 @@ from headwise.export.package import KINDS, kind_of_checkpoint
 from headwise.model.importers import CheckpointError
 from headwise.model.sentence import SPARSE, load_encoder_model, load_sentence_model
 from headwise.model.splade import SpladeConfig, SpladeHead, splade_pool
+from tests.fixtures import families as fam
 from tests.fixtures.tiny import make_tiny_bert_mlm, make_tiny_splade
 
 TEXTS = ["the cat sat on the mat", "a dog", "", "hello world " * 40, "paris is the capital of france."]
@@ -89,3 +91,22 @@ def test_what_headwise_cannot_reproduce_is_refused_by_name(tmp_path, file, chang
         load_encoder_model(path)
     with pytest.raises(CheckpointError, match=named):
         kind_of_checkpoint(path)
+
+
+@pytest.mark.parametrize("family", fam.MASKED_LM_FAMILIES)
+def test_family_sparse_encoders_equal_sparse_encoder(tmp_path, family):
+    """Every family whose masked LM headwise imports is a sparse encoder too: the same head,
+    pooled (RoBERTa's and MPNet's `lm_head`, DistilBERT's `vocab_projector`, ModernBERT's)."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+    raw, _ = fam.make_headed(tmp_path / "mlm", family, "ForMaskedLM", {})
+    ref = SparseEncoder(modules=[MLMTransformer(str(raw)), SpladePooling("max")], device="cpu").eval()
+    ref.save(str(tmp_path / "splade"))
+    loaded = load_encoder_model(tmp_path / "splade")
+    assert loaded.task == SPARSE
+    texts = ["the cat sat on the mat", "a dog", "hello world " * 10]
+    b = loaded.tokenizer(texts)
+    with torch.no_grad():
+        ours = loaded.model(b.input_ids, b.attention_mask, b.token_type_ids).sentence_embedding
+    torch.testing.assert_close(ours, ref.encode(texts, convert_to_tensor=True).to_dense(), atol=1e-5, rtol=1e-5)
