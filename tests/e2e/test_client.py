@@ -292,24 +292,6 @@ def test_fill_mask(zoo):
     assert e.value.status == 422 and "[MASK]" in str(e.value)
 
 
-def test_embed_sparse(zoo):
-    srv, c = zoo
-    texts = ["the cat sat on the mat.", "a dog"]
-    want = ok(srv.post("/v1/embed_sparse", {"model": "tiny-splade", "inputs": texts, "decode": True,
-                                            "attention": {"layers": [0]}}))
-    res = c.embed_sparse(texts, model="tiny-splade", decode=True, attention={"layers": [0], "encoding": "base64"})
-    for got, item in zip(res.data, want["data"], strict=True):
-        assert got.indices.tolist() == item["indices"] and got.tokens == item["tokens"]
-        assert np.array_equal(got.values, np.asarray(item["values"], np.float32))
-        assert np.allclose(got.attention.values, np.asarray(item["attention"]["data"], dtype=np.float32))
-        dense = got.dense(int(got.indices.max()) + 1)
-        assert np.array_equal(dense[got.indices], got.values) and (dense > 0).sum() == len(got.indices)
-    one = c.embed_sparse("a dog", model="tiny-splade")
-    assert one.data[0].tokens is None and one.data[0].indices.tolist() == want["data"][1]["indices"]
-    with pytest.raises(HeadwiseError) as e:
-        c.embed_sparse("a dog", model=DEFAULT_NAME)
-    assert e.value.status == 422 and "/v1/embed_sparse serves sparse embedding models" in str(e.value)
-
 
 def test_generate_and_its_stream(zoo):
     srv, c = zoo

@@ -140,3 +140,32 @@ def test_tei_refusals_come_in_teis_shape(srv, start_server):
     other = start_server().post("/embed_sparse", {"inputs": "the cat"})
     assert (other.status_code, other.json()["error_type"]) == (424, "Backend"), other.text
     assert "no model served is a sparse embedding model (SPLADE: a SparseEncoder): /embed_sparse" in other.json()["error"]
+
+
+def test_the_python_client_reads_it(srv, sparse):
+    """headwise.client's embed_sparse (sync and async): the route's answer as arrays, decoded
+    tokens, attention; a refusal as HeadwiseError."""
+    import asyncio
+
+    from headwise.client import AsyncClient, Client, HeadwiseError
+
+    texts = ["the cat sat on the mat.", "a dog"]
+    want = srv.post("/v1/embed_sparse", {"inputs": texts, "decode": True, "attention": {"layers": [0]}}).json()
+    with Client(srv.url) as c:
+        res = c.embed_sparse(texts, decode=True, attention={"layers": [0], "encoding": "base64"})
+        for got, item in zip(res.data, want["data"], strict=True):
+            assert got.indices.tolist() == item["indices"] and got.tokens == item["tokens"]
+            assert np.array_equal(got.values, np.asarray(item["values"], np.float32))
+            assert np.allclose(got.attention.values, np.asarray(item["attention"]["data"], dtype=np.float32))
+            dense = got.dense(int(got.indices.max()) + 1)
+            assert np.array_equal(dense[got.indices], got.values) and (dense > 0).sum() == len(got.indices)
+        with pytest.raises(HeadwiseError) as e:
+            c.embed_sparse("the cat " * 40, truncate=False)
+        assert e.value.status == 422
+
+    async def one():
+        async with AsyncClient(srv.url) as c:
+            return await c.embed_sparse("a dog")
+
+    got = asyncio.run(one()).data[0]
+    assert got.tokens is None and got.indices.tolist() == want["data"][1]["indices"]
