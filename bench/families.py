@@ -168,7 +168,8 @@ class Served:
         return ", ".join(f"{op} × {n}" for op, n in sorted(ops.items())) or "none"
 
 
-def _timed(call, texts) -> float:
+def timed(call, texts) -> float:
+    """One call's wall time in ms."""
     t0 = time.perf_counter()
     call(texts)
     return (time.perf_counter() - t0) * 1e3
@@ -195,7 +196,7 @@ def measure(family: str, work: Path, threads: int, reps: int, log) -> dict:
         got = served(texts)
         cos = float(np.min(np.sum(want * got, 1) / np.linalg.norm(want, axis=1) / np.linalg.norm(got, axis=1)))
         theirs = partial(st.encode, batch_size=inputs)
-        m = medians(alternate([served, theirs], reps, lambda call, rep, t=texts: _timed(call, t)))
+        m = medians(alternate([served, theirs], reps, lambda call, rep, t=texts: timed(call, t)))
         o, s = m[served], m[theirs]
         row["shapes"][(inputs, tokens)] = {"headwise_ms": o, "st_ms": s, "ratio": s / o, "cosine": cos}
         log(f"{family} {inputs}×{tokens}: headwise {o:.2f} ms, sentence-transformers {s:.2f} ms, "

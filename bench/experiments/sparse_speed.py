@@ -19,7 +19,6 @@ import argparse
 import shlex
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
@@ -27,16 +26,10 @@ import numpy as np
 
 from bench.alternate import alternate, medians
 from bench.facts import machine_facts
-from bench.families import SHAPES, SIZE, Served, texts_of
+from bench.families import SHAPES, SIZE, Served, texts_of, timed
 from bench.report import facts_table
 
 VOCAB = 30522  # bert-base-uncased's, as SPLADE models keep it
-
-
-def timed(call, texts) -> float:
-    t0 = time.perf_counter()
-    call(texts)
-    return (time.perf_counter() - t0) * 1e3
 
 
 def build(root: Path):

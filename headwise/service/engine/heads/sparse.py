@@ -94,4 +94,4 @@ class SparseHead:
         row = out["sentence_embedding"][i]  # (vocab_size,)
         nz = np.flatnonzero(row)
         att = attention_payload(weights, e.length, p.attention) if weights is not None else None
-        return SparseVector(e.encoding, nz, row[nz].astype(np.float32), att)
+        return SparseVector(e.encoding, nz, row[nz].astype(np.float32, copy=False), att)  # row[nz] is a copy
