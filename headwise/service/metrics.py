@@ -2,7 +2,7 @@
 
 One `Metrics` per app, on its own registry. With several workers the CLI sets
 PROMETHEUS_MULTIPROC_DIR before prometheus_client is imported; values then live in files
-that `render()` merges.
+that `render()` merges, written a few at a time (service.metric_values).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from prometheus_client import (
     values,
 )
 
+from headwise.service import metric_values
 from headwise.service.gpu_metrics import GpuCollector, gpu_collector
 
 LATENCY = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -53,7 +54,7 @@ class _Pid:
 
 os.register_at_fork(after_in_child=_Pid.forked)
 if multiprocess_dir():  # the CLI sets it before this module is imported (module docstring)
-    values.ValueClass = values.MultiProcessValue(_Pid.get)
+    values.ValueClass = metric_values.deferred(values.MultiProcessValue(_Pid.get))
 
 
 class Metrics:
@@ -153,6 +154,7 @@ class Metrics:
         if multiprocess_dir():
             from prometheus_client import multiprocess
 
+            metric_values.flush()  # this process's last changes; the others' are at most FLUSH_S old
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
             registry.register(PROCESS_COLLECTOR)  # the worker that answers this scrape
@@ -165,6 +167,7 @@ class Metrics:
         if multiprocess_dir():
             from prometheus_client import multiprocess
 
+            metric_values.flush()
             multiprocess.mark_process_dead(os.getpid())
 
 
@@ -209,7 +212,7 @@ class QueueHooks:
         self.depth = 0
         # The depth changes a few times a request. In one process the scrape reads it (a
         # gauge's function); several processes' values meet only in their files, so there
-        # each change is written.
+        # each change is set (and written with the others, service.metric_values).
         self._written = bool(multiprocess_dir())
         if not self._written:
             self._depth.set_function(lambda: self.depth)
