@@ -10,7 +10,8 @@ it), and hostile unicode (`hostile()`).
 
 Candidates: `tokenizers` encode_batch and encode_batch_fast (the library the service uses),
 TextTokenizer.encode_unchecked as the embedding head calls it (with strings, and with
-strings=False: encode_batch_fast), each with its ASCII path (headwise.ascii_path) and without it,
+strings=False: encode_batch_fast), each with its ASCII path (headwise.ascii_path: headwise.wordpiece
+where it reads the text), with the path's twin tokenizer only (as before headwise.wordpiece), and without it,
 and, when installed, kitoken, tokie and flash-tokenizer
 (BERT only: it reads vocab.txt). A candidate that is not installed, or fails to load, is
 skipped with the reason. They are not dependencies of headwise: install them by hand to
@@ -97,6 +98,8 @@ def tokenizers_candidates(folder: Path, n: int) -> list[Candidate]:
     tok.enable_truncation(max_length=n)
     tt = TextTokenizer(folder / "tokenizer.json", n)
     usual = TextTokenizer(folder / "tokenizer.json", n, ascii=False)
+    twin = TextTokenizer(folder / "tokenizer.json", n)
+    twin.ascii.wordpiece = None  # the ASCII path as before headwise.wordpiece: its twin tokenizer only
     return [
         Candidate("tokenizers encode_batch", lambda t: [e.ids for e in tok.encode_batch(t)],
                   lambda t: [e.ids for e in tok.encode_batch(t)]),
@@ -106,6 +109,10 @@ def tokenizers_candidates(folder: Path, n: int) -> list[Candidate]:
                   lambda t: [e.ids.tolist() for e in tt.encode_unchecked(t, lazy=True)]),
         Candidate("TextTokenizer (strings=False)", lambda t: tt.encode_unchecked(t, lazy=True, strings=False),
                   lambda t: [e.ids.tolist() for e in tt.encode_unchecked(t, lazy=True, strings=False)]),
+        Candidate("TextTokenizer (strings), twin only", lambda t: twin.encode_unchecked(t, lazy=True),
+                  lambda t: [e.ids.tolist() for e in twin.encode_unchecked(t, lazy=True)]),
+        Candidate("TextTokenizer (strings=False), twin only", lambda t: twin.encode_unchecked(t, lazy=True, strings=False),
+                  lambda t: [e.ids.tolist() for e in twin.encode_unchecked(t, lazy=True, strings=False)]),
         Candidate("TextTokenizer (strings), ASCII path off", lambda t: usual.encode_unchecked(t, lazy=True),
                   lambda t: [e.ids.tolist() for e in usual.encode_unchecked(t, lazy=True)]),
         Candidate("TextTokenizer (strings=False), ASCII path off",

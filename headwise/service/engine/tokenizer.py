@@ -109,7 +109,7 @@ class TextTokenizer:
         fast = lazy and not strings
         batch = tok.encode_batch_fast if fast else tok.encode_batch
         out: list[Encoded | None] = [None] * len(texts)
-        todo, chars = list(range(len(texts))), PREFIX_TOKENS * self.max_len
+        todo, chars = self._wordpiece(texts, truncate, special_tokens, out), PREFIX_TOKENS * self.max_len
         while todo:
             cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
             # measured on the untruncated prefix: does it pass max_len by the margin?
@@ -131,6 +131,28 @@ class TextTokenizer:
                     again.append(i)
             todo, chars = again, chars * 4
         return out  # type: ignore[return-value]
+
+    def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list) -> list[int]:
+        """Into `out`, the texts headwise.wordpiece reads (the ASCII path's, with a WordPiece
+        tokenizer), each read as far as its answer needs as below: a long one as a prefix with
+        more than max_len + CUT_MARGIN tokens (truncated, its first max_len are the text's; else
+        it shows the text too long), or whole; → the indices of the others."""
+        wp = self.ascii.wordpiece if self.ascii is not None else None
+        if wp is None:
+            return list(range(len(texts)))
+        todo, enough = [], self.max_len + CUT_MARGIN
+        limit, added = (self.max_len if truncate else 1 << 62), (wp.added if special_tokens else 0)
+        for i, text in enumerate(texts):
+            chars = PREFIX_TOKENS * self.max_len
+            while (low := self.ascii.text(text[:chars])) is not None and chars < len(text) \
+                    and len(wp.pieces(low, enough + 1)[0]) + added <= enough:
+                chars *= 4
+            if low is None:
+                todo.append(i)
+                continue
+            ids, type_ids, tokens, offsets = wp.encode(low, special_tokens, limit)
+            out[i] = Encoded(np.array(ids, dtype=np.int64), np.array(type_ids, dtype=np.int64), tokens, offsets)
+        return todo
 
     def encode_items(self, items: list, truncate: bool = True, words: bool = False,
                      cut: Cut = "longest_first") -> list[Encoded]:

@@ -97,11 +97,14 @@ def test_huge_inputs_cost_what_a_long_sentence_costs(tmp_path):
             return self.inner.encode_batch(texts, **kw)
 
     tok._truncating, tok._full = Seen(tok._truncating), Seen(tok._full)
-    big = "the cat sat on the mat " * 100_000
-    assert tok.encode([big])[0].length == 32
-    with pytest.raises(Validation, match="limit of 32"):
-        tok.encode([big], truncate=False)
-    assert max(given) <= 4 * PREFIX_TOKENS * 32  # prefixes, never the 2.3 MB text
+    read = tok.ascii.text
+    tok.ascii.text = lambda text: given.append(len(text)) or read(text)  # what headwise.wordpiece is given
+    for big in ("the cat sat on the mat " * 100_000, "the café sat on the mat " * 100_000):  # ASCII, or not
+        given.clear()
+        assert tok.encode([big])[0].length == 32
+        with pytest.raises(Validation, match="limit of 32"):
+            tok.encode([big], truncate=False)
+        assert given and max(given) <= 4 * PREFIX_TOKENS * 32  # prefixes, never the 2.3 MB text
     assert tok.encode(["the cat " * 5], truncate=False)[0].length == 12
 
 

@@ -107,7 +107,7 @@ class Seen:
 
 def test_the_embedding_head_reads_with_strings_unless_told(tmp_path):
     tiny_tokenizer(tmp_path)
-    tok = TextTokenizer(tmp_path / "tokenizer.json", 32)
+    tok = TextTokenizer(tmp_path / "tokenizer.json", 32, ascii=False)  # ASCII would go to headwise.wordpiece
     calls: list[str] = []
     tok._truncating, tok._full = Seen(tok._truncating, calls), Seen(tok._full, calls)
     head = EmbeddingHead.__new__(EmbeddingHead)

@@ -1,0 +1,148 @@
+"""WordPiece (Wu et al. 2016, §4.1; BERT: Devlin et al. 2019, §3.1), for the texts the ASCII path
+takes (headwise.ascii_path): printable ASCII, lowered where the model is uncased, holding no added
+token. On such a text BERT's pre-tokenizer only splits at whitespace and makes each punctuation
+character a word of its own, so a word is a run of letters and digits or one punctuation mark,
+and each word is read greedily, longest vocabulary entry first, later pieces with "##".
+
+`tokenizers` reads such a text in about four times the CPU (bench/results/tokenizers-wordpiece.md):
+it keeps an alignment per character through its pre-tokenizer and builds a map of every
+character's byte offset to report offsets in characters. Here a text is one regular expression
+and a dictionary lookup per word. The answer is the tokenizer's: ids, type ids, tokens and
+offsets, with the special tokens of its post-processor's single template; `headwise export`
+checks that on every package it takes (headwise.ascii_path.mismatches), and a tokenizer is
+checked again on SELF_CHECK when the service loads it.
+"""
+
+from __future__ import annotations
+
+import re
+
+WORD = re.compile(r"[0-9A-Za-z]+|[!-/:-@\[-`{-~]")  # letters and digits, or one punctuation mark
+
+# Texts the service reads both ways when it loads a tokenizer (headwise.service.engine.tokenizer).
+SELF_CHECK = (
+    "", " ", "a", "Hello, world!", "The quick brown fox jumps over the lazy dog.",
+    "don't stop-believing: 3.14159 is pi; e=mc^2 (einstein, 1905)",
+    "tokenization unaffable hyperparameterisation xylophonists' zzzzqqqq",
+    "email me at someone@example.com or visit https://example.org/a?b=c&d=e#f",
+    "tabs\tand\nnewlines\r\nand    spaces", "$100 ~ 50% off! <tag> [x] {y} |z| `q` ^_^",
+    "a" * 120 + " " + "b" * 99, "C++ vs. C# vs. F#... who's #1?", "1234567890 0987654321 42nd 3rd 1st",
+)
+
+
+class WordPiece:
+    """A WordPiece model and its single-text template, or None from `of` where the tokenizer
+    is not one this reads (any other model, pre-tokenizer or post-processor)."""
+
+    def __init__(self, vocab: dict[str, int], unk: str, prefix: str, max_chars: int,
+                 before: list[tuple[str, int, int]], after: list[tuple[str, int, int]], type_id: int):
+        self.vocab, self.unk, self.unk_id = vocab, unk, vocab[unk]
+        self.prefix, self.max_chars = prefix, max_chars
+        self.later = {t[len(prefix):]: i for t, i in vocab.items() if t.startswith(prefix)}
+        self.before, self.after, self.type_id = before, after, type_id  # specials: (token, id, type id)
+        self.added = len(before) + len(after)
+
+    @classmethod
+    def of(cls, config: dict) -> WordPiece | None:
+        model, pre = config.get("model") or {}, config.get("pre_tokenizer") or {}
+        if model.get("type") != "WordPiece" or pre.get("type") != "BertPreTokenizer":
+            return None
+        vocab, unk = model.get("vocab") or {}, model.get("unk_token")
+        if unk not in vocab:
+            return None
+        template = _single(config.get("post_processor"))
+        if template is None:
+            return None
+        before, after, type_id = template
+        return cls(vocab, unk, model.get("continuing_subword_prefix", "##"),
+                   int(model.get("max_input_chars_per_word", 100)), before, after, type_id)
+
+    def pieces(self, text: str, limit: int) -> tuple[list[int], list[str], list[tuple[int, int]]]:
+        """The first `limit` pieces of `text` (no special tokens): ids, strings, character offsets."""
+        out: tuple[list, list, list] = ([], [], [])
+        self._read(text, limit, *out)
+        return out
+
+    def _read(self, text: str, limit: int, ids: list, tokens: list, offsets: list) -> None:
+        """Appends the first `limit` pieces of `text` to the three lists."""
+        add_id, add_token, add_offset, get = ids.append, tokens.append, offsets.append, self.vocab.get
+        end = len(ids) + limit
+        for m in WORD.finditer(text):
+            word = m.group()
+            i = get(word)
+            if i is not None:  # most words are one piece
+                add_id(i)
+                add_token(word)
+                add_offset(m.span())
+            else:
+                start = m.start()
+                got = self._split(word, start) if len(word) <= self.max_chars else None
+                if got is None:  # no reading: the whole word is unknown
+                    add_id(self.unk_id)
+                    add_token(self.unk)
+                    add_offset(m.span())
+                for i, t, o in got or ():
+                    add_id(i)
+                    add_token(t if o[0] == start else self.prefix + t)
+                    add_offset(o)
+            if len(ids) >= end:
+                break
+        del ids[end:], tokens[end:], offsets[end:]
+
+    def _split(self, word: str, start: int) -> list[tuple[int, str, tuple[int, int]]] | None:
+        """Longest match first, left to right; None where some part matches nothing."""
+        out, a, n, table = [], 0, len(word), self.vocab
+        while a < n:
+            b = n
+            while b > a:
+                i = table.get(word[a:b])
+                if i is not None:
+                    break
+                b -= 1
+            else:
+                return None
+            out.append((i, word[a:b], (start + a, start + b)))
+            a, table = b, self.later
+        return out
+
+    def encode(self, text: str, special_tokens: bool, max_tokens: int):
+        """(ids, type ids, tokens, offsets) of `text`, at most `max_tokens` tokens in all: its
+        first pieces, then the template's special tokens where `special_tokens` (as the
+        tokenizer truncating at max_tokens)."""
+        if not special_tokens:
+            ids, tokens, offsets = self.pieces(text, max_tokens)
+            return ids, [self.type_id] * len(ids), tokens, offsets
+        b, a = self.before, self.after
+        ids, tokens, offsets = [i for _, i, _ in b], [s for s, _, _ in b], [(0, 0)] * len(b)
+        self._read(text, max(0, max_tokens - self.added), ids, tokens, offsets)
+        n = len(ids) - len(b)
+        ids += [i for _, i, _ in a]
+        tokens += [s for s, _, _ in a]
+        offsets += [(0, 0)] * len(a)
+        return ids, [t for _, _, t in b] + [self.type_id] * n + [t for _, _, t in a], tokens, offsets
+
+
+def _single(post: dict | None):
+    """The single-text template of a post-processor: (special tokens before the text, after it,
+    the text's type id), each special (token, id, type id); None for one this does not read."""
+    if post is None:
+        return [], [], 0
+    kind = post.get("type")
+    if kind in ("BertProcessing", "RobertaProcessing"):
+        (cls, cls_id), (sep, sep_id) = post["cls"], post["sep"]
+        return [(cls, cls_id, 0)], [(sep, sep_id, 0)], 0
+    if kind != "TemplateProcessing":
+        return None
+    specials, before, after, seen, type_id = post.get("special_tokens") or {}, [], [], False, 0
+    for piece in post.get("single") or []:
+        if "Sequence" in piece:
+            if seen or piece["Sequence"].get("id") != "A":
+                return None
+            seen, type_id = True, int(piece["Sequence"].get("type_id", 0))
+            continue
+        name = piece["SpecialToken"]["id"]
+        spec = specials.get(name) or {}
+        if len(spec.get("ids") or ()) != 1:
+            return None
+        (after if seen else before).append((spec["tokens"][0], spec["ids"][0], int(piece["SpecialToken"].get("type_id", 0))))
+    return (before, after, type_id) if seen else None

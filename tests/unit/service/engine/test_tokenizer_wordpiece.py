@@ -1,0 +1,124 @@
+"""headwise.wordpiece: a single text the ASCII path takes, read by our WordPiece, has the ids,
+type ids, tokens and offsets `tokenizers` gives (with and without special tokens, whole and
+truncated) on the shipped all-MiniLM-L6-v2 tokenizer, a tiny one full of unknown words and
+"##" pieces, a cased one, and BERT's older post-processor; TextTokenizer reads such texts
+without `tokenizers` and the others with it, in order; a tokenizer it cannot read is left to
+`tokenizers`; a reader that disagrees is dropped when loaded, and `headwise export` fails it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from tokenizers import Tokenizer, normalizers, processors
+
+from headwise import wordpiece
+from headwise.ascii_path import AsciiPath, mismatches
+from headwise.export.manifest import PackageError
+from headwise.export.text_sets import ascii_hostile, hostile, multilingual, stsb
+from headwise.export.verify import check_ascii_path
+from headwise.model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2
+from headwise.service.engine.tokenizer import TextTokenizer
+from tests.fixtures.families import ROBERTA_SPECIALS, ROBERTA_TEMPLATE, bpe_tokenizer
+from tests.fixtures.tiny import tiny_tokenizer
+
+MINILM = default_checkpoint() / "tokenizer.json"
+ODD = ["unaffable xylophone", "cats!!! and dogs...", "a" * 101, "abc" * 40, "9.75 - 3,5 = x?", "",
+       "The Cat Sat", "hello world " * 30]
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return stsb() + multilingual() + hostile() + ascii_hostile() + ODD
+
+
+def readings(file, texts: list[str]) -> int:
+    """Compares every text the path takes, both ways; → how many readings agreed."""
+    path = AsciiPath.of(file)
+    assert path is not None and path.wordpiece is not None
+    usual = Tokenizer.from_file(str(file))
+    usual.no_padding()
+    n = 0
+    for cut in (None, 128, 16, 3):
+        if cut is None:
+            usual.no_truncation()
+        else:
+            usual.enable_truncation(max_length=cut)
+        for text in texts:
+            if (low := path.text(text)) is None:
+                continue
+            for special in (True, False):
+                e = usual.encode(text, add_special_tokens=special)
+                got = path.wordpiece.encode(low, special, cut or 1 << 62)
+                assert (e.ids, e.type_ids, e.tokens, e.offsets) == got, (text, cut, special)
+                n += 1
+    return n
+
+
+def test_the_shipped_tokenizer(texts):
+    assert readings(MINILM, texts) > 20_000
+
+
+def test_a_tiny_vocabulary_of_pieces_and_unknown_words(tmp_path, texts):
+    tiny_tokenizer(tmp_path)
+    assert readings(tmp_path / "tokenizer.json", texts) > 20_000
+    wp = AsciiPath.of(tmp_path / "tokenizer.json").wordpiece
+    _, tokens, offsets = wp.pieces("zebra-x", 10)
+    assert tokens == ["z", "##e", "##b", "##r", "##a", "[UNK]", "x"] and offsets[1] == (1, 2)  # no "-" in it
+
+
+def test_a_cased_tokenizer_and_bert_processing(tmp_path, texts):
+    tiny_tokenizer(tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
+                                                   ("[CLS]", tok.token_to_id("[CLS]")))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    assert readings(tmp_path / "tokenizer.json", texts[::5]) > 4_000
+
+
+def test_text_tokenizer_reads_ascii_without_tokenizers():
+    tok = TextTokenizer(MINILM, 16)
+    seen = []
+    tok._truncating.encode_batch = lambda items, **kw: seen.append(list(items)) or tok._plain.encode_batch(items, **kw)
+    mixed = ["plain ascii", "naïve café", "[CLS] special", "MORE ascii text that is long enough to be cut " * 3]
+    got = tok.encode_unchecked(mixed)
+    assert seen == [["naïve café", "[CLS] special"]]  # only what the path leaves
+    usual = Tokenizer.from_file(str(MINILM))
+    usual.no_padding()
+    usual.enable_truncation(max_length=16)
+    for g, want in zip(got, usual.encode_batch(mixed), strict=True):
+        assert (g.ids.tolist(), g.type_ids.tolist(), g.tokens, g.offsets) == (
+            want.ids, want.type_ids, want.tokens, want.offsets)
+
+
+def test_what_it_does_not_read(tmp_path):
+    bpe_tokenizer(tmp_path, ROBERTA_SPECIALS, ROBERTA_TEMPLATE)
+    assert wordpiece.WordPiece.of(json.loads((tmp_path / "tokenizer.json").read_text())) is None
+    config = json.loads(MINILM.read_text())
+    assert wordpiece.WordPiece.of(config) is not None
+    assert wordpiece.WordPiece.of({**config, "pre_tokenizer": {"type": "Whitespace"}}) is None
+    assert wordpiece.WordPiece.of({**config, "post_processor": {"type": "ByteLevel"}}) is None
+    pair_only = {**config["post_processor"], "single": [{"Sequence": {"id": "B", "type_id": 0}}]}
+    assert wordpiece.WordPiece.of({**config, "post_processor": pair_only}) is None
+
+
+def test_a_reader_that_disagrees_is_dropped_and_fails_the_export(monkeypatch, caplog):
+    """Were it to read no word whole, "hello" would come out in pieces."""
+    whole = wordpiece.WordPiece.pieces
+
+    def in_pieces(self, text, limit):
+        return whole(self, text.replace("hello", "hel lo"), limit)
+
+    monkeypatch.setattr(wordpiece, "SELF_CHECK", ("say hello",))
+    monkeypatch.setattr(wordpiece.WordPiece, "pieces", in_pieces)
+    with caplog.at_level(logging.WARNING, logger="headwise"):
+        assert AsciiPath.of(MINILM).wordpiece is None
+    assert "otherwise than the tokenizer" in caplog.text
+    monkeypatch.setattr(wordpiece, "SELF_CHECK", ("the cat",))
+    assert AsciiPath.of(MINILM).wordpiece is not None
+    bad = mismatches(MINILM, ["hello there", "the cat"], 256)
+    assert bad and "hello" in bad[0]
+    with pytest.raises(PackageError, match="ASCII path reads"):
+        check_ascii_path(MINILM, 256, lambda _: None)
