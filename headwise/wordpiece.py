@@ -39,6 +39,8 @@ class WordPiece:
         self.vocab, self.unk, self.unk_id = vocab, unk, vocab[unk]
         self.prefix, self.max_chars = prefix, max_chars
         self.later = {t[len(prefix):]: i for t, i in vocab.items() if t.startswith(prefix)}
+        # no piece is longer than the longest entry: a word is read in O(length × that), not O(length²)
+        self.longest = max(map(len, vocab), default=1), max(map(len, self.later), default=1)
         self.before, self.after, self.type_id = before, after, type_id  # specials: (token, id, type id)
         self.added = len(before) + len(after)
 
@@ -91,9 +93,9 @@ class WordPiece:
 
     def _split(self, word: str, start: int) -> list[tuple[int, str, tuple[int, int]]] | None:
         """Longest match first, left to right; None where some part matches nothing."""
-        out, a, n, table = [], 0, len(word), self.vocab
+        out, a, n, table, longest = [], 0, len(word), self.vocab, self.longest[0]
         while a < n:
-            b = n
+            b = min(n, a + longest)
             while b > a:
                 i = table.get(word[a:b])
                 if i is not None:
@@ -102,7 +104,7 @@ class WordPiece:
             else:
                 return None
             out.append((i, word[a:b], (start + a, start + b)))
-            a, table = b, self.later
+            a, table, longest = b, self.later, self.longest[1]
         return out
 
     def encode(self, text: str, special_tokens: bool, max_tokens: int):
