@@ -11,6 +11,7 @@ Faults and shutdown: test_process_mode_faults.py.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -126,8 +127,11 @@ def test_front_ends_open_no_onnxruntime_and_metrics_show_the_engine(pair):
     for pid in by_role["frontend"]:
         assert "onnxruntime" not in Path(f"/proc/{pid}/maps").read_text()
     process.post("/v1/embed", json={"model": MINILM, "inputs": TEXTS})
-    text = process.metrics()
-    assert f'headwise_engine_busy_seconds_total{{model="{MINILM}",variant="fast"}}' in text
+    busy = f'headwise_engine_busy_seconds_total{{model="{MINILM}",variant="fast"}}'
+    deadline = time.monotonic() + 10  # the engine writes its values at most metric_values.FLUSH_S later
+    while busy not in (text := process.metrics()):
+        assert time.monotonic() < deadline, text
+        time.sleep(0.02)
     assert "headwise_engine_stacked_runs_bucket" in text
     assert 'headwise_requests_total{code="200"' in text
 

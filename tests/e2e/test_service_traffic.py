@@ -131,7 +131,11 @@ def test_several_workers_share_their_metrics(start_server):
         # new connections spread over the workers; the merged view counts all of them
         for i in range(10):
             assert httpx.post(srv.url + "/v1/embed", json={"inputs": f"other {i}"}, timeout=60).status_code == 200
-        text = srv.metrics()
+        # the other worker's last changes are written at most metric_values.FLUSH_S after them
+        deadline = time.monotonic() + 10
+        while total(text := srv.metrics(), "headwise_requests_total", route="/v1/embed", code="200") < 30:
+            assert time.monotonic() < deadline, text
+            time.sleep(0.02)
         assert total(text, "headwise_requests_total", route="/v1/embed", code="200") == 30
         assert total(text, "headwise_batch_size_sum") == 30
         assert total(text, "headwise_model_info", provider="cpu", precision="fp32") == 1

@@ -57,11 +57,15 @@ def test_concurrent_requests_get_their_own_answers(tiny_package, pipeline):
 
 
 def test_plain_embeddings_leave_token_strings_unbuilt(tiny_package):
-    short = [["the cat sat", "a dog"], ["quick brown foxes jumped"], ["near rivers"]]  # none cut at max_len
+    """`tokenizers`' strings and offsets are built when read (headwise.wordpiece, which reads
+    printable ASCII, makes them as it reads: the accents keep these texts from it)."""
+    short = [["the café sat", "a dög"], ["quick brown foxes jumped é"], ["near rivers é"]]  # none cut at max_len
     together, _, _ = serve(tiny_package.parent, "on", short, EmbedParams())
     encs = [d.encoding for r in together for d in r.data]
     assert all(e._tokens is None for e in encs)  # never read: never built
     assert all(e.tokens and len(e.tokens) == e.length for e in encs)  # still there when read
+    ascii_ones, _, _ = serve(tiny_package.parent, "on", [["the cat sat"]], EmbedParams())
+    assert ascii_ones[0].data[0].encoding._source is None  # read by headwise.wordpiece: nothing held
 
 
 def test_a_truncated_long_input_keeps_no_overflow_alive(tiny_package):
@@ -70,6 +74,6 @@ def test_a_truncated_long_input_keeps_no_overflow_alive(tiny_package):
     from headwise.service.engine.tokenizer import TextTokenizer
 
     tok = TextTokenizer(next(tiny_package.glob("tokenizer.json")), max_len=16)
-    short, long = tok.encode_unchecked(["the cat sat", "the cat sat on the mat " * 40], truncate=True, lazy=True)
+    short, long = tok.encode_unchecked(["the café sat", "the café sat on the mat " * 40], truncate=True, lazy=True)
     assert short._source is not None and short._tokens is None
     assert long._source is None and long.length == 16
