@@ -73,7 +73,7 @@ class AsciiPath:
                 continue
             for special in (True, False):
                 e = usual.encode(text, add_special_tokens=special)
-                if (e.ids, e.type_ids, e.tokens, e.offsets) != wp.encode(low, special, max_len or 1 << 62):
+                if (e.ids, e.type_ids, e.tokens, e.offsets) != wp.encode(low, special, 1 << 62 if max_len is None else max_len):
                     out.append(f"{text!r} (special tokens: {special}, truncated: {max_len is not None})")
         return out
 

@@ -71,7 +71,7 @@ class WordPiece:
         end = len(ids) + limit
         for m in WORD.finditer(text):
             word = m.group()
-            i = get(word)
+            i = get(word) if len(word) <= self.max_chars else None  # a longer word is unknown, as in the tokenizer
             if i is not None:  # most words are one piece
                 add_id(i)
                 add_token(word)
@@ -115,8 +115,10 @@ class WordPiece:
             ids, tokens, offsets = self.pieces(text, max_tokens)
             return ids, [self.type_id] * len(ids), tokens, offsets
         b, a = self.before, self.after
+        if max_tokens < self.added:  # the tokenizer does not truncate below its special tokens
+            max_tokens = 1 << 62
         ids, tokens, offsets = [i for _, i, _ in b], [s for s, _, _ in b], [(0, 0)] * len(b)
-        self._read(text, max(0, max_tokens - self.added), ids, tokens, offsets)
+        self._read(text, max_tokens - self.added, ids, tokens, offsets)
         n = len(ids) - len(b)
         ids += [i for _, i, _ in a]
         tokens += [s for s, _, _ in a]

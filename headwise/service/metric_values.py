@@ -39,7 +39,7 @@ def deferred(base: type) -> type:
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._now = super().get()  # what the file holds (a value of a process before a restart)
-            self._dirty = False
+            self._dirty, self._stamp = False, None
             with _lock:
                 _values.append(self)
 
@@ -51,15 +51,15 @@ def deferred(base: type) -> type:
 
         def set(self, value, timestamp=None):
             with _lock:
-                self._now = value
+                self._now, self._stamp = value, timestamp
                 if not self._dirty:
                     _mark(self)
 
         def get(self):
             return self._now
 
-        def _write(self, value) -> None:
-            base.set(self, value)
+        def _write(self, value, stamp) -> None:
+            base.set(self, value, stamp)  # the time a `mostrecent` gauge keeps
 
     return DeferredValue
 
@@ -79,11 +79,11 @@ def flush() -> None:
     with _flushing:
         with _lock:
             todo, _pending = _pending, []
-            now = [(v, v._now) for v in todo]
+            now = [(v, v._now, v._stamp) for v in todo]
             for v in todo:
                 v._dirty = False
-        for v, x in now:
-            v._write(x)
+        for v, x, stamp in now:
+            v._write(x, stamp)
 
 
 def _start() -> None:
@@ -111,5 +111,16 @@ def _forked() -> None:
         v._now, v._dirty = 0.0, False
 
 
-os.register_at_fork(after_in_child=_forked)
+def _before_fork() -> None:
+    """No fork while a flush writes: prometheus-client's own lock would stay held in the child."""
+    _flushing.acquire()
+    _lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _lock.release()
+    _flushing.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_forked)
 atexit.register(flush)

@@ -106,3 +106,22 @@ def test_changes_are_written_together_soon_at_a_scrape_and_at_exit(tmp_path):
     """)
     seen = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
     assert 'headwise_requests_total{code="200",model="m",route="/r"} 1012.0' in seen.stdout, seen.stdout + seen.stderr
+
+
+def test_a_mostrecent_gauge_keeps_its_time(tmp_path):
+    script = textwrap.dedent("""
+        from prometheus_client import CollectorRegistry, Gauge, generate_latest, multiprocess
+        from headwise.service import metric_values, metrics
+
+        g = Gauge("seen_at", "x", multiprocess_mode="mostrecent", registry=CollectorRegistry())
+        g.set(1)
+        g.set(2)
+        metric_values.flush()
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        assert "seen_at 2.0" in generate_latest(registry).decode()
+        print("ok")
+    """)
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr

@@ -122,3 +122,22 @@ def test_a_reader_that_disagrees_is_dropped_and_fails_the_export(monkeypatch, ca
     assert bad and "hello" in bad[0]
     with pytest.raises(PackageError, match="ASCII path reads"):
         check_ascii_path(MINILM, 256, lambda _: None)
+
+
+def test_short_word_limits_and_limits_below_the_special_tokens(tmp_path):
+    """A word over max_input_chars_per_word is unknown even where the vocabulary holds it; a
+    truncation below the special tokens' count is no truncation, as in the tokenizer."""
+    config = json.loads(MINILM.read_text())
+    config["model"]["max_input_chars_per_word"] = 3
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    usual = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    usual.no_padding()
+    wp = wordpiece.WordPiece.of(config)
+    for cut in (None, 1, 0):
+        if cut is None:
+            usual.no_truncation()
+        else:
+            usual.enable_truncation(max_length=cut)
+        for text in ("hello world", "a cat sat"):
+            e = usual.encode(text)
+            assert (e.ids, e.type_ids, e.tokens, e.offsets) == wp.encode(text, True, 1 << 62 if cut is None else cut)
