@@ -16,8 +16,10 @@ checked again on SELF_CHECK when the service loads it.
 from __future__ import annotations
 
 import re
+from itertools import islice
 
 WORD = re.compile(r"[0-9A-Za-z]+|[!-/:-@\[-`{-~]")  # letters and digits, or one punctuation mark
+_GROUP, _SPAN = re.Match.group, re.Match.span
 
 # Texts the service reads both ways when it loads a tokenizer (headwise.service.engine.tokenizer).
 SELF_CHECK = (
@@ -41,6 +43,7 @@ class WordPiece:
         self.later = {t[len(prefix):]: i for t, i in vocab.items() if t.startswith(prefix)}
         # no piece is longer than the longest entry: a word is read in O(length × that), not O(length²)
         self.longest = max(map(len, vocab), default=1), max(map(len, self.later), default=1)
+        self._long_entries = self.longest[0] > max_chars  # then a word found may still be too long
         self.before, self.after, self.type_id = before, after, type_id  # specials: (token, id, type id)
         self.added = len(before) + len(after)
 
@@ -66,27 +69,40 @@ class WordPiece:
         return out
 
     def _read(self, text: str, limit: int, ids: list, tokens: list, offsets: list) -> None:
-        """Appends the first `limit` pieces of `text` to the three lists."""
-        add_id, add_token, add_offset, get = ids.append, tokens.append, offsets.append, self.vocab.get
-        end = len(ids) + limit
-        for m in WORD.finditer(text):
-            word = m.group()
-            i = get(word) if len(word) <= self.max_chars else None  # a longer word is unknown, as in the tokenizer
-            if i is not None:  # most words are one piece
-                add_id(i)
-                add_token(word)
-                add_offset(m.span())
-            else:
-                start = m.start()
-                got = self._split(word, start) if len(word) <= self.max_chars else None
-                if got is None:  # no reading: the whole word is unknown
-                    add_id(self.unk_id)
-                    add_token(self.unk)
-                    add_offset(m.span())
-                for i, t, o in got or ():
-                    add_id(i)
-                    add_token(t if o[0] == start else self.prefix + t)
-                    add_offset(o)
+        """Appends the first `limit` pieces of `text` to the three lists. A word gives one piece
+        or more, so the first `limit` words are all it reads; where each is a vocabulary entry
+        (most texts), the lists grow in a few calls that loop in C."""
+        matches = list(islice(WORD.finditer(text), limit))
+        words = list(map(_GROUP, matches))
+        found = list(map(self.vocab.get, words))
+        try:  # the words before the first that is no entry (with an entry longer than max_chars, none)
+            k = 0 if self._long_entries else found.index(None)
+        except ValueError:
+            k = len(found)
+        ids += found[:k]
+        tokens += words[:k]
+        offsets += map(_SPAN, matches[:k])
+        end = len(ids) - k + limit
+        for m, word, i in zip(matches[k:], words[k:], found[k:], strict=True):
+            if len(word) > self.max_chars:  # a longer word is unknown, as in the tokenizer
+                i = None
+            elif i is not None:
+                ids.append(i)
+                tokens.append(word)
+                offsets.append(m.span())
+                if len(ids) >= end:
+                    break
+                continue
+            start = m.start()
+            got = self._split(word, start) if len(word) <= self.max_chars else None
+            if got is None:  # no reading: the whole word is unknown
+                ids.append(self.unk_id)
+                tokens.append(self.unk)
+                offsets.append(m.span())
+            for i, t, o in got or ():
+                ids.append(i)
+                tokens.append(t if o[0] == start else self.prefix + t)
+                offsets.append(o)
             if len(ids) >= end:
                 break
         del ids[end:], tokens[end:], offsets[end:]

@@ -68,6 +68,20 @@ def test_a_tiny_vocabulary_of_pieces_and_unknown_words(tmp_path, texts):
     assert tokens == ["z", "##e", "##b", "##r", "##a", "[UNK]", "x"] and offsets[1] == (1, 2)  # no "-" in it
 
 
+def test_a_cut_at_every_piece_around_the_first_word_that_is_no_entry():
+    """The words before the first that is no vocabulary entry are taken at once, the rest one by
+    one: a cut at every piece, across that seam and inside a word's pieces, is the tokenizer's."""
+    wp = AsciiPath.of(MINILM).wordpiece
+    usual = Tokenizer.from_file(str(MINILM))
+    usual.no_padding()
+    text = "the cat unaffable xylophonists sat, on zzzzqqqq mats"
+    for cut in range(2, 20):
+        usual.enable_truncation(max_length=cut)
+        for special in (True, False):
+            e = usual.encode(text, add_special_tokens=special)
+            assert (e.ids, e.type_ids, e.tokens, e.offsets) == wp.encode(text, special, cut), (cut, special)
+
+
 def test_a_cased_tokenizer_and_bert_processing(tmp_path, texts):
     tiny_tokenizer(tmp_path)
     tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
