@@ -1,6 +1,7 @@
 """A server process freezes what start-up built once it is ready (service.heap): start-up's
 cyclic garbage is collected first, what is left stays out of later collections and is still
-freed by its count; an app a test builds is left alone unless it asks."""
+freed by its count, later cycles are collected at the serving thresholds; an app a test builds
+is left alone unless it asks."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from tests.unit.fakes import FakeBackend, make_package, wait_ready
 
 @pytest.fixture
 def thawed():
+    thresholds = gc.get_threshold()
     gc.unfreeze()
     yield
     gc.unfreeze()  # the rest of the suite collects as before
+    gc.set_threshold(*thresholds)
 
 
 class Node:
@@ -34,6 +37,16 @@ def test_settle_collects_then_freezes(thawed):
     assert gone() is None  # start-up's garbage went first
     assert frozen == gc.get_freeze_count() > 0
     assert not any(o is kept for o in gc.get_objects())  # in no generation a collection walks
+    assert gc.get_threshold() == heap.THRESHOLDS
+
+
+def test_cycles_made_after_settling_are_still_collected(thawed):
+    heap.settle()
+    gone = weakref.ref(Node())  # a cycle dropped at once
+    assert gone() is not None  # only the collector frees it
+    kept = [[] for _ in range(heap.THRESHOLDS[0] + 1)]  # tracked objects enough for a young collection
+    assert gone() is None
+    del kept
 
 
 def test_frozen_objects_are_still_freed_by_count(thawed):
