@@ -28,7 +28,7 @@ from typing import Any
 
 from headwise.service.cpu import INFERENCE_NICENESS, lowered_thread
 from headwise.service.engine import traced
-from headwise.service.engine.cutting import bucket, cut, fits
+from headwise.service.engine.cutting import bucket, cut, fits, take
 from headwise.service.engine.work import Done, Entry, Job, Limits, Outcome, Phase, Work
 from headwise.service.errors import Disconnected, NotReady, Overloaded
 
@@ -68,6 +68,7 @@ class Batcher:
         self._pending: deque[Job] = deque()  # not yet tokenised
         self._pending_inputs = 0
         self._queue: deque[Entry] = deque()
+        self._queued: dict[Job, int] = {}  # each job with entries in _queue: how many
         self._wakeup = asyncio.Event()
         self._recent = 0  # clients served by the last batch
         self._last_end = 0.0
@@ -158,6 +159,7 @@ class Batcher:
             job.future.set_exception(NotReady("server shutting down"))
         self._queue.clear()
         self._pending.clear()
+        self._queued.clear()
         self._tokenizing = []
         self._idle.set()
         if self._owns_executor:
@@ -287,7 +289,9 @@ class Batcher:
 
     def _admit(self, job: Job, entries: list[Entry]) -> None:
         job.expect(len(entries))
-        self._queue.extend(entries)
+        if entries:
+            self._queue.extend(entries)
+            self._queued[job] = len(entries)
 
     def _take_pending(self) -> list[Job]:
         jobs = [j for j in self._pending if not j.done]
@@ -315,7 +319,7 @@ class Batcher:
         recent = self._recent if start - self._last_end < IDLE_AFTER_S else 0
         deadline = start + self.limits.max_wait_s
         while True:
-            jobs = len(self._pending) + len(self._tokenizing) + len({e.job for e in self._queue})
+            jobs = len(self._pending) + len(self._tokenizing) + len(self._queued)
             if jobs >= recent or self._full():
                 return
             left = deadline - time.perf_counter()
@@ -338,10 +342,9 @@ class Batcher:
         """Take one batch (service.engine.cutting) out of the queue → (it, its padded length)."""
         batch = cut(self._queue, self.limits, self.buckets)
         if not batch:  # every entry's client has gone
-            self._queue.clear()
+            self._queue, self._queued = deque(), {}
             return [], 0
-        taken = set(map(id, batch))
-        self._queue = deque(e for e in self._queue if id(e) not in taken and not e.job.done)
+        self._queue, self._queued = take(self._queue, self._queued, batch)
         self._depth_changed()
         self._waited({e.job for e in batch})
         return batch, self._padded(batch[-1].length)

@@ -5,10 +5,11 @@ future, unit-tested on their own (as TEI's `core/src/queue.rs` tests its `next_b
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Sequence
 from itertools import islice
 
-from headwise.service.engine.work import Entry, Limits
+from headwise.service.engine.work import Entry, Job, Limits
 
 WINDOW = 4  # a batch is chosen among the oldest WINDOW × max_batch_size live entries
 
@@ -44,3 +45,26 @@ def cut(queue: Sequence[Entry], limits: Limits, buckets: Sequence[int]) -> list[
     while hi < len(ordered) and fits(limits, hi - lo + 1, bucket(buckets, ordered[hi].length)):
         hi += 1
     return ordered[lo:hi]
+
+
+def take(queue: deque[Entry], queued: dict[Job, int], batch: list[Entry]) -> tuple[deque[Entry], dict[Job, int]]:
+    """The queue and its count of entries per job without `batch` and without the entries of
+    every job that is over (its client gone, or failed). A batch is cut from the oldest entries
+    (`cut`: WINDOW), so the queue is walked only that far, and past it only when one of its jobs
+    is over. `queue` and `queued` are changed in place, or replaced."""
+    kept, taken, left = [], set(map(id, batch)), len(batch)
+    while left:
+        e = queue.popleft()
+        if id(e) in taken:
+            left -= 1
+        elif not e.job.done:
+            kept.append(e)
+            continue
+        if (n := queued[e.job] - 1) > 0:
+            queued[e.job] = n
+        else:
+            del queued[e.job]
+    queue.extendleft(reversed(kept))
+    if any(job.done for job in queued):
+        return deque(e for e in queue if not e.job.done), {job: n for job, n in queued.items() if not job.done}
+    return queue, queued

@@ -208,6 +208,37 @@ def test_multi_input_job_split_across_batches_gets_results_in_order():
     assert [r[1:] for r in run(main())] == [(0, 9), (1, 3), (2, 12), (3, 2)]
 
 
+def test_a_cut_takes_its_batch_out_in_order_and_drops_the_entries_of_a_job_that_is_over():
+    """Cut by hand (no serving loop): what is left is the queue less the batch, in order, and
+    entries of a job that is over (its client gone) go at the next cut wherever they are."""
+    async def main():
+        b = make(Recorder(), max_size=4)
+        futs = [submit(b, [5 + i % 3] * 8, f"j{i}") for i in range(8)]
+        for _ in range(3):
+            before = list(b._queue)
+            batch, _ = b.cut()
+            assert list(b._queue) == [e for e in before if e not in batch]
+            assert b.depth == len(before) - 4
+        futs[6].cancel()  # far past the entries a cut looks at
+        before = list(b._queue)
+        batch, _ = b.cut()
+        assert list(b._queue) == [e for e in before if e not in batch and e.job.params != "j6"]
+        assert b.depth == len(before) - 4 - 8
+        assert b._queued == _counts(b._queue)
+        for f in futs:  # the batches cut here never run
+            f.cancel()
+        await b.close()
+
+    run(main())
+
+
+def _counts(queue) -> dict:
+    out = {}
+    for e in queue:
+        out[e.job] = out.get(e.job, 0) + 1
+    return out
+
+
 def test_full_queue_is_overloaded_with_retry_after():
     async def main():
         b = make(Recorder(), max_queue=3)
