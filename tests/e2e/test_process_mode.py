@@ -138,9 +138,10 @@ def test_front_ends_open_no_onnxruntime_and_metrics_show_the_engine(pair):
 
 def test_a_burst_with_the_pipeline_on_gets_each_its_own_answer(pair, start_server, models):
     """Overlap in process mode (HEADWISE_PIPELINE=on, CUDA's default): requests tokenised beside
-    a running batch run as one batch larger than LOOP_TOKENISE, on the front-end's inference
-    thread; each answer equals the in-process server's for that request alone, within float
-    noise (the batches' padded lengths differ)."""
+    a running batch run as one batch larger than LOOP_TOKENISE (plain embeddings on the
+    front-end's event loop, attention on its inference thread); each answer equals the
+    in-process server's for that request alone, within float noise (the batches' padded lengths
+    differ)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np

@@ -18,6 +18,7 @@ from headwise.service.engine import traced
 from headwise.service.engine.batching import Batcher, Entry, Job, Limits
 from headwise.service.engine.faults import inject_fault, unlinked
 from headwise.service.engine.heads import Head, head_for
+from headwise.service.engine.heads.embedding import EmbeddingHead
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.lane import Lane, overlap, shared_queue
 from headwise.service.engine.params import AttentionSpec, RequestParams
@@ -380,7 +381,9 @@ class EncoderRuntime:
                               QueueHooks(self.metrics, self.name, metric_variant(variants, role)),
                               pad_to_bucket=not on_cpu, overlap=overlap(self.settings.pipeline, self.backend))
             batcher.shared = shared_queue(self.backend, role)
-            batcher.start(self.lane.serve(role, batcher), self.lane.tokenise(batcher) if batcher.overlap else None)
+            light = role == "embed" and isinstance(self.head, EmbeddingHead)  # no look inside: small answers
+            batcher.start(self.lane.serve(role, batcher, light),
+                          self.lane.tokenise(batcher, light) if batcher.overlap else None)
             self.batchers[role] = batcher
         # Analytics give way to every plain batcher between two of their batches. With a session
         # of their own (CPU) they run on a thread of the lowest priority beside plain work, which

@@ -13,7 +13,7 @@ from headwise.service.engine.work import Outcome
 
 # Process mode: a hop with at most this many inputs, to tokenise or to run, runs on the event loop
 # (tokenising, padding and answering a few short inputs holds it less than a thread hop costs);
-# larger ones on the inference thread.
+# larger ones on the inference thread, unless the lane is `light` (Lane.serve).
 LOOP_TOKENISE = 8
 
 
@@ -50,17 +50,19 @@ class Lane:
     def __init__(self, model: Model):
         self.model = model
 
-    async def serve(self, role: str, batcher: Batcher) -> None:
+    async def serve(self, role: str, batcher: Batcher, light: bool = False) -> None:
         """This variant's loop: the batcher says what the next hop does, the hop runs on the
         batcher's inference thread, the batcher answers what it settled. With a backend whose
         run is awaited (process mode: the device is another process's), a hop of few inputs runs
-        on the loop itself: no thread waits for the engine, and no hop there and back."""
+        on the loop itself: no thread waits for the engine, and no hop there and back; `light`
+        (answers of a vector or so per input): every hop does, since a front-end's threads share
+        its one core and the GIL, and a thread beside the loop only adds their switching."""
         loop = asyncio.get_running_loop()
         awaited = hasattr(self.model.backend, "run_async")
         while True:
             work = await batcher.next()
             try:
-                if awaited and on_loop(work):
+                if awaited and (light or on_loop(work)):
                     done = await self.hop_async(role, batcher, work)
                 else:
                     done = await loop.run_in_executor(batcher.executor, self.hop, role, batcher, work)
@@ -68,13 +70,18 @@ class Lane:
                 done = Done([e] * len(work.jobs), work.batch, e if work.batch else [])
             batcher.finish(work, done)
 
-    async def tokenise(self, batcher: Batcher) -> None:
-        """Overlap: tokenise what arrives while a batch runs, on the batcher's tokenizer thread."""
+    async def tokenise(self, batcher: Batcher, light: bool = False) -> None:
+        """Overlap: tokenise what arrives while a batch runs, on the batcher's tokenizer thread
+        (`light`, with a backend whose run is awaited: on the loop, as `serve`)."""
         loop = asyncio.get_running_loop()
+        here = light and hasattr(self.model.backend, "run_async")
         while True:
             jobs = await batcher.next_to_tokenise()
             try:
-                outcome = await loop.run_in_executor(batcher.tokenizer, self.model.prepare, jobs)
+                if here:
+                    outcome = self.model.prepare(jobs)
+                else:
+                    outcome = await loop.run_in_executor(batcher.tokenizer, self.model.prepare, jobs)
             except Exception as e:  # the thread is gone (shutting down): each job gets the error
                 outcome = [e] * len(jobs)
             batcher.tokenised(jobs, outcome)

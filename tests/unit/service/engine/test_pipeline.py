@@ -301,3 +301,40 @@ def test_process_mode_runs_few_inputs_on_the_loop_and_a_tokenised_batch_on_the_i
     entry = Entry(job("x", [1]), 0, np.ones(1, np.int64), np.zeros(1, np.int64))
     assert on_loop(Work([], [entry] * LOOP_TOKENISE)) and not on_loop(Work([], [entry] * (LOOP_TOKENISE + 1)))
     assert not on_loop(Work([job("j", list(range(LOOP_TOKENISE + 1)))], [], run=True))
+
+
+def test_a_light_lane_in_process_mode_tokenises_and_runs_every_hop_on_the_loop():
+    """`light` (the embedding head's fast graph): with the device another process's, every hop
+    runs on the event loop whatever its size, and so does overlap's tokenising beside a run;
+    no thread is used, and each request still gets its own answer."""
+    from types import SimpleNamespace
+
+    from headwise.service.engine.batching import Batcher
+    from headwise.service.engine.lane import LOOP_TOKENISE, Lane
+
+    where, tokenizer = [], Tokenizer()
+
+    async def run_batch_async(role, entries, padded, batcher):
+        where.append((threading.current_thread().name, len(entries)))
+        await asyncio.sleep(0.05)
+        return [(e.job.params, e.index, int(e.ids[0])) for e in entries]
+
+    model = SimpleNamespace(prepare=tokenizer, run_batch=None, run_batch_async=run_batch_async,
+                            backend=SimpleNamespace(run_async=None))
+
+    async def main():
+        b = Batcher(Limits(1024, 64, 0.0, 10_000), BUCKETS, None, overlap=True)
+        lane = Lane(model)
+        b.start(lane.serve("embed", b, light=True), lane.tokenise(b, light=True))
+        first = b.submit(job("a", list(range(LOOP_TOKENISE + 1))))
+        await asyncio.sleep(0.02)  # a's run is awaited on the loop now: the next 32 are tokenised beside it
+        later = [b.submit(job(t, list(range(n, n + 16)))) for t, n in (("b", 3), ("c", 40))]
+        out = await asyncio.gather(first, *later)
+        await b.close()
+        return out, threading.current_thread().name
+
+    (a, b_, c), loop = run(main())
+    assert a[-1] == ("a", LOOP_TOKENISE, LOOP_TOKENISE) and b_ == [("b", i, 3 + i) for i in range(16)]
+    assert c[0] == ("c", 0, 40)
+    assert where == [(loop, LOOP_TOKENISE + 1), (loop, 32)]
+    assert [(name, tags) for name, _, _, tags in tokenizer.calls] == [(loop, ["a"]), (loop, ["b", "c"])]
