@@ -46,6 +46,8 @@ class WordPiece:
         self._long_entries = self.longest[0] > max_chars  # then a word found may still be too long
         self.before, self.after, self.type_id = before, after, type_id  # specials: (token, id, type id)
         self.added = len(before) + len(after)
+        # before and after the text: the specials' ids, tokens and type ids
+        self._specials = tuple(([i for _, i, _ in x], [t for t, _, _ in x], [y for _, _, y in x]) for x in (before, after))
 
     @classmethod
     def of(cls, config: dict) -> WordPiece | None:
@@ -130,16 +132,16 @@ class WordPiece:
         if not special_tokens:
             ids, tokens, offsets = self.pieces(text, max_tokens)
             return ids, [self.type_id] * len(ids), tokens, offsets
-        b, a = self.before, self.after
+        (b_ids, b_tokens, b_types), (a_ids, a_tokens, a_types) = self._specials
         if max_tokens < self.added:  # the tokenizer does not truncate below its special tokens
             max_tokens = 1 << 62
-        ids, tokens, offsets = [i for _, i, _ in b], [s for s, _, _ in b], [(0, 0)] * len(b)
+        ids, tokens, offsets = b_ids.copy(), b_tokens.copy(), [(0, 0)] * len(b_ids)
         self._read(text, max_tokens - self.added, ids, tokens, offsets)
-        n = len(ids) - len(b)
-        ids += [i for _, i, _ in a]
-        tokens += [s for s, _, _ in a]
-        offsets += [(0, 0)] * len(a)
-        return ids, [t for _, _, t in b] + [self.type_id] * n + [t for _, _, t in a], tokens, offsets
+        n = len(ids) - len(b_ids)
+        ids += a_ids
+        tokens += a_tokens
+        offsets += [(0, 0)] * len(a_ids)
+        return ids, b_types + [self.type_id] * n + a_types, tokens, offsets
 
 
 def _single(post: dict | None):

@@ -151,7 +151,8 @@ class TextTokenizer:
                 todo.append(i)
                 continue
             ids, type_ids, tokens, offsets = wp.encode(low, special_tokens, limit)
-            out[i] = Encoded(np.array(ids, dtype=np.int64), np.array(type_ids, dtype=np.int64), tokens, offsets)
+            types = np.zeros(len(ids), np.int64) if not any(type_ids) else np.array(type_ids, dtype=np.int64)
+            out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets)
         return todo
 
     def encode_items(self, items: list, truncate: bool = True, words: bool = False,
