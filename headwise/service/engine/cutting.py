@@ -8,9 +8,11 @@ import bisect
 from collections import deque
 from collections.abc import Sequence
 from itertools import islice
+from operator import attrgetter
 
 from headwise.service.engine.work import Entry, Job, Limits
 
+LENGTH = attrgetter("length")
 WINDOW = 4  # a batch is chosen among the oldest WINDOW × max_batch_size live entries
 
 
@@ -37,7 +39,7 @@ def cut(queue: Sequence[Entry], limits: Limits, buckets: Sequence[int]) -> list[
         return []
     window = [e for e in islice(queue, start, start + WINDOW * limits.max_batch_size) if not e.job.done]
     oldest = window[0]
-    ordered = sorted(window, key=lambda e: e.length)
+    ordered = sorted(window, key=LENGTH)
     p = ordered.index(oldest)
     lo, hi = p, p + 1  # the batch is ordered[lo:hi]
     while lo > 0 and fits(limits, hi - lo + 1, bucket(buckets, ordered[hi - 1].length)):

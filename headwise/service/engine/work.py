@@ -79,10 +79,10 @@ class Entry:
     encoding: Encoded | None = None  # what the ids came from, handed back with the result
     holes: tuple[int, ...] = ()  # positions whose attention_mask is 0 (occlusion)
     ablate: Ablation | None = None  # this entry's removed heads, over its job's (head importance)
+    length: int = field(init=False)  # len(ids): read at every cut, so kept rather than counted
 
-    @property
-    def length(self) -> int:
-        return len(self.ids)
+    def __post_init__(self) -> None:
+        self.length = len(self.ids)
 
 
 # What tokenising one job came to: its entries, or the client error that ends it.
