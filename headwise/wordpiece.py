@@ -74,6 +74,7 @@ class WordPiece:
         """Appends the first `limit` pieces of `text` to the three lists. A word gives one piece
         or more, so the first `limit` words are all it reads; where each is a vocabulary entry
         (most texts), the lists grow in a few calls that loop in C."""
+        limit = max(limit, 0)  # no pieces below none
         matches = list(islice(WORD.finditer(text), limit))
         words = list(map(_GROUP, matches))
         found = list(map(self.vocab.get, words))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gc
 
-THRESHOLDS = (20_000, 20, 100)  # Python's defaults: (700, 10, 10)
+THRESHOLDS = (20_000, 20, 100)  # CPython 3.11's defaults: (700, 10, 10), measured there
 
 
 def settle() -> int:

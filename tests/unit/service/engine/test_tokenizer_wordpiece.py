@@ -80,6 +80,7 @@ def test_a_cut_at_every_piece_around_the_first_word_that_is_no_entry():
         for special in (True, False):
             e = usual.encode(text, add_special_tokens=special)
             assert (e.ids, e.type_ids, e.tokens, e.offsets) == wp.encode(text, special, cut), (cut, special)
+    assert wp.pieces(text, 0) == wp.pieces(text, -1) == ([], [], [])
 
 
 def test_a_cased_tokenizer_and_bert_processing(tmp_path, texts):
