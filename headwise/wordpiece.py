@@ -87,24 +87,19 @@ class WordPiece:
         offsets += map(_SPAN, matches[:k])
         end = len(ids) - k + limit
         for m, word, i in zip(matches[k:], words[k:], found[k:], strict=True):
-            if len(word) > self.max_chars:  # a longer word is unknown, as in the tokenizer
-                i = None
-            elif i is not None:
+            short = len(word) <= self.max_chars  # a longer word is unknown, as in the tokenizer
+            if i is not None and short:
+                got = [(i, word, m.span())]
+            else:
+                start = m.start()
+                got = self._split(word, start) if short else None
+                if got is None:  # no reading: the whole word is unknown
+                    got = [(self.unk_id, self.unk, m.span())]
+                else:
+                    got = [(i, t if o[0] == start else self.prefix + t, o) for i, t, o in got]
+            for i, t, o in got:
                 ids.append(i)
-                tokens.append(word)
-                offsets.append(m.span())
-                if len(ids) >= end:
-                    break
-                continue
-            start = m.start()
-            got = self._split(word, start) if len(word) <= self.max_chars else None
-            if got is None:  # no reading: the whole word is unknown
-                ids.append(self.unk_id)
-                tokens.append(self.unk)
-                offsets.append(m.span())
-            for i, t, o in got or ():
-                ids.append(i)
-                tokens.append(t if o[0] == start else self.prefix + t)
+                tokens.append(t)
                 offsets.append(o)
             if len(ids) >= end:
                 break

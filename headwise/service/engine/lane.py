@@ -50,6 +50,11 @@ class Lane:
     def __init__(self, model: Model):
         self.model = model
 
+    @property
+    def awaited(self) -> bool:
+        """Whether the backend's run is awaited (process mode: the device is another process's)."""
+        return hasattr(self.model.backend, "run_async")
+
     async def serve(self, role: str, batcher: Batcher, light: bool = False) -> None:
         """This variant's loop: the batcher says what the next hop does, the hop runs on the
         batcher's inference thread, the batcher answers what it settled. With a backend whose
@@ -58,7 +63,7 @@ class Lane:
         (answers of a vector or so per input): every hop does, since a front-end's threads share
         its one core and the GIL, and a thread beside the loop only adds their switching."""
         loop = asyncio.get_running_loop()
-        awaited = hasattr(self.model.backend, "run_async")
+        awaited = self.awaited
         while True:
             work = await batcher.next()
             try:
@@ -74,7 +79,7 @@ class Lane:
         """Overlap: tokenise what arrives while a batch runs, on the batcher's tokenizer thread
         (`light`, with a backend whose run is awaited: on the loop, as `serve`)."""
         loop = asyncio.get_running_loop()
-        here = light and hasattr(self.model.backend, "run_async")
+        here = light and self.awaited
         while True:
             jobs = await batcher.next_to_tokenise()
             try:
