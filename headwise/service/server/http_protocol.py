@@ -78,6 +78,7 @@ class _Refused(Exception):
     """Raised inside a parser callback to stop parsing a request that was refused."""
 
 
+EARLY_S = 1e-3  # a timer may fire this early (the loops' clocks tick in milliseconds): it is due
 JOIN_LIMIT = 1 << 16  # bytes: writes up to this are joined into one; larger ones are not copied
 
 
@@ -196,19 +197,32 @@ class HttpProtocol(HttpToolsProtocol):
         self._in_body = False
         self._refused = False
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline: float | None = None  # loop time: the head or body is due by then
+        self._why = ""
         if len(self.connections) > self._bounds.max_connections:  # this one included
             self._refuse(503, f"over {self._bounds.max_connections} open connections; retry shortly")
             return
         self._arm(self._bounds.head_timeout_s, "request head not received in time")
 
     def _arm(self, seconds: float, why: str) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(seconds, self._refuse, 408, why)
+        """408 with `why` unless disarmed within `seconds`. One timer per connection, moved
+        lazily: arming again only sets the deadline, and a timer that fires early (its deadline
+        moved on or gone) waits for the new one, so a request costs no timer of its own."""
+        self._deadline, self._why = self.loop.time() + seconds, why
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._expire)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._deadline = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._deadline is None:
+            return
+        if self._deadline - self.loop.time() > EARLY_S:
+            self._timer = self.loop.call_at(self._deadline, self._expire)
+            return
+        self._refuse(408, self._why)
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` and close, whatever the request was doing; the app's task, if one
@@ -226,6 +240,9 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app) -> None:
@@ -268,7 +285,7 @@ class HttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head, self._head_bytes, self._n_headers = True, 0, 0
-        if self._timer is None:
+        if self._deadline is None:  # else the head has been due since the connection opened
             self._arm(self._bounds.head_timeout_s, "request head not received in time")
 
     def on_url(self, url: bytes) -> None:

@@ -185,3 +185,36 @@ def test_the_protocol_runs_requests_on_its_cycle():
     finally:
         HttpToolsProtocol._start_asgi_task = original
     assert started == [Cycle] and type(cycle) is Cycle
+
+
+def test_a_deadline_moved_or_disarmed_is_kept_by_one_lazy_timer():
+    from headwise.service.server.http_protocol import HttpProtocol
+
+    class Probe(HttpProtocol):
+        def __init__(self, loop):  # only what the timer reads
+            self.loop, self._timer, self._deadline, self._why, self.refused = loop, None, None, "", []
+            self.t0 = loop.time()
+
+        def _refuse(self, status, message):
+            self._disarm()
+            self.refused.append((status, message, round(self.loop.time() - self.t0, 2)))
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        p = Probe(loop)
+        p._arm(0.05, "head")
+        first = p._timer
+        await asyncio.sleep(0.03)
+        p._arm(0.1, "body")  # due at 0.13: the timer set for 0.05 stays, and waits on
+        assert p._timer is first
+        await asyncio.sleep(0.07)
+        assert p.refused == [] and p._timer is not None and p._timer is not first
+        await asyncio.sleep(0.1)
+        assert [(s, m) for s, m, _ in p.refused] == [(408, "body")] and p.refused[0][2] >= 0.12
+        q = Probe(loop)
+        q._arm(0.02, "head")
+        q._disarm()
+        await asyncio.sleep(0.05)
+        assert q.refused == [] and q._timer is None  # it fired, found nothing due, and is gone
+
+    asyncio.run(main())
