@@ -154,8 +154,8 @@ class Harness:
         from headwise.service.settings import Settings
 
         self = cls()
-        self.app = fastpath.install(create_app(Settings(models_dir=models, provider="cpu"), backend_factory=Instant))
-        self.engine = self.app.state.engine
+        app = fastpath.install(create_app(Settings(models_dir=models, provider="cpu"), backend_factory=Instant))
+        self.app, self.engine = fastpath.Entry(app), app.state.engine
         self.engine.load_packages()
         self.engine.prepare()
         self.engine.start()

@@ -175,7 +175,7 @@ def headwise_app(models: str, factory):
     from headwise.service.settings import Settings
 
     app = create_app(Settings(models_dir=models), backend_factory=factory, settle_heap=True)
-    return app if os.environ.get("HEADWISE_BENCH_PLAIN") else fastpath.install(app)
+    return app if os.environ.get("HEADWISE_BENCH_PLAIN") else fastpath.Entry(fastpath.install(app))
 
 
 def run_uvicorn(app, port: int, lifespan: str = "on") -> None:
@@ -187,7 +187,7 @@ def run_uvicorn(app, port: int, lifespan: str = "on") -> None:
     from headwise.service.settings import load_settings
 
     http = os.environ.get("HEADWISE_BENCH_HTTP") or protocol(load_settings())
-    uvicorn.run(app, host=HOST, port=port, loop="uvloop", http=http, access_log=False,
+    uvicorn.run(app, host=HOST, port=port, loop="uvloop", http=http, access_log=False, proxy_headers=False,
                 log_level="warning", lifespan=lifespan)
 
 

@@ -108,6 +108,25 @@ class HotFirst:
         return self.stack(scope, receive, send)
 
 
+class Entry:
+    """The app as uvicorn calls it under `headwise serve`: an HTTP request goes
+    straight into the app's middleware stack (HotFirst), with what FastAPI's and Starlette's
+    `__call__` would have set on its way (`root_path`, `scope["app"]`); FastAPI's own telemetry,
+    the one other thing its `__call__` does, is off in every app create_app makes. Lifespan
+    events go to the app itself."""
+
+    def __init__(self, app: FastAPI):
+        self.app, self.stack, self.root_path = app, app.middleware_stack, app.root_path
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.root_path:
+            scope["root_path"] = self.root_path
+        scope["app"] = self.app
+        await self.stack(scope, receive, send)
+
+
 def install(app: FastAPI) -> FastAPI:
     """Answer the hot routes directly, and read disconnects and pending bodies from uvicorn.
     Builds the app's middleware stack now (Starlette would at its first request)."""
@@ -122,6 +141,6 @@ def install(app: FastAPI) -> FastAPI:
     return app
 
 
-def create_app() -> FastAPI:
+def create_app() -> Entry:
     """uvicorn's factory for `headwise serve --workers N`: the app, with the fast path."""
-    return install(create_plain_app())
+    return Entry(install(create_plain_app()))

@@ -43,11 +43,12 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
         engine.ready = False
 
     link.on_lost(engine_lost)
+    served = app
     if fast:
         from headwise.service.server import fastpath
 
-        fastpath.install(app)
-    server = uvicorn.Server(uvicorn.Config(app, **options))
+        served = fastpath.Entry(fastpath.install(app))
+    server = uvicorn.Server(uvicorn.Config(served, **options))
     signals.run(server, sockets=[socket.socket(fileno=fd)])
     code = 3 if (not server.started and not signals.got) or engine.failed else 0
     link.close()

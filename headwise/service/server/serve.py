@@ -102,7 +102,8 @@ def _exit_if_stuck(code: int, wait_s: float = 1.0) -> None:
 def uvicorn_options(settings, log_level: str, access_log: bool) -> tuple[dict, bool]:
     """uvicorn's options for a server process (in-process or a front-end), and whether the fast
     path can be installed (server.versions)."""
-    options = dict(host=settings.host, port=settings.port, loop="uvloop",
+    # proxy_headers (X-Forwarded-For): only the access log reads a client's address
+    options = dict(host=settings.host, port=settings.port, loop="uvloop", proxy_headers=access_log,
                    # the app's SIGTERM drain waits for requests in flight (service.api.app); this is
                    # only what uvicorn waits after it, or on SIGINT
                    lifespan="on", timeout_graceful_shutdown=min(settings.grace_seconds, 1.0),
@@ -182,11 +183,12 @@ def main(args: argparse.Namespace) -> int:
                 server.should_exit = True
 
             app = create_app(settings, on_fatal=stop, settle_heap=True)
+            served = app
             if fast:
                 from headwise.service.server import fastpath
 
-                fastpath.install(app)
-            server = uvicorn.Server(uvicorn.Config(app, **options))
+                served = fastpath.Entry(fastpath.install(app))
+            server = uvicorn.Server(uvicorn.Config(served, **options))
             signals.run(server)
             code = 3 if (not server.started and not signals.got) or app.state.engine.failed else 0
             _exit_if_stuck(code)

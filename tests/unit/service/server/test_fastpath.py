@@ -41,6 +41,11 @@ def app_for(package, fast: bool, **settings):
     return fastpath.install(app) if fast else app
 
 
+def served(app):
+    """What uvicorn is given: under `headwise serve` (the fast path installed), its Entry."""
+    return fastpath.Entry(app) if app.state.shortcuts else app
+
+
 def service_middleware(app) -> ServiceMiddleware:
     layer = app.middleware_stack
     if isinstance(layer, fastpath.HotFirst):
@@ -140,7 +145,7 @@ def _answer(r):
 def _conversation(package, fast: bool, **settings) -> list:
     out = []
     app = app_for(package, fast, api_key=KEY, max_client_batch=4, max_input_chars=200, **settings)
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(served(app), raise_server_exceptions=False) as c:
         wait_ready(c)
         for body, headers in EMBED_ROWS:
             out.append(_answer(_send(c, "POST", "/v1/embed", body, headers)))
@@ -155,7 +160,7 @@ def _conversation(package, fast: bool, **settings) -> list:
         out.append(_answer(c.post("/v1/embeddings", content=big, headers={**AUTH, **JSON})))
         out.append(_answer(c.post("/embed", content=big, headers={**AUTH, **JSON})))
         out.append(_answer(c.post("/v2/models/tiny/infer", content=big, headers=AUTH)))
-        c.app.state.engine.draining = True  # the 503 rows
+        app.state.engine.draining = True  # the 503 rows
         out.append(_answer(c.post("/v1/embed", json={"inputs": "a"}, headers=AUTH)))
         out.append(_answer(c.post("/v1/embeddings", json={"input": "a"}, headers=AUTH)))
         out.append(_answer(c.post("/embed", json={"inputs": "a"}, headers=AUTH)))
@@ -176,9 +181,10 @@ def test_every_route_and_error_row_answers_alike_on_both_paths(package):
 
 def test_overloaded_answers_alike_on_both_paths(package):
     def answer(fast):
-        with TestClient(app_for(package, fast, max_inflight_response_bytes=2000, max_response_bytes=2000)) as c:
+        app = app_for(package, fast, max_inflight_response_bytes=2000, max_response_bytes=2000)
+        with TestClient(served(app)) as c:
             wait_ready(c)
-            held = c.app.state.engine.responses.reserve(1900)  # answers in flight fill the budget
+            held = app.state.engine.responses.reserve(1900)  # answers in flight fill the budget
             got = [_answer(c.post("/v1/embed", json={"inputs": "the cat"})),
                    _answer(c.post("/v1/embeddings", json={"input": "the cat"})),
                    _answer(c.post("/embed", json={"inputs": "the cat"}))]
@@ -194,7 +200,7 @@ def test_overloaded_answers_alike_on_both_paths(package):
 
 def test_the_hot_routes_skip_fastapi_and_others_do_not(package):
     app = app_for(package, fast=True)
-    with TestClient(app) as client:
+    with TestClient(served(app)) as client:
         wait_ready(client)
         assert set(app.state.shortcuts) == {("POST", "/v1/embed"), ("POST", "/v1/embeddings"), ("POST", "/embed")}
         mw = service_middleware(app)
@@ -211,7 +217,7 @@ def test_the_hot_routes_skip_fastapi_and_others_do_not(package):
             outside.append(scope.get("path"))
             await outer(scope, receive, send)
 
-        front.stack = outer_spy  # Starlette's and FastAPI's outer layers: only the routes that are not hot
+        front.stack = outer_spy  # Starlette's outer layers: only the routes that are not hot
         assert client.post("/v1/embed", json={"inputs": "the cat sat"}).status_code == 200
         assert client.post("/v1/embeddings", json={"input": "the cat sat"}).status_code == 200
         assert client.post("/embed", json={"inputs": "the cat sat"}).status_code == 200

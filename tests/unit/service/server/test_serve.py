@@ -11,7 +11,7 @@ import signal
 import pytest
 import uvicorn
 
-from headwise.service.server import http_protocol, serve, versions
+from headwise.service.server import fastpath, http_protocol, serve, versions
 
 
 class Recorder:
@@ -56,7 +56,8 @@ def test_at_the_versions_written_for_the_fast_path_and_the_bounds_from_settings(
     assert isinstance(config.http, functools.partial) and config.http.func is http_protocol.HttpProtocol
     bounds = config.http.keywords["bounds"]
     assert (bounds.max_head_bytes, bounds.head_timeout_s) == (4096, 7.0)
-    assert ("POST", "/v1/embed") in config.app.state.shortcuts
+    assert isinstance(config.app, fastpath.Entry) and ("POST", "/v1/embed") in config.app.app.state.shortcuts
+    assert config.proxy_headers is False  # no access log: nothing reads X-Forwarded-For
 
 
 def test_other_versions_serve_the_plain_app_and_say_so(run_serve, monkeypatch, capsys):
