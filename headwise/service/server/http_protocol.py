@@ -19,9 +19,12 @@ request head and body bounded in size and time.
   with one search over all names and one over all values (uvicorn makes two per header; a
   /v1/embed answer has 12 with TEI's timing headers): `Cycle`, the same bytes and refusals.
 
+- Each connection has one timer, for whichever is due next: its head, its body or, between
+  requests, uvicorn's keep-alive; a request moves its deadline and schedules nothing.
+
 This is the one module that relies on uvicorn's private protocol attributes (`cycle`,
-`parser`, `transport`, `_unset_keepalive_if_required`, `_start_asgi_task`,
-`timeout_keep_alive_task`, the request cycle's `disconnected`, `more_body` and response state); only `headwise serve` uses it (server.serve, through
+`parser`, `transport`, `_unset_keepalive_if_required`, `_start_asgi_task`, `on_response_complete`
+and what it reads (`timeout_keep_alive`, `pipeline`, `server_state`, `flow`), the request cycle's `disconnected`, `more_body` and response state); only `headwise serve` uses it (server.serve, through
 server.fastpath), and only at the versions server.versions names.
 """
 
@@ -78,6 +81,7 @@ class _Refused(Exception):
     """Raised inside a parser callback to stop parsing a request that was refused."""
 
 
+IDLE = "idle"  # the deadline is uvicorn's keep-alive (compared by identity)
 EARLY_S = 1e-3  # a timer may fire this early (the loops' clocks tick in milliseconds): it is due
 JOIN_LIMIT = 1 << 16  # bytes: writes up to this are joined into one; larger ones are not copied
 
@@ -205,15 +209,16 @@ class HttpProtocol(HttpToolsProtocol):
         self._arm(self._bounds.head_timeout_s, "request head not received in time")
 
     def _arm(self, seconds: float, why: str) -> None:
-        """408 with `why` unless disarmed within `seconds`. One timer per connection, moved
-        lazily: arming again only sets the deadline, and a timer that fires early (its deadline
-        moved on or gone) waits for the new one, so a request costs no timer of its own."""
+        """408 with `why` unless disarmed within `seconds` (IDLE: uvicorn's keep-alive, closed
+        without an answer). One timer per connection, moved lazily: arming again only sets the
+        deadline, and a timer that fires early (its deadline moved on or gone) waits for the new
+        one, so a request costs no timer of its own."""
         self._deadline, self._why = self.loop.time() + seconds, why
         if self._timer is None:
             self._timer = self.loop.call_at(self._deadline, self._expire)
 
     def _disarm(self) -> None:
-        self._deadline = None
+        self._deadline, self._why = None, ""
 
     def _expire(self) -> None:
         self._timer = None
@@ -222,7 +227,29 @@ class HttpProtocol(HttpToolsProtocol):
         if self._deadline - self.loop.time() > EARLY_S:
             self._timer = self.loop.call_at(self._deadline, self._expire)
             return
-        self._refuse(408, self._why)
+        if self._why is IDLE:
+            self._deadline = None
+            self.timeout_keep_alive_handler()
+        else:
+            self._refuse(408, self._why)
+
+    def _unset_keepalive_if_required(self) -> None:
+        if self._why is IDLE:
+            self._disarm()
+
+    def on_response_complete(self) -> None:
+        """uvicorn's (0.54), its keep-alive wait on the connection's one timer. A next request
+        whose head has begun keeps its head's deadline instead."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif self._deadline is None:
+            self._arm(self.timeout_keep_alive, IDLE)
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` and close, whatever the request was doing; the app's task, if one

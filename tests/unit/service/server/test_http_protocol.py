@@ -65,8 +65,10 @@ def test_the_uvicorn_internals_relied_on_are_the_ones_written_for():
     for name in ("_unset_keepalive_if_required", "_should_upgrade", "handle_websocket_upgrade",
                  "_unsupported_upgrade_warning", "shutdown", "on_message_begin",
                  "on_url", "on_header", "on_headers_complete", "on_message_complete", "connection_lost",
-                 "_start_asgi_task"):
+                 "_start_asgi_task", "on_response_complete", "timeout_keep_alive_handler"):
         assert callable(getattr(HttpToolsProtocol, name)), name
+    for field in ("timeout_keep_alive", "pipeline", "server_state", "flow"):  # on_response_complete's
+        assert field in HttpToolsProtocol.__init__.__code__.co_names, field
     cycle_fields = RequestResponseCycle.__init__.__code__.co_names
     assert "connections" in HttpToolsProtocol.__init__.__code__.co_names
     for field in ("more_body", "disconnected", "response_complete", "message_event", "response_started",
@@ -216,5 +218,34 @@ def test_a_deadline_moved_or_disarmed_is_kept_by_one_lazy_timer():
         q._disarm()
         await asyncio.sleep(0.05)
         assert q.refused == [] and q._timer is None  # it fired, found nothing due, and is gone
+
+    asyncio.run(main())
+
+
+def test_keep_alive_is_kept_on_the_same_timer_and_closes_an_idle_connection_without_an_answer():
+    from types import SimpleNamespace
+
+    from headwise.service.server.http_protocol import HttpProtocol
+
+    class Probe(HttpProtocol):
+        def __init__(self, loop):  # only what a response's completion and the timer read
+            self.loop, self._timer, self._deadline, self._why = loop, None, None, ""
+            self.server_state, self.transport = SimpleNamespace(total_requests=0), FakeTransport()
+            self.flow, self.pipeline = SimpleNamespace(resume_reading=lambda: None), []
+            self.timeout_keep_alive = 0.03
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        idle, busy = Probe(loop), Probe(loop)
+        idle.on_response_complete()
+        busy.on_response_complete()
+        first = idle._timer
+        busy._unset_keepalive_if_required()  # its client sent the next request
+        busy._arm(0.2, "head")
+        busy._unset_keepalive_if_required()  # a head's deadline is not keep-alive's
+        await asyncio.sleep(0.08)
+        assert idle.transport.closed and idle.transport.writes == [] and first is not None
+        assert not busy.transport.closed and busy._why == "head"
+        assert idle.server_state.total_requests == 1
 
     asyncio.run(main())
