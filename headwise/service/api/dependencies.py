@@ -40,7 +40,7 @@ def model_for(request, engine, name, needs=None):
     several are served, or it lacks `needs`), narrowed to `needs`' protocol when given, and
     named on the request for the metrics' labels."""
     rt = engine.get(name) if needs is None else engine.get(name, needs)
-    request.state.model = rt.name
+    request.scope.setdefault("state", {})["model"] = rt.name  # request.state's dict, without its wrapper
     return rt
 
 

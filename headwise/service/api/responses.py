@@ -103,12 +103,13 @@ class BudgetedResponse(Response):
     def __init__(self, body: bytes | list[bytes], reservation: Reservation, media_type: str = "application/json",
                  headers: list[tuple[bytes, bytes]] | None = None):
         chunks = [body] if isinstance(body, bytes) else body
-        super().__init__(chunks[0] if len(chunks) == 1 else b"", media_type=media_type)
-        if len(chunks) > 1:
-            length = str(sum(len(c) for c in chunks)).encode()
-            self.raw_headers = [(k, length if k == b"content-length" else v) for k, v in self.raw_headers]
-        if headers:
-            self.raw_headers += headers
+        # the head Starlette's Response.__init__ would make, without its general case
+        self.status_code, self.media_type, self.background = 200, media_type, None
+        self.body = chunks[0] if len(chunks) == 1 else b""
+        if media_type.startswith("text/") and "charset=" not in media_type.lower():
+            media_type += "; charset=" + self.charset
+        self.raw_headers = [(b"content-length", b"%d" % sum(map(len, chunks))),
+                            (b"content-type", media_type.encode("latin-1")), *(headers or ())]
         self.chunks = chunks
         self.reservation = reservation
 
