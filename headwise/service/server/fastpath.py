@@ -116,6 +116,8 @@ class Entry:
     events go to the app itself."""
 
     def __init__(self, app: FastAPI):
+        if app.middleware_stack is None:  # the one Starlette would build later, lifespan's too
+            raise ValueError("Entry(app) takes an app the fast path is installed on (install(app))")
         self.app, self.stack, self.root_path = app, app.middleware_stack, app.root_path
 
     async def __call__(self, scope, receive, send) -> None:

@@ -284,3 +284,8 @@ def test_read_body_joins_chunks_and_reports_a_disconnect():
                                     {"type": "http.disconnect"}))
 
     asyncio.run(main())
+
+
+def test_the_entry_takes_only_an_app_with_the_fast_path_installed(package):
+    with pytest.raises(ValueError, match="install"):
+        fastpath.Entry(app_for(package, fast=False))
