@@ -81,7 +81,8 @@ class _Refused(Exception):
     """Raised inside a parser callback to stop parsing a request that was refused."""
 
 
-IDLE = "idle"  # the deadline is uvicorn's keep-alive (compared by identity)
+IDLE = "keep-alive"  # the deadline is uvicorn's keep-alive: the connection closes without an answer
+HEAD, BODY = "request head not received in time", "request body not received in time"
 EARLY_S = 1e-3  # a timer may fire this early (the loops' clocks tick in milliseconds): it is due
 JOIN_LIMIT = 1 << 16  # bytes: writes up to this are joined into one; larger ones are not copied
 
@@ -201,21 +202,30 @@ class HttpProtocol(HttpToolsProtocol):
         self._in_body = False
         self._refused = False
         self._timer: asyncio.TimerHandle | None = None
-        self._deadline: float | None = None  # loop time: the head or body is due by then
+        self._timer_at = 0.0  # loop time the timer fires at
+        self._deadline: float | None = None  # loop time: what `_why` names is due by then
         self._why = ""
+        self._body_due = 0.0  # the request's body's deadline, kept while keep-alive waits
         if len(self.connections) > self._bounds.max_connections:  # this one included
             self._refuse(503, f"over {self._bounds.max_connections} open connections; retry shortly")
             return
-        self._arm(self._bounds.head_timeout_s, "request head not received in time")
+        self._arm(self._bounds.head_timeout_s, HEAD)
 
     def _arm(self, seconds: float, why: str) -> None:
         """408 with `why` unless disarmed within `seconds` (IDLE: uvicorn's keep-alive, closed
-        without an answer). One timer per connection, moved lazily: arming again only sets the
-        deadline, and a timer that fires early (its deadline moved on or gone) waits for the new
-        one, so a request costs no timer of its own."""
-        self._deadline, self._why = self.loop.time() + seconds, why
+        without an answer)."""
+        self._arm_at(self.loop.time() + seconds, why)
+
+    def _arm_at(self, due: float, why: str) -> None:
+        """One timer per connection, moved lazily: a later deadline only is noted, and the
+        timer, firing before it, waits on for it; so a request on a busy connection costs no
+        timer of its own. An earlier one (keep-alive after a body's deadline) moves the timer."""
+        self._deadline, self._why = due, why
+        if self._timer is not None and due < self._timer_at - EARLY_S:
+            self._timer.cancel()
+            self._timer = None
         if self._timer is None:
-            self._timer = self.loop.call_at(self._deadline, self._expire)
+            self._timer, self._timer_at = self.loop.call_at(due, self._expire), due
 
     def _disarm(self) -> None:
         self._deadline, self._why = None, ""
@@ -225,30 +235,36 @@ class HttpProtocol(HttpToolsProtocol):
         if self._deadline is None:
             return
         if self._deadline - self.loop.time() > EARLY_S:
-            self._timer = self.loop.call_at(self._deadline, self._expire)
+            self._timer, self._timer_at = self.loop.call_at(self._deadline, self._expire), self._deadline
             return
-        if self._why is IDLE:
+        if self._why == IDLE:
             self._deadline = None
             self.timeout_keep_alive_handler()
         else:
             self._refuse(408, self._why)
 
     def _unset_keepalive_if_required(self) -> None:
-        if self._why is IDLE:
-            self._disarm()
+        """Data from the client ends keep-alive's wait: what it sends next is due by the head's
+        deadline (even bytes that begin no request: a bare CRLF), or, for a body still coming
+        after its answer, by the body's."""
+        if self._why == IDLE:
+            if self._in_body:
+                self._arm_at(self._body_due, BODY)
+            else:
+                self._arm(self._bounds.head_timeout_s, HEAD)
 
     def on_response_complete(self) -> None:
-        """uvicorn's (0.54), its keep-alive wait on the connection's one timer. A next request
-        whose head has begun keeps its head's deadline instead."""
+        """uvicorn's (0.54), its keep-alive wait on the connection's one timer; also while the
+        request's body is still coming (answered before it was read). A next request whose head
+        has begun keeps its head's deadline instead."""
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self._unset_keepalive_if_required()
         self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
-        elif self._deadline is None:
+        elif self._deadline is None or self._in_body:
             self._arm(self.timeout_keep_alive, IDLE)
 
     def _refuse(self, status: int, message: str) -> None:
@@ -312,8 +328,8 @@ class HttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head, self._head_bytes, self._n_headers = True, 0, 0
-        if self._deadline is None:  # else the head has been due since the connection opened
-            self._arm(self._bounds.head_timeout_s, "request head not received in time")
+        if self._deadline is None or self._why == IDLE:  # else the head is due already (since
+            self._arm(self._bounds.head_timeout_s, HEAD)  # the connection opened, or data came)
 
     def on_url(self, url: bytes) -> None:
         self._head_bytes += len(url)
@@ -334,13 +350,16 @@ class HttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._in_body = True
-        self._arm(self._bounds.body_timeout_s, "request body not received in time")
+        self._arm(self._bounds.body_timeout_s, BODY)
+        self._body_due = self._deadline
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._in_body = False
         self._disarm()
         super().on_message_complete()
+        if self.cycle is not None and self.cycle.response_complete:  # answered before its body came
+            self._arm(self.timeout_keep_alive, IDLE)
 
     def shutdown(self) -> None:
         if self._in_body and self.cycle is not None and not self.cycle.response_complete:

@@ -195,7 +195,7 @@ def test_a_deadline_moved_or_disarmed_is_kept_by_one_lazy_timer():
     class Probe(HttpProtocol):
         def __init__(self, loop):  # only what the timer reads
             self.loop, self._timer, self._deadline, self._why, self.refused = loop, None, None, "", []
-            self.t0 = loop.time()
+            self._timer_at, self.t0 = 0.0, loop.time()
 
         def _refuse(self, status, message):
             self._disarm()
@@ -213,6 +213,11 @@ def test_a_deadline_moved_or_disarmed_is_kept_by_one_lazy_timer():
         assert p.refused == [] and p._timer is not None and p._timer is not first
         await asyncio.sleep(0.1)
         assert [(s, m) for s, m, _ in p.refused] == [(408, "body")] and p.refused[0][2] >= 0.12
+        early = Probe(loop)
+        early._arm(0.5, "body")
+        early._arm(0.02, "sooner")  # due before the timer: the timer moves
+        await asyncio.sleep(0.06)
+        assert [(s, m) for s, m, _ in early.refused] == [(408, "sooner")]
         q = Probe(loop)
         q._arm(0.02, "head")
         q._disarm()
@@ -229,7 +234,8 @@ def test_keep_alive_is_kept_on_the_same_timer_and_closes_an_idle_connection_with
 
     class Probe(HttpProtocol):
         def __init__(self, loop):  # only what a response's completion and the timer read
-            self.loop, self._timer, self._deadline, self._why = loop, None, None, ""
+            self.loop, self._timer, self._timer_at, self._deadline, self._why = loop, None, 0.0, None, ""
+            self._in_body, self._bounds = False, SimpleNamespace(head_timeout_s=0.2)
             self.server_state, self.transport = SimpleNamespace(total_requests=0), FakeTransport()
             self.flow, self.pipeline = SimpleNamespace(resume_reading=lambda: None), []
             self.timeout_keep_alive = 0.03
@@ -240,7 +246,8 @@ def test_keep_alive_is_kept_on_the_same_timer_and_closes_an_idle_connection_with
         idle.on_response_complete()
         busy.on_response_complete()
         first = idle._timer
-        busy._unset_keepalive_if_required()  # its client sent the next request
+        busy._unset_keepalive_if_required()  # its client sent something: the head is due now
+        assert busy._why == "request head not received in time"
         busy._arm(0.2, "head")
         busy._unset_keepalive_if_required()  # a head's deadline is not keep-alive's
         await asyncio.sleep(0.08)
