@@ -238,7 +238,7 @@ class HttpProtocol(HttpToolsProtocol):
             self._timer, self._timer_at = self.loop.call_at(self._deadline, self._expire), self._deadline
             return
         if self._why == IDLE:
-            self._deadline = None
+            self._disarm()
             self.timeout_keep_alive_handler()
         else:
             self._refuse(408, self._why)
