@@ -21,6 +21,8 @@ text by text, over the STS-B sentences, the multilingual and hostile sets and ho
 Where the tokenizer is BERT's WordPiece, a single text the path takes is read by
 headwise.wordpiece instead of the twin (about a quarter of its CPU): `AsciiPath.wordpiece`, kept
 only where it reads SELF_CHECK as the tokenizer does, and checked with the twin by `mismatches`.
+Its ids, for answers that need no token strings or offsets, are read by a compiled WordPiece
+(`AsciiPath.compiled`, headwise.compiled) where that too reads SELF_CHECK's ids as the tokenizer.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from headwise import wordpiece
+from headwise import compiled, wordpiece
 
 UNSAFE = re.compile(r"[^\t\n\r -~]")  # anything but printable ASCII, tab, newline, return
 
@@ -40,7 +42,8 @@ UNSAFE = re.compile(r"[^\t\n\r -~]")  # anything but printable ASCII, tab, newli
 class AsciiPath:
     """A tokenizer's normalizer-free twin, and which texts it may read."""
 
-    def __init__(self, config: dict, lowercase: bool):
+    def __init__(self, config: dict, lowercase: bool, file: str | Path | None = None):
+        """`file`: where `config` was read from, for the compiled reader (none without it)."""
         self.lowercase = lowercase
         # every added token's content, lowered (and normalized, for one matched after the
         # normalizer): a text holding one, in any case, goes the usual way
@@ -51,16 +54,26 @@ class AsciiPath:
                            | {norm.normalize_str(t["content"]).lower() for t in added if t.get("normalized")})
         self.bare = json.dumps({**config, "normalizer": None})  # the twin's tokenizer.json
         self.wordpiece = wordpiece.WordPiece.of(config)
+        self.compiled: compiled.CompiledIds | None = None
         if self.wordpiece is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK)):
             logging.getLogger("headwise").warning(
                 "tokenizer: headwise.wordpiece reads %d test texts otherwise than the tokenizer (first: %r); "
                 "the tokenizer reads them all", len(wrong), wrong[0])
             self.wordpiece = None
+        if self.wordpiece is not None and file is not None:
+            self.compiled = compiled.CompiledIds.of(file, self.wordpiece)
+            if self.compiled is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK, ids=True)):
+                logging.getLogger("headwise").warning(
+                    "tokenizer: tokie reads %d test texts' ids otherwise than the tokenizer (first: %r); "
+                    "headwise.wordpiece reads them all", len(wrong), wrong[0])
+                self.compiled = None
 
-    def disagreements(self, usual: Tokenizer, texts, max_len: int | None = None) -> list[str]:
+    def disagreements(self, usual: Tokenizer, texts, max_len: int | None = None, ids: bool = False) -> list[str]:
         """The texts of `texts` the path takes that `self.wordpiece` reads otherwise than `usual`
-        (no padding; truncating at max_len, if given), with and without special tokens."""
-        wp, out = self.wordpiece, []
+        (no padding; truncating at max_len, if given), with and without special tokens; with
+        `ids`, those whose ids and type ids `self.compiled` reads otherwise."""
+        out = []
+        read = self.compiled.encode if ids else self.wordpiece.encode
         usual = Tokenizer.from_str(usual.to_str())
         usual.no_padding()
         if max_len is None:
@@ -73,8 +86,10 @@ class AsciiPath:
                 continue
             for special in (True, False):
                 e = usual.encode(text, add_special_tokens=special)
-                if (e.ids, e.type_ids, e.tokens, e.offsets) != wp.encode(low, special, 1 << 62 if max_len is None else max_len):
-                    out.append(f"{text!r} (special tokens: {special}, truncated: {max_len is not None})")
+                want = (e.ids, e.type_ids) if ids else (e.ids, e.type_ids, e.tokens, e.offsets)
+                if want != tuple(read(low, special, 1 << 62 if max_len is None else max_len)):
+                    out.append(f"{text!r} (special tokens: {special}, truncated: {max_len is not None}"
+                               f"{', tokie' if ids else ''})")
         return out
 
     @classmethod
@@ -86,7 +101,7 @@ class AsciiPath:
         if not (isinstance(norm, dict) and norm.get("type") == "BertNormalizer"
                 and isinstance(pre, dict) and pre.get("type") == "BertPreTokenizer"):
             return None
-        return cls(config, bool(norm.get("lowercase", True)))
+        return cls(config, bool(norm.get("lowercase", True)), file)
 
     def text(self, text: str) -> str | None:
         """What the twin reads for `text` (lowered), or None: read it the usual way."""
@@ -155,7 +170,8 @@ def mismatches(file: str | Path, texts: list[str], max_len: int = 512) -> list[s
     added, untruncated and (alone) truncated at max_len; [] when it agrees or takes nothing.
     (The normalizer runs before special tokens are added and truncation cuts: those two are
     only checked to be passed on.) With a WordPiece reader, also each single text as it reads
-    it, with and without special tokens, whole and truncated at max_len and at 16 tokens."""
+    it, with and without special tokens, whole and truncated at max_len and at 16 tokens, and
+    with a compiled reader its ids the same way."""
     path = AsciiPath.of(file)
     if path is None:
         return []
@@ -174,8 +190,9 @@ def mismatches(file: str | Path, texts: list[str], max_len: int = 512) -> list[s
             if (x.ids, x.type_ids, x.tokens, x.offsets, x.word_ids) != (y.ids, y.type_ids, y.tokens, y.offsets,
                                                                          y.word_ids):
                 out.append(f"{item!r} (truncated: {truncate})")
-    if path.wordpiece is not None:
-        usual = Tokenizer.from_file(str(file))
-        out += path.disagreements(usual, taken)
-        out += path.disagreements(usual, taken[:500], max_len) + path.disagreements(usual, taken[:500], 16)
+    usual = Tokenizer.from_file(str(file))
+    readers = [] if path.wordpiece is None else [False] if path.compiled is None else [False, True]  # ids only?
+    for ids in readers:
+        out += path.disagreements(usual, taken, ids=ids)
+        out += path.disagreements(usual, taken[:500], max_len, ids) + path.disagreements(usual, taken[:500], 16, ids)
     return out

@@ -47,7 +47,7 @@ class WordPiece:
         self.before, self.after, self.type_id = before, after, type_id  # specials: (token, id, type id)
         self.added = len(before) + len(after)
         # before and after the text: the specials' ids, tokens and type ids
-        self._specials = tuple(([i for _, i, _ in x], [t for t, _, _ in x], [y for _, _, y in x]) for x in (before, after))
+        self.specials = tuple(([i for _, i, _ in x], [t for t, _, _ in x], [y for _, _, y in x]) for x in (before, after))
 
     @classmethod
     def of(cls, config: dict) -> WordPiece | None:
@@ -128,7 +128,7 @@ class WordPiece:
         if not special_tokens:
             ids, tokens, offsets = self.pieces(text, max_tokens)
             return ids, [self.type_id] * len(ids), tokens, offsets
-        (b_ids, b_tokens, b_types), (a_ids, a_tokens, a_types) = self._specials
+        (b_ids, b_tokens, b_types), (a_ids, a_tokens, a_types) = self.specials
         if max_tokens < self.added:  # the tokenizer does not truncate below its special tokens
             max_tokens = 1 << 62
         ids, tokens, offsets = b_ids.copy(), b_tokens.copy(), [(0, 0)] * len(b_ids)

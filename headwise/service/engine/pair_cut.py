@@ -1,0 +1,45 @@
+"""Which tokens of a pair's encoding a cut to max_len keeps, as `tokenizers` cuts (LongestFirst,
+OnlySecond) and transformers asks by `truncation`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+Cut = Literal["longest_first", "only_second"]  # how a pair is cut (transformers' `truncation`)
+
+
+def longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
+    """The tokens each side of a pair of n_a and n_b tokens keeps when cut to `budget` (max_len
+    less the special tokens), as tokenizers' truncate_encodings cuts with LongestFirst: the
+    shorter side (the first of equals) keeps its whole length where the longer can take the
+    rest; else each keeps half, and the longer (the second of equals) the odd token."""
+    if n_a + n_b <= budget:
+        return n_a, n_b
+    swap = n_a > n_b
+    n1, n2 = (n_b, n_a) if swap else (n_a, n_b)  # n1 <= n2
+    k1, k2 = n1, (n1 if n1 > budget else max(n1, budget - n1))
+    if k1 + k2 > budget:
+        k1, k2 = budget // 2, budget // 2 + budget % 2
+    k1, k2 = min(k1, n1), min(k2, n2)
+    return (k2, k1) if swap else (k1, k2)
+
+
+def only_second(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
+    """The tokens each side keeps when cut to `budget` off the second text only (tokenizers'
+    OnlySecond); uncut where the first text leaves the second no token."""
+    if n_a + n_b <= budget or n_a >= budget:
+        return n_a, n_b
+    return n_a, budget - n_a
+
+
+def kept(segments: np.ndarray, max_len: int, cut: Cut) -> np.ndarray:
+    """Positions (ascending) of a pair encoding's tokens that `cut` keeps at max_len: every
+    special token (segment -1) and each side's first tokens. `segments` (T,) int8."""
+    first, second = segments == 0, segments == 1
+    n_a, n_b = int(first.sum()), int(second.sum())
+    counts = longest_first if cut == "longest_first" else only_second
+    k_a, k_b = counts(n_a, n_b, max(max_len - (len(segments) - n_a - n_b), 0))
+    keep = (~first & ~second) | (first & (np.cumsum(first) <= k_a)) | (second & (np.cumsum(second) <= k_b))
+    return np.flatnonzero(keep)

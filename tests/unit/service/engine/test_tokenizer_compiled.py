@@ -1,0 +1,155 @@
+"""headwise.compiled: the ids and type ids tokie reads for a text the ASCII path takes are
+`tokenizers`' (with and without special tokens, whole and truncated) on the shipped
+all-MiniLM-L6-v2 tokenizer, a tiny one full of unknown words and "##" pieces, a cased one with
+BERT's older post-processor, and short word limits; a vocabulary tokie numbers otherwise (one
+with gaps) is left to headwise.wordpiece; TextTokenizer takes them for answers that
+need no strings or offsets, whose strings and offsets, read after all, are still the
+tokenizer's; another tokie version, or a reader that disagrees, is not used, and `headwise
+export` fails a package it reads wrong."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from tokenizers import Tokenizer, normalizers, processors
+
+from headwise import compiled
+from headwise.ascii_path import AsciiPath, mismatches
+from headwise.export.manifest import PackageError
+from headwise.export.text_sets import ascii_hostile, hostile, multilingual, stsb
+from headwise.export.verify import check_ascii_path
+from headwise.model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2
+from headwise.service.engine.tokenizer import TextTokenizer
+from tests.fixtures.tiny import tiny_tokenizer
+
+MINILM = default_checkpoint() / "tokenizer.json"
+ODD = ["unaffable xylophone", "cats!!! and dogs...", "a" * 101, "abc" * 40, "9.75 - 3,5 = x?", "",
+       "The Cat Sat", "hello world " * 30, " ", "\t\n"]
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return stsb() + multilingual() + hostile() + ascii_hostile() + ODD
+
+
+def readings(file, texts: list[str]) -> int:
+    """Compares the ids and type ids of every text the path takes; → how many agreed."""
+    path = AsciiPath.of(file)
+    assert path is not None and path.compiled is not None
+    usual = Tokenizer.from_file(str(file))
+    usual.no_padding()
+    n = 0
+    for cut in (None, 128, 16, 3, 1):
+        if cut is None:
+            usual.no_truncation()
+        else:
+            usual.enable_truncation(max_length=cut)
+        for text in texts:
+            if (low := path.text(text)) is None:
+                continue
+            for special in (True, False):
+                e = usual.encode(text, add_special_tokens=special)
+                assert (e.ids, e.type_ids) == path.compiled.encode(low, special, cut or 1 << 62), (text, cut, special)
+                n += 1
+    return n
+
+
+def test_the_shipped_tokenizer(texts):
+    assert readings(MINILM, texts) > 30_000
+
+
+def dense_tiny(tmp_path) -> None:
+    """The tiny tokenizer, its vocabulary numbered without gaps (its specials come first)."""
+    tiny_tokenizer(tmp_path)
+    config = json.loads((tmp_path / "tokenizer.json").read_text())
+    vocab = config["model"]["vocab"]
+    config["model"]["vocab"] = {t: i for i, t in enumerate(sorted(vocab, key=vocab.get))}
+    assert all(config["model"]["vocab"][t["content"]] == t["id"] for t in config["added_tokens"])
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+
+
+def test_a_tiny_vocabulary_of_pieces_and_unknown_words(tmp_path, texts):
+    dense_tiny(tmp_path)
+    assert readings(tmp_path / "tokenizer.json", texts) > 30_000
+
+
+def test_a_vocabulary_with_gaps_is_left_to_headwise_wordpiece(tmp_path, caplog):
+    tiny_tokenizer(tmp_path)  # its ids skip 6
+    with caplog.at_level(logging.WARNING, logger="headwise"):
+        path = AsciiPath.of(tmp_path / "tokenizer.json")
+    assert path.wordpiece is not None and path.compiled is None
+    assert "numbers" in caplog.text
+    assert mismatches(tmp_path / "tokenizer.json", ["a cat sat", "hello world"], 32) == []
+
+
+def test_a_cased_tokenizer_and_bert_processing(tmp_path, texts):
+    dense_tiny(tmp_path)
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
+    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
+                                                   ("[CLS]", tok.token_to_id("[CLS]")))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    assert readings(tmp_path / "tokenizer.json", texts[::5]) > 6_000
+
+
+def test_a_short_word_limit(tmp_path, texts):
+    config = json.loads(MINILM.read_text())
+    config["model"]["max_input_chars_per_word"] = 3
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    assert readings(tmp_path / "tokenizer.json", texts[::5]) > 6_000
+
+
+def test_text_tokenizer_takes_its_ids_where_no_string_is_answered():
+    tok = TextTokenizer(MINILM, 16)
+    texts = ["plain ascii", "naïve café", "The cat sat on the unaffable mat " * 3, ""]
+    usual = Tokenizer.from_file(str(MINILM))
+    usual.no_padding()
+    usual.enable_truncation(max_length=16)
+    called = []
+    reader = tok.ascii.compiled
+    tok.ascii.compiled = type("Counting", (), {"encode": lambda _, *a: called.append(a) or reader.encode(*a)})()
+    for lazy, strings in ((True, False), (True, True), (False, True)):
+        called.clear()
+        got = tok.encode_unchecked(texts, lazy=lazy, strings=strings)
+        assert len(called) == (3 if lazy and not strings else 0)
+        for g, want in zip(got, usual.encode_batch(texts), strict=True):
+            assert (g.ids.tolist(), g.type_ids.tolist(), g.tokens, g.offsets) == (
+                want.ids, want.type_ids, want.tokens, want.offsets)
+
+
+def test_another_tokie_version_is_not_used(monkeypatch, caplog):
+    monkeypatch.setattr(compiled, "installed", lambda: "0.2.0")
+    with caplog.at_level(logging.WARNING, logger="headwise"):
+        path = AsciiPath.of(MINILM)
+    assert path.wordpiece is not None and path.compiled is None
+    assert "tokie 0.2.0 is installed, not 0.1.4" in caplog.text
+
+
+def test_a_reader_that_disagrees_is_dropped_and_fails_the_export(monkeypatch, caplog):
+    """Were it to read "hello" as unknown, the check at load and the export's would see it."""
+    whole = compiled.CompiledIds.encode
+
+    def wrong(self, text, special, max_tokens):
+        ids, types = whole(self, text, special, max_tokens)
+        return ([100 if i == 7592 else i for i in ids], types)
+
+    monkeypatch.setattr(compiled.CompiledIds, "encode", wrong)
+    monkeypatch.setattr("headwise.wordpiece.SELF_CHECK", ("say hello",))
+    with caplog.at_level(logging.WARNING, logger="headwise"):
+        path = AsciiPath.of(MINILM)
+    assert path.wordpiece is not None and path.compiled is None
+    assert "tokie reads 2 test texts' ids otherwise" in caplog.text
+    monkeypatch.setattr("headwise.wordpiece.SELF_CHECK", ("the cat",))
+    assert AsciiPath.of(MINILM).compiled is not None
+    bad = mismatches(MINILM, ["hello there", "the cat"], 256)
+    assert bad and "hello" in bad[0] and "tokie" in bad[0]
+    with pytest.raises(PackageError, match="ASCII path reads"):
+        check_ascii_path(MINILM, 256, lambda _: None)
+
+
+def test_the_installed_tokie_is_the_one_tested():
+    """constraints.txt installs headwise.compiled's TESTED; another version is not used (above),
+    so an upgrade shows here first: run this file against it, then move TESTED."""
+    assert compiled.installed() == compiled.TESTED
