@@ -21,8 +21,8 @@ text by text, over the STS-B sentences, the multilingual and hostile sets and ho
 Where the tokenizer is BERT's WordPiece, a single text the path takes is read by
 headwise.wordpiece instead of the twin (about a quarter of its CPU): `AsciiPath.wordpiece`, kept
 only where it reads SELF_CHECK as the tokenizer does, and checked with the twin by `mismatches`.
-Its ids, for answers that need no token strings or offsets, are read by a compiled WordPiece
-(`AsciiPath.compiled`, headwise.compiled) where that too reads SELF_CHECK's ids as the tokenizer.
+Such a text is read by a compiled WordPiece instead (`AsciiPath.compiled`, headwise.compiled)
+where that too reads SELF_CHECK as the tokenizer does; `mismatches` checks it the same way.
 """
 
 from __future__ import annotations
@@ -52,28 +52,31 @@ class AsciiPath:
         added = config.get("added_tokens") or ()
         self.added = tuple({t["content"].lower() for t in added}
                            | {norm.normalize_str(t["content"]).lower() for t in added if t.get("normalized")})
+        # one search for all of them (longest first: an alternation takes the first that matches)
+        self._holds_added = re.compile("|".join(map(re.escape, sorted(self.added, key=len, reverse=True)))) \
+            if self.added else None
         self.bare = json.dumps({**config, "normalizer": None})  # the twin's tokenizer.json
         self.wordpiece = wordpiece.WordPiece.of(config)
-        self.compiled: compiled.CompiledIds | None = None
+        self.compiled: compiled.Compiled | None = None
         if self.wordpiece is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK)):
             logging.getLogger("headwise").warning(
                 "tokenizer: headwise.wordpiece reads %d test texts otherwise than the tokenizer (first: %r); "
                 "the tokenizer reads them all", len(wrong), wrong[0])
             self.wordpiece = None
         if self.wordpiece is not None and file is not None:
-            self.compiled = compiled.CompiledIds.of(file, self.wordpiece)
-            if self.compiled is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK, ids=True)):
+            self.compiled = compiled.Compiled.of(file, self.wordpiece)
+            if self.compiled is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK, tokie=True)):
                 logging.getLogger("headwise").warning(
-                    "tokenizer: tokie reads %d test texts' ids otherwise than the tokenizer (first: %r); "
+                    "tokenizer: tokie reads %d test texts otherwise than the tokenizer (first: %r); "
                     "headwise.wordpiece reads them all", len(wrong), wrong[0])
                 self.compiled = None
 
-    def disagreements(self, usual: Tokenizer, texts, max_len: int | None = None, ids: bool = False) -> list[str]:
-        """The texts of `texts` the path takes that `self.wordpiece` reads otherwise than `usual`
-        (no padding; truncating at max_len, if given), with and without special tokens; with
-        `ids`, those whose ids and type ids `self.compiled` reads otherwise."""
+    def disagreements(self, usual: Tokenizer, texts, max_len: int | None = None, tokie: bool = False) -> list[str]:
+        """The texts of `texts` the path takes that `self.wordpiece` (with `tokie`,
+        `self.compiled`) reads otherwise than `usual` (no padding; truncating at max_len, if
+        given), with and without special tokens."""
         out = []
-        read = self.compiled.encode if ids else self.wordpiece.encode
+        read = self.compiled.encode if tokie else self.wordpiece.encode
         usual = Tokenizer.from_str(usual.to_str())
         usual.no_padding()
         if max_len is None:
@@ -86,10 +89,10 @@ class AsciiPath:
                 continue
             for special in (True, False):
                 e = usual.encode(text, add_special_tokens=special)
-                want = (e.ids, e.type_ids) if ids else (e.ids, e.type_ids, e.tokens, e.offsets)
-                if want != tuple(read(low, special, 1 << 62 if max_len is None else max_len)):
+                if (e.ids, e.type_ids, e.tokens, e.offsets) != tuple(read(low, special, 1 << 62 if max_len is None
+                                                                          else max_len)):
                     out.append(f"{text!r} (special tokens: {special}, truncated: {max_len is not None}"
-                               f"{', tokie' if ids else ''})")
+                               f"{', tokie' if tokie else ''})")
         return out
 
     @classmethod
@@ -108,7 +111,7 @@ class AsciiPath:
         if not text.isascii() or UNSAFE.search(text) is not None:
             return None
         low = text.lower()
-        if any(a in low for a in self.added):
+        if self._holds_added is not None and self._holds_added.search(low) is not None:
             return None
         return low if self.lowercase else text
 
@@ -171,7 +174,7 @@ def mismatches(file: str | Path, texts: list[str], max_len: int = 512) -> list[s
     (The normalizer runs before special tokens are added and truncation cuts: those two are
     only checked to be passed on.) With a WordPiece reader, also each single text as it reads
     it, with and without special tokens, whole and truncated at max_len and at 16 tokens, and
-    with a compiled reader its ids the same way."""
+    with a compiled reader, its reading the same way."""
     path = AsciiPath.of(file)
     if path is None:
         return []
@@ -191,8 +194,8 @@ def mismatches(file: str | Path, texts: list[str], max_len: int = 512) -> list[s
                                                                          y.word_ids):
                 out.append(f"{item!r} (truncated: {truncate})")
     usual = Tokenizer.from_file(str(file))
-    readers = [] if path.wordpiece is None else [False] if path.compiled is None else [False, True]  # ids only?
-    for ids in readers:
-        out += path.disagreements(usual, taken, ids=ids)
-        out += path.disagreements(usual, taken[:500], max_len, ids) + path.disagreements(usual, taken[:500], 16, ids)
+    readers = [] if path.wordpiece is None else [False] if path.compiled is None else [False, True]  # tokie?
+    for tokie in readers:
+        out += path.disagreements(usual, taken, tokie=tokie)
+        out += path.disagreements(usual, taken[:500], max_len, tokie) + path.disagreements(usual, taken[:500], 16, tokie)
     return out

@@ -1,10 +1,11 @@
-"""Token ids of the texts headwise.wordpiece reads, read by a compiled WordPiece (issue 37, item 6).
+"""The texts headwise.wordpiece reads, read by a compiled WordPiece (issue 37, item 6).
 
-`tokie` (Rust, loads tokenizer.json) reads a single text of the ASCII path in about a tenth of
+`tokie` (Rust, loads tokenizer.json) reads a single text of the ASCII path in a fraction of
 headwise.wordpiece's CPU (bench/results/tokie-ascii.md). Its ids and tokens are `tokenizers`'
-on the texts the path reads; its offsets are not (it counts a later piece's "##" in its span),
-so only its ids are taken, for answers that carry no token strings or offsets (a plain
-embedding's), and headwise.wordpiece builds the strings and offsets if one is read after all.
+on the texts the path reads. Its offsets are not, in two ways, both mended here: it spans a
+word's later piece with its "##" (so every later piece of the word is shifted), and an
+over-long word's [UNK] as the five characters of "[UNK]" (a text with an [UNK] is read by
+headwise.wordpiece instead).
 
 It is used only at the version it was tested at (TESTED, pinned in constraints.txt), and only
 where it reads the service's SELF_CHECK texts as the tokenizer does (headwise.ascii_path);
@@ -29,18 +30,21 @@ def installed() -> str | None:
         return None
 
 
-class CompiledIds:
-    """`WordPiece.encode`'s ids and type ids, the pieces read by tokie."""
+class Compiled:
+    """`WordPiece.encode`, the pieces read by tokie."""
 
     def __init__(self, tok, wp: WordPiece):
         self.tok, self.wp = tok, wp
-        (self._b_ids, _, self._b_types), (self._a_ids, _, self._a_types) = wp.specials
+        self.later = frozenset(wp.later.values())  # the ids of "##" pieces
+        self._b_offsets, self._a_offsets = [(0, 0)] * len(wp.before), [(0, 0)] * len(wp.after)
 
     @classmethod
-    def of(cls, file: str | Path, wp: WordPiece) -> CompiledIds | None:
+    def of(cls, file: str | Path, wp: WordPiece) -> Compiled | None:
         """The reader for tokenizer.json `file`, or None (logged) where tokie is not the tested
         version, cannot load it, or numbers its vocabulary otherwise."""
         found = installed()
+        if wp.prefix != "##":  # the mend of its spans reads BERT's prefix
+            return None
         if found != TESTED:
             logging.getLogger("headwise").warning(
                 "tokenizer: tokie %s is installed, not %s (constraints.txt); plain texts are read by "
@@ -63,14 +67,37 @@ class CompiledIds:
         tok.no_truncation()
         return cls(tok, wp)
 
-    def encode(self, text: str, special_tokens: bool, max_tokens: int) -> tuple[list[int], list[int]]:
-        """(ids, type ids) as `WordPiece.encode` gives them for `text` (lowered by the path)."""
+    def encode(self, text: str, special_tokens: bool, max_tokens: int):
+        """`WordPiece.encode`'s (ids, type ids, tokens, offsets) for `text` (lowered by the path):
+        tokie's pieces, and the special tokens of the template headwise.wordpiece read (tokie
+        0.1.4 adds none for BERT's older BertProcessing)."""
         wp = self.wp
-        pieces = self.tok.encode(text, add_special_tokens=False).ids
-        if not special_tokens:
-            ids = pieces[:max(max_tokens, 0)]
-            return ids, [wp.type_id] * len(ids)
-        if max_tokens < wp.added:  # the tokenizer does not truncate below its special tokens
+        e = self.tok.encode_with_offsets(text, add_special_tokens=False)
+        ids = e.ids
+        if wp.unk_id in ids:  # an over-long word's [UNK] is spanned as "[UNK]" by tokie: read it ours
+            return wp.encode(text, special_tokens, max_tokens)
+        tokens, offsets = e.tokens, e.offsets
+        if special_tokens and max_tokens < wp.added:  # the tokenizer does not truncate below its specials
             max_tokens = 1 << 62
-        body = pieces[:max_tokens - wp.added]
-        return self._b_ids + body + self._a_ids, self._b_types + [wp.type_id] * len(body) + self._a_types
+        if len(ids) > (n := max(max_tokens - wp.added if special_tokens else max_tokens, 0)):
+            ids, tokens, offsets = ids[:n], tokens[:n], offsets[:n]
+        if not self.later.isdisjoint(ids):  # tokie spans a later piece with its "##": not the text's
+            offsets = _spans(tokens, offsets)
+        types = [wp.type_id] * len(ids)
+        if not special_tokens:
+            return ids, types, tokens, offsets
+        (b_ids, b_tokens, b_types), (a_ids, a_tokens, a_types) = wp.specials
+        return (b_ids + ids + a_ids, b_types + types + a_types, b_tokens + tokens + a_tokens,
+                self._b_offsets + offsets + self._a_offsets)
+
+
+def _spans(tokens: list[str], offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The characters of each piece: a later piece ("##...") starts where the one before it
+    ended and spans its token less the "##"; a word's first piece keeps tokie's span."""
+    out, end = [], 0
+    for t, span in zip(tokens, offsets, strict=True):
+        if t.startswith("##"):
+            span = (end, end + len(t) - 2)
+        out.append(span)
+        end = span[1]
+    return out

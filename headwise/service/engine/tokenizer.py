@@ -108,7 +108,7 @@ class TextTokenizer:
         fast = lazy and not strings
         batch = tok.encode_batch_fast if fast else tok.encode_batch
         out: list[Encoded | None] = [None] * len(texts)
-        todo, chars = self._wordpiece(texts, truncate, special_tokens, out, fast), PREFIX_TOKENS * self.max_len
+        todo, chars = self._wordpiece(texts, truncate, special_tokens, out), PREFIX_TOKENS * self.max_len
         while todo:
             cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
             # measured on the untruncated prefix: does it pass max_len by the margin?
@@ -131,18 +131,16 @@ class TextTokenizer:
             todo, chars = again, chars * 4
         return out  # type: ignore[return-value]
 
-    def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list,
-                   ids_only: bool = False) -> list[int]:
+    def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list) -> list[int]:
         """Into `out`, the texts headwise.wordpiece reads (the ASCII path's, with a WordPiece
         tokenizer), each read as far as its answer needs as below: a long one as a prefix with
         more than max_len + CUT_MARGIN tokens (truncated, its first max_len are the text's; else
-        it shows the text too long), or whole; → the indices of the others. `ids_only`: the ids
-        are read by the compiled reader where there is one (headwise.compiled), and the strings
-        and offsets by headwise.wordpiece when first read."""
+        it shows the text too long), or whole, by the compiled reader where there is one
+        (headwise.compiled: the same answers); → the indices of the others."""
         wp = self.ascii.wordpiece if self.ascii is not None else None
         if wp is None:
             return list(range(len(texts)))
-        fast = self.ascii.compiled if ids_only else None
+        read = (self.ascii.compiled or wp).encode
         todo, enough = [], self.max_len + CUT_MARGIN
         limit, added = (self.max_len if truncate else 1 << 62), (wp.added if special_tokens else 0)
         for i, text in enumerate(texts):
@@ -153,15 +151,9 @@ class TextTokenizer:
             if low is None:
                 todo.append(i)
                 continue
-            if fast is not None:
-                ids, type_ids = fast.encode(low, special_tokens, limit)
-                tokens = offsets = None
-                source = partial(_Pieces, wp, low, special_tokens, limit)
-            else:
-                ids, type_ids, tokens, offsets = wp.encode(low, special_tokens, limit)
-                source = None
+            ids, type_ids, tokens, offsets = read(low, special_tokens, limit)
             types = np.zeros(len(ids), np.int64) if not any(type_ids) else np.array(type_ids, dtype=np.int64)
-            out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets, source=source)
+            out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets)
         return todo
 
     def encode_items(self, items: list, truncate: bool = True, words: bool = False,
@@ -322,15 +314,6 @@ class TextTokenizer:
             if s and (min(s) < 0 or max(s) >= n):
                 raise Validation(f"ids[{i}]: token ids must be in 0..{n - 1}", field="ids")
         return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
-
-
-class _Pieces:
-    """A text's strings and offsets as headwise.wordpiece reads them (Encoded's source)."""
-
-    __slots__ = ("offsets", "tokens")
-
-    def __init__(self, wp, text: str, special_tokens: bool, max_tokens: int):
-        _, _, self.tokens, self.offsets = wp.encode(text, special_tokens, max_tokens)
 
 
 def _word_chars(e, positions) -> list[tuple[int, int] | None]:

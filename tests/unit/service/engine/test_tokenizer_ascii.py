@@ -90,7 +90,7 @@ def test_the_check_finds_a_path_that_reads_wrong(monkeypatch):
 def _without_added(init):
     def without(self, config, lowercase, file=None):
         init(self, config, lowercase, file)
-        self.added = ()
+        self.added, self._holds_added = (), None
     return without
 
 

@@ -1,10 +1,9 @@
-"""headwise.compiled: the ids and type ids tokie reads for a text the ASCII path takes are
-`tokenizers`' (with and without special tokens, whole and truncated) on the shipped
+"""headwise.compiled: the ids, type ids, tokens and offsets it reads with tokie for a text the
+ASCII path takes are `tokenizers`' (with and without special tokens, whole and truncated) on the shipped
 all-MiniLM-L6-v2 tokenizer, a tiny one full of unknown words and "##" pieces, a cased one with
 BERT's older post-processor, and short word limits; a vocabulary tokie numbers otherwise (one
-with gaps) is left to headwise.wordpiece; TextTokenizer takes them for answers that
-need no strings or offsets, whose strings and offsets, read after all, are still the
-tokenizer's; another tokie version, or a reader that disagrees, is not used, and `headwise
+with gaps) is left to headwise.wordpiece; TextTokenizer reads such texts with it, whatever
+the answer needs; another tokie version, or a reader that disagrees, is not used, and `headwise
 export` fails a package it reads wrong."""
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from headwise.service.engine.tokenizer import TextTokenizer
 from tests.fixtures.tiny import tiny_tokenizer
 
 MINILM = default_checkpoint() / "tokenizer.json"
-ODD = ["unaffable xylophone", "cats!!! and dogs...", "a" * 101, "abc" * 40, "9.75 - 3,5 = x?", "",
+ODD = ["unaffable xylophone", "xylophonists zzzzqqqq unaffable", "a" * 120 + " b xylophonists", "cats!!! and dogs...", "a" * 101, "abc" * 40, "9.75 - 3,5 = x?", "",
        "The Cat Sat", "hello world " * 30, " ", "\t\n"]
 
 
@@ -35,7 +34,7 @@ def texts() -> list[str]:
 
 
 def readings(file, texts: list[str]) -> int:
-    """Compares the ids and type ids of every text the path takes; → how many agreed."""
+    """Compares every text the path takes, both ways; → how many readings agreed."""
     path = AsciiPath.of(file)
     assert path is not None and path.compiled is not None
     usual = Tokenizer.from_file(str(file))
@@ -51,7 +50,8 @@ def readings(file, texts: list[str]) -> int:
                 continue
             for special in (True, False):
                 e = usual.encode(text, add_special_tokens=special)
-                assert (e.ids, e.type_ids) == path.compiled.encode(low, special, cut or 1 << 62), (text, cut, special)
+                got = path.compiled.encode(low, special, cut or 1 << 62)
+                assert (e.ids, e.type_ids, e.tokens, e.offsets) == got, (text, cut, special)
                 n += 1
     return n
 
@@ -101,7 +101,7 @@ def test_a_short_word_limit(tmp_path, texts):
     assert readings(tmp_path / "tokenizer.json", texts[::5]) > 6_000
 
 
-def test_text_tokenizer_takes_its_ids_where_no_string_is_answered():
+def test_text_tokenizer_reads_plain_texts_with_it():
     tok = TextTokenizer(MINILM, 16)
     texts = ["plain ascii", "naïve café", "The cat sat on the unaffable mat " * 3, ""]
     usual = Tokenizer.from_file(str(MINILM))
@@ -113,7 +113,7 @@ def test_text_tokenizer_takes_its_ids_where_no_string_is_answered():
     for lazy, strings in ((True, False), (True, True), (False, True)):
         called.clear()
         got = tok.encode_unchecked(texts, lazy=lazy, strings=strings)
-        assert len(called) == (3 if lazy and not strings else 0)
+        assert len(called) == 3  # not "naïve café"
         for g, want in zip(got, usual.encode_batch(texts), strict=True):
             assert (g.ids.tolist(), g.type_ids.tolist(), g.tokens, g.offsets) == (
                 want.ids, want.type_ids, want.tokens, want.offsets)
@@ -129,18 +129,18 @@ def test_another_tokie_version_is_not_used(monkeypatch, caplog):
 
 def test_a_reader_that_disagrees_is_dropped_and_fails_the_export(monkeypatch, caplog):
     """Were it to read "hello" as unknown, the check at load and the export's would see it."""
-    whole = compiled.CompiledIds.encode
+    whole = compiled.Compiled.encode
 
     def wrong(self, text, special, max_tokens):
-        ids, types = whole(self, text, special, max_tokens)
-        return ([100 if i == 7592 else i for i in ids], types)
+        ids, *rest = whole(self, text, special, max_tokens)
+        return ([100 if i == 7592 else i for i in ids], *rest)
 
-    monkeypatch.setattr(compiled.CompiledIds, "encode", wrong)
+    monkeypatch.setattr(compiled.Compiled, "encode", wrong)
     monkeypatch.setattr("headwise.wordpiece.SELF_CHECK", ("say hello",))
     with caplog.at_level(logging.WARNING, logger="headwise"):
         path = AsciiPath.of(MINILM)
     assert path.wordpiece is not None and path.compiled is None
-    assert "tokie reads 2 test texts' ids otherwise" in caplog.text
+    assert "tokie reads 2 test texts otherwise" in caplog.text
     monkeypatch.setattr("headwise.wordpiece.SELF_CHECK", ("the cat",))
     assert AsciiPath.of(MINILM).compiled is not None
     bad = mismatches(MINILM, ["hello there", "the cat"], 256)
