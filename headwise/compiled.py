@@ -82,7 +82,7 @@ class Compiled:
         if len(ids) > (n := max(max_tokens - wp.added if special_tokens else max_tokens, 0)):
             ids, tokens, offsets = ids[:n], tokens[:n], offsets[:n]
         if not self.later.isdisjoint(ids):  # tokie spans a later piece with its "##": not the text's
-            offsets = _spans(tokens, offsets)
+            offsets = spans(tokens, offsets)
         types = [wp.type_id] * len(ids)
         if not special_tokens:
             return ids, types, tokens, offsets
@@ -91,7 +91,7 @@ class Compiled:
                 self._b_offsets + offsets + self._a_offsets)
 
 
-def _spans(tokens: list[str], offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def spans(tokens: list[str], offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The characters of each piece: a later piece ("##...") starts where the one before it
     ended and spans its token less the "##"; a word's first piece keeps tokie's span."""
     out, end = [], 0

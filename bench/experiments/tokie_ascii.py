@@ -1,7 +1,6 @@
 """Issue 37, item 6, asked again on the ASCII path: would a compiled tokenizer (tokie) give
 headwise.wordpiece's answers on the texts that path reads, and for how much less CPU?
 
-    .venv/bin/pip install tokie==0.1.4      # for this experiment only: not in constraints.txt
     python -m bench.experiments.tokie_ascii --tokenizer /tmp/pm-models/all-minilm-l6-v2/tokenizer.json \
         --reps 5 --out bench/results/tokie-ascii.md
 
@@ -9,9 +8,12 @@ Texts: those of the STS-B, multilingual and hostile sets (headwise.export.text_s
 ASCII path takes (`AsciiPath.text` is not None), and 20,000 seeded random strings of printable
 ASCII (those it takes). For each: ids, tokens and character offsets (special tokens included)
 from tokie's `encode_with_offsets` against `WordPiece.encode` (which `headwise export` checks
-against `tokenizers`), and the offsets again re-derived from the tokens (`fixed`: a continuation piece starts where
+against `tokenizers`), and the offsets again re-derived from the tokens (`fixed`: headwise.compiled.spans, a continuation piece starts where
 the piece before it ended and spans its token less the prefix). CPU: `time.process_time` per input over the STS-B
-sentences, a first pass (caches cold) and then `--reps` passes alternating the two.
+sentences, a first pass (caches cold) and then `--reps` passes alternating the readers.
+
+Adopted since as headwise.compiled (tokie pinned in constraints.txt): its reading, the spans
+mended, is compared the same way (`compiled`), and timed beside the other two.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 from bench.alternate import turn
+from headwise.compiled import spans
 
 
 def texts_read(ascii_path) -> dict[str, list[str]]:
@@ -35,28 +38,19 @@ def texts_read(ascii_path) -> dict[str, list[str]]:
     return {k: [t for t in v if ascii_path.text(t) is not None] for k, v in sets.items()}
 
 
-def fixed(offsets, tokens, prefix: str) -> list[tuple[int, int]]:
-    """The offsets re-derived from the tokens: a continuation piece starts where the piece
-    before it ended and spans its token less the prefix; any other keeps tokie's."""
-    out: list[tuple[int, int]] = []
-    for (s, e), t in zip(offsets, tokens, strict=True):
-        if t.startswith(prefix) and out:
-            s = out[-1][1]
-            e = s + len(t) - len(prefix)
-        out.append((s, e))
-    return out
-
-
 def compare(tok, wp, ascii_path, texts: list[str]) -> dict[str, int]:
-    out = {"texts": len(texts), "ids": 0, "tokens": 0, "offsets": 0, "offsets, fixed": 0}
+    """Per text: tokie's raw answer against headwise.wordpiece's, and headwise.compiled's whole reading."""
+    out = {"texts": len(texts), "ids": 0, "tokens": 0, "offsets": 0, "offsets, fixed": 0, "compiled": 0}
     for text in texts:
-        ids, _, tokens, offsets = wp.encode(ascii_path.text(text), True, 1 << 62)
+        want = wp.encode(ascii_path.text(text), True, 1 << 62)
+        ids, _, tokens, offsets = want
         e = tok.encode_with_offsets(text)
         theirs = [tuple(o) for o in e.offsets]
         out["ids"] += list(e.ids) != ids
         out["tokens"] += list(e.tokens) != tokens
         out["offsets"] += theirs != [tuple(o) for o in offsets]
-        out["offsets, fixed"] += fixed(theirs, list(e.tokens), wp.prefix) != [tuple(o) for o in offsets]
+        out["offsets, fixed"] += spans(list(e.tokens), theirs) != [tuple(o) for o in offsets]
+        out["compiled"] += ascii_path.compiled.encode(ascii_path.text(text), True, 1 << 62) != want
     return out
 
 
@@ -87,7 +81,8 @@ def main() -> None:
 
     sample = sets["stsb"]
     sides = {"tokie encode_with_offsets": tok.encode_with_offsets,
-             "headwise.wordpiece (ASCII path)": lambda t: wp.encode(ascii_path.text(t), True, 254)}
+             "headwise.wordpiece (ASCII path)": lambda t: wp.encode(ascii_path.text(t), True, 254),
+             "headwise.compiled (adopted)": lambda t: ascii_path.compiled.encode(ascii_path.text(t), True, 254)}
     first = {k: cpu_per_input(f, sample) for k, f in sides.items()}
     runs: dict[str, list[float]] = {k: [] for k in sides}
     for rep in range(a.reps):
@@ -101,8 +96,10 @@ def main() -> None:
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
              f"    python -m bench.experiments.tokie_ascii --tokenizer {a.tokenizer} --reps {a.reps}", "",
              "Texts that differ from headwise.wordpiece (= `tokenizers` on these texts):", "",
-             "| set | texts | ids | tokens | offsets | offsets re-derived (`fixed`) |", "|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {k} | {r['texts']:,} | {r['ids']} | {r['tokens']} | {r['offsets']:,} | {r['offsets, fixed']} |"
+             "| set | texts | ids | tokens | offsets | offsets re-derived (`fixed`) | headwise.compiled, whole |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {k} | {r['texts']:,} | {r['ids']} | {r['tokens']} | {r['offsets']:,} | {r['offsets, fixed']} | "
+              f"{r['compiled']} |"
               for k, r in rows.items()]
     lines += ["", f"CPU µs per input over the {len(sample):,} STS-B sentences the path reads (special tokens "
               f"included), first pass and the median of {a.reps} alternating passes:", "",
