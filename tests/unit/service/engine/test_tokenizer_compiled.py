@@ -158,4 +158,5 @@ def test_the_installed_tokie_is_the_one_tested():
 def test_a_later_piece_starts_where_the_last_ended_and_spans_its_token_less_the_prefix():
     tokens = ["[CLS]", "the", "co", "##uga", "##r", ".", "[SEP]"]
     shifted = [(0, 0), (0, 3), (4, 6), (6, 11), (11, 14), (10, 11), (0, 0)]  # tokie's, "the cougar."
-    assert compiled.spans(tokens, shifted) == [(0, 0), (0, 3), (4, 6), (6, 9), (9, 10), (10, 11), (0, 0)]
+    compiled.mend(tokens, shifted, [3, 4])
+    assert shifted == [(0, 0), (0, 3), (4, 6), (6, 9), (9, 10), (10, 11), (0, 0)]
