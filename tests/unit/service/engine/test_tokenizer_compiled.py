@@ -12,67 +12,34 @@ import json
 import logging
 
 import pytest
-from tokenizers import Tokenizer, normalizers, processors
+from tokenizers import Tokenizer
 
 from headwise import compiled
 from headwise.ascii_path import AsciiPath, mismatches
 from headwise.export.manifest import PackageError
-from headwise.export.text_sets import ascii_hostile, hostile, multilingual, stsb
 from headwise.export.verify import check_ascii_path
 from headwise.model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2
 from headwise.service.engine.tokenizer import TextTokenizer
 from tests.fixtures.tiny import tiny_tokenizer
+from tests.fixtures.wordpiece import cased_bert_processing, dense_tiny, readings
+from tests.fixtures.wordpiece import texts as wordpiece_texts
 
 MINILM = default_checkpoint() / "tokenizer.json"
-ODD = ["unaffable xylophone", "xylophonists zzzzqqqq unaffable", "a" * 120 + " b xylophonists", "cats!!! and dogs...", "a" * 101, "abc" * 40, "9.75 - 3,5 = x?", "",
-       "The Cat Sat", "hello world " * 30, " ", "\t\n"]
+CUTS = (None, 128, 16, 3, 1)
 
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    return stsb() + multilingual() + hostile() + ascii_hostile() + ODD
-
-
-def readings(file, texts: list[str]) -> int:
-    """Compares every text the path takes, both ways; → how many readings agreed."""
-    path = AsciiPath.of(file)
-    assert path is not None and path.compiled is not None
-    usual = Tokenizer.from_file(str(file))
-    usual.no_padding()
-    n = 0
-    for cut in (None, 128, 16, 3, 1):
-        if cut is None:
-            usual.no_truncation()
-        else:
-            usual.enable_truncation(max_length=cut)
-        for text in texts:
-            if (low := path.text(text)) is None:
-                continue
-            for special in (True, False):
-                e = usual.encode(text, add_special_tokens=special)
-                got = path.compiled.encode(low, special, cut or 1 << 62)
-                assert (e.ids, e.type_ids, e.tokens, e.offsets) == got, (text, cut, special)
-                n += 1
-    return n
+    return wordpiece_texts()
 
 
 def test_the_shipped_tokenizer(texts):
-    assert readings(MINILM, texts) > 30_000
-
-
-def dense_tiny(tmp_path) -> None:
-    """The tiny tokenizer, its vocabulary numbered without gaps (its specials come first)."""
-    tiny_tokenizer(tmp_path)
-    config = json.loads((tmp_path / "tokenizer.json").read_text())
-    vocab = config["model"]["vocab"]
-    config["model"]["vocab"] = {t: i for i, t in enumerate(sorted(vocab, key=vocab.get))}
-    assert all(config["model"]["vocab"][t["content"]] == t["id"] for t in config["added_tokens"])
-    (tmp_path / "tokenizer.json").write_text(json.dumps(config))
+    assert readings(MINILM, texts, "compiled", CUTS) > 30_000
 
 
 def test_a_tiny_vocabulary_of_pieces_and_unknown_words(tmp_path, texts):
     dense_tiny(tmp_path)
-    assert readings(tmp_path / "tokenizer.json", texts) > 30_000
+    assert readings(tmp_path / "tokenizer.json", texts, "compiled", CUTS) > 30_000
 
 
 def test_a_vocabulary_with_gaps_is_left_to_headwise_wordpiece(tmp_path, caplog):
@@ -85,20 +52,15 @@ def test_a_vocabulary_with_gaps_is_left_to_headwise_wordpiece(tmp_path, caplog):
 
 
 def test_a_cased_tokenizer_and_bert_processing(tmp_path, texts):
-    dense_tiny(tmp_path)
-    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
-                                                   ("[CLS]", tok.token_to_id("[CLS]")))
-    tok.save(str(tmp_path / "tokenizer.json"))
-    assert readings(tmp_path / "tokenizer.json", texts[::5]) > 6_000
+    cased_bert_processing(tmp_path, dense_tiny)
+    assert readings(tmp_path / "tokenizer.json", texts[::5], "compiled", CUTS) > 6_000
 
 
 def test_a_short_word_limit(tmp_path, texts):
     config = json.loads(MINILM.read_text())
     config["model"]["max_input_chars_per_word"] = 3
     (tmp_path / "tokenizer.json").write_text(json.dumps(config))
-    assert readings(tmp_path / "tokenizer.json", texts[::5]) > 6_000
+    assert readings(tmp_path / "tokenizer.json", texts[::5], "compiled", CUTS) > 6_000
 
 
 def test_text_tokenizer_reads_plain_texts_with_it():

@@ -11,58 +11,34 @@ import json
 import logging
 
 import pytest
-from tokenizers import Tokenizer, normalizers, processors
+from tokenizers import Tokenizer
 
 from headwise import wordpiece
 from headwise.ascii_path import AsciiPath, mismatches
 from headwise.export.manifest import PackageError
-from headwise.export.text_sets import ascii_hostile, hostile, multilingual, stsb
 from headwise.export.verify import check_ascii_path
 from headwise.model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2
 from headwise.service.engine.tokenizer import TextTokenizer
 from tests.fixtures.families import ROBERTA_SPECIALS, ROBERTA_TEMPLATE, bpe_tokenizer
 from tests.fixtures.tiny import tiny_tokenizer
+from tests.fixtures.wordpiece import cased_bert_processing, readings
+from tests.fixtures.wordpiece import texts as wordpiece_texts
 
 MINILM = default_checkpoint() / "tokenizer.json"
-ODD = ["unaffable xylophone", "cats!!! and dogs...", "a" * 101, "abc" * 40, "9.75 - 3,5 = x?", "",
-       "The Cat Sat", "hello world " * 30]
 
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    return stsb() + multilingual() + hostile() + ascii_hostile() + ODD
-
-
-def readings(file, texts: list[str]) -> int:
-    """Compares every text the path takes, both ways; → how many readings agreed."""
-    path = AsciiPath.of(file)
-    assert path is not None and path.wordpiece is not None
-    usual = Tokenizer.from_file(str(file))
-    usual.no_padding()
-    n = 0
-    for cut in (None, 128, 16, 3):
-        if cut is None:
-            usual.no_truncation()
-        else:
-            usual.enable_truncation(max_length=cut)
-        for text in texts:
-            if (low := path.text(text)) is None:
-                continue
-            for special in (True, False):
-                e = usual.encode(text, add_special_tokens=special)
-                got = path.wordpiece.encode(low, special, cut or 1 << 62)
-                assert (e.ids, e.type_ids, e.tokens, e.offsets) == got, (text, cut, special)
-                n += 1
-    return n
+    return wordpiece_texts()
 
 
 def test_the_shipped_tokenizer(texts):
-    assert readings(MINILM, texts) > 20_000
+    assert readings(MINILM, texts, "wordpiece") > 20_000
 
 
 def test_a_tiny_vocabulary_of_pieces_and_unknown_words(tmp_path, texts):
     tiny_tokenizer(tmp_path)
-    assert readings(tmp_path / "tokenizer.json", texts) > 20_000
+    assert readings(tmp_path / "tokenizer.json", texts, "wordpiece") > 20_000
     wp = AsciiPath.of(tmp_path / "tokenizer.json").wordpiece
     _, tokens, offsets = wp.pieces("zebra-x", 10)
     assert tokens == ["z", "##e", "##b", "##r", "##a", "[UNK]", "x"] and offsets[1] == (1, 2)  # no "-" in it
@@ -84,13 +60,8 @@ def test_a_cut_at_every_piece_around_the_first_word_that_is_no_entry():
 
 
 def test_a_cased_tokenizer_and_bert_processing(tmp_path, texts):
-    tiny_tokenizer(tmp_path)
-    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
-                                                   ("[CLS]", tok.token_to_id("[CLS]")))
-    tok.save(str(tmp_path / "tokenizer.json"))
-    assert readings(tmp_path / "tokenizer.json", texts[::5]) > 4_000
+    cased_bert_processing(tmp_path)
+    assert readings(tmp_path / "tokenizer.json", texts[::5], "wordpiece") > 4_000
 
 
 def test_text_tokenizer_reads_ascii_without_tokenizers():
