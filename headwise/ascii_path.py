@@ -52,7 +52,7 @@ class AsciiPath:
         added = config.get("added_tokens") or ()
         self.added = tuple({t["content"].lower() for t in added}
                            | {norm.normalize_str(t["content"]).lower() for t in added if t.get("normalized")})
-        # one search for all of them (longest first: an alternation takes the first that matches)
+        # one search for any of them, instead of one `in` each
         self._holds_added = re.compile("|".join(map(re.escape, sorted(self.added, key=len, reverse=True)))) \
             if self.added else None
         self.bare = json.dumps({**config, "normalizer": None})  # the twin's tokenizer.json
