@@ -193,8 +193,8 @@ def mismatches(file: str | Path, texts: list[str], max_len: int = 512) -> list[s
             if (x.ids, x.type_ids, x.tokens, x.offsets, x.word_ids) != (y.ids, y.type_ids, y.tokens, y.offsets,
                                                                          y.word_ids):
                 out.append(f"{item!r} (truncated: {truncate})")
-    usual = Tokenizer.from_file(str(file))
     readers = [] if path.wordpiece is None else [False] if path.compiled is None else [False, True]  # tokie?
+    usual = Tokenizer.from_file(str(file)) if readers else None
     for tokie in readers:
         out += path.disagreements(usual, taken, tokie=tokie)
         out += path.disagreements(usual, taken[:500], max_len, tokie) + path.disagreements(usual, taken[:500], 16, tokie)
