@@ -53,8 +53,7 @@ class AsciiPath:
         self.added = tuple({t["content"].lower() for t in added}
                            | {norm.normalize_str(t["content"]).lower() for t in added if t.get("normalized")})
         # one search for any of them, instead of one `in` each
-        self._holds_added = re.compile("|".join(map(re.escape, sorted(self.added, key=len, reverse=True)))) \
-            if self.added else None
+        self._holds_added = re.compile("|".join(map(re.escape, self.added))) if self.added else None
         self.bare = json.dumps({**config, "normalizer": None})  # the twin's tokenizer.json
         self.wordpiece = wordpiece.WordPiece.of(config)
         self.compiled: compiled.Compiled | None = None
@@ -65,18 +64,19 @@ class AsciiPath:
             self.wordpiece = None
         if self.wordpiece is not None and file is not None:
             self.compiled = compiled.Compiled.of(file, self.wordpiece)
-            if self.compiled is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK, tokie=True)):
+            if self.compiled is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK,
+                                                                          reader=self.compiled)):
                 logging.getLogger("headwise").warning(
                     "tokenizer: tokie reads %d test texts otherwise than the tokenizer (first: %r); "
                     "headwise.wordpiece reads them all", len(wrong), wrong[0])
                 self.compiled = None
 
-    def disagreements(self, usual: Tokenizer, texts, max_len: int | None = None, tokie: bool = False) -> list[str]:
-        """The texts of `texts` the path takes that `self.wordpiece` (with `tokie`,
+    def disagreements(self, usual: Tokenizer, texts, max_len: int | None = None, reader=None) -> list[str]:
+        """The texts of `texts` the path takes that `reader` (`self.wordpiece`, or
         `self.compiled`) reads otherwise than `usual` (no padding; truncating at max_len, if
         given), with and without special tokens."""
-        out = []
-        read = self.compiled.encode if tokie else self.wordpiece.encode
+        out, reader = [], reader or self.wordpiece
+        label, cut = (", tokie" if reader is self.compiled else ""), (1 << 62 if max_len is None else max_len)
         usual = Tokenizer.from_str(usual.to_str())
         usual.no_padding()
         if max_len is None:
@@ -89,10 +89,8 @@ class AsciiPath:
                 continue
             for special in (True, False):
                 e = usual.encode(text, add_special_tokens=special)
-                if (e.ids, e.type_ids, e.tokens, e.offsets) != tuple(read(low, special, 1 << 62 if max_len is None
-                                                                          else max_len)):
-                    out.append(f"{text!r} (special tokens: {special}, truncated: {max_len is not None}"
-                               f"{', tokie' if tokie else ''})")
+                if (e.ids, e.type_ids, e.tokens, e.offsets) != tuple(reader.encode(low, special, cut)):
+                    out.append(f"{text!r} (special tokens: {special}, truncated: {max_len is not None}{label})")
         return out
 
     @classmethod
@@ -193,9 +191,9 @@ def mismatches(file: str | Path, texts: list[str], max_len: int = 512) -> list[s
             if (x.ids, x.type_ids, x.tokens, x.offsets, x.word_ids) != (y.ids, y.type_ids, y.tokens, y.offsets,
                                                                          y.word_ids):
                 out.append(f"{item!r} (truncated: {truncate})")
-    readers = [] if path.wordpiece is None else [False] if path.compiled is None else [False, True]  # tokie?
+    readers = [r for r in (path.wordpiece, path.compiled) if r is not None]  # a compiled one only beside a wordpiece
     usual = Tokenizer.from_file(str(file)) if readers else None
-    for tokie in readers:
-        out += path.disagreements(usual, taken, tokie=tokie)
-        out += path.disagreements(usual, taken[:500], max_len, tokie) + path.disagreements(usual, taken[:500], 16, tokie)
+    for reader in readers:
+        out += path.disagreements(usual, taken, reader=reader)
+        out += path.disagreements(usual, taken[:500], max_len, reader) + path.disagreements(usual, taken[:500], 16, reader)
     return out

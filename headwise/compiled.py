@@ -37,7 +37,6 @@ class Compiled:
     def __init__(self, tok, wp: WordPiece):
         self.tok, self.wp = tok, wp
         self.later = frozenset(wp.later.values())  # the ids of "##" pieces
-        self._b_offsets, self._a_offsets = [(0, 0)] * len(wp.before), [(0, 0)] * len(wp.after)
         table = [""] * (max(wp.vocab.values()) + 1)
         for token, i in wp.vocab.items():
             table[i] = token
@@ -47,10 +46,9 @@ class Compiled:
     def of(cls, file: str | Path, wp: WordPiece) -> Compiled | None:
         """The reader for tokenizer.json `file`, or None (logged) where tokie is not the tested
         version, cannot load it, or numbers its vocabulary otherwise."""
-        found = installed()
         if wp.prefix != "##":  # the mend of its spans reads BERT's prefix
             return None
-        if found != TESTED:
+        if (found := installed()) != TESTED:
             logging.getLogger("headwise").warning(
                 "tokenizer: tokie %s is installed, not %s (constraints.txt); plain texts are read by "
                 "headwise.wordpiece, with the same answers and more CPU", found or "(none)", TESTED)
@@ -74,27 +72,20 @@ class Compiled:
 
     def encode(self, text: str, special_tokens: bool, max_tokens: int):
         """`WordPiece.encode`'s (ids, type ids, tokens, offsets) for `text` (lowered by the path):
-        tokie's pieces, and the special tokens of the template headwise.wordpiece read (tokie
-        0.1.4 adds none for BERT's older BertProcessing)."""
+        tokie's pieces, cut and framed by headwise.wordpiece's template (tokie 0.1.4 adds no
+        special tokens for BERT's older BertProcessing)."""
         wp = self.wp
         e = self.tok.encode_with_offsets(text, add_special_tokens=False)
         ids = e.ids
         if wp.unk_id in ids:  # an over-long word's [UNK] is spanned as "[UNK]" by tokie: read it ours
             return wp.encode(text, special_tokens, max_tokens)
         offsets = e.offsets
-        if special_tokens and max_tokens < wp.added:  # the tokenizer does not truncate below its specials
-            max_tokens = 1 << 62
-        if len(ids) > (n := max(max_tokens - wp.added if special_tokens else max_tokens, 0)):
+        if len(ids) > (n := wp.room(special_tokens, max_tokens)):
             ids, offsets = ids[:n], offsets[:n]
         tokens = list(map(self._token, ids))  # the vocabulary's own strings: a third of the cost of tokie's
         if not self.later.isdisjoint(ids):  # tokie spans a later piece with its "##": not the text's
             mend(tokens, offsets, compress(range(len(ids)), map(self.later.__contains__, ids)))
-        types = [wp.type_id] * len(ids)
-        if not special_tokens:
-            return ids, types, tokens, offsets
-        (b_ids, b_tokens, b_types), (a_ids, a_tokens, a_types) = wp.specials
-        return (b_ids + ids + a_ids, b_types + types + a_types, b_tokens + tokens + a_tokens,
-                self._b_offsets + offsets + self._a_offsets)
+        return wp.framed(ids, tokens, offsets, special_tokens)
 
 
 def mend(tokens: list[str], offsets: list[tuple[int, int]], later) -> None:

@@ -125,19 +125,26 @@ class WordPiece:
         """(ids, type ids, tokens, offsets) of `text`, at most `max_tokens` tokens in all: its
         first pieces, then the template's special tokens where `special_tokens` (as the
         tokenizer truncating at max_tokens)."""
+        ids, tokens, offsets = self.pieces(text, self.room(special_tokens, max_tokens))
+        return self.framed(ids, tokens, offsets, special_tokens)
+
+    def room(self, special_tokens: bool, max_tokens: int) -> int:
+        """How many of a text's pieces an answer of at most `max_tokens` tokens keeps: those
+        tokens less the template's special tokens where `special_tokens`, and every piece where
+        max_tokens is below them (the tokenizer does not truncate below its special tokens)."""
         if not special_tokens:
-            ids, tokens, offsets = self.pieces(text, max_tokens)
-            return ids, [self.type_id] * len(ids), tokens, offsets
+            return max(max_tokens, 0)
+        return 1 << 62 if max_tokens < self.added else max_tokens - self.added
+
+    def framed(self, ids: list[int], tokens: list[str], offsets: list[tuple[int, int]], special_tokens: bool):
+        """A text's pieces → (ids, type ids, tokens, offsets), within the template's special
+        tokens where `special_tokens`."""
+        types = [self.type_id] * len(ids)
+        if not special_tokens:
+            return ids, types, tokens, offsets
         (b_ids, b_tokens, b_types), (a_ids, a_tokens, a_types) = self.specials
-        if max_tokens < self.added:  # the tokenizer does not truncate below its special tokens
-            max_tokens = 1 << 62
-        ids, tokens, offsets = b_ids.copy(), b_tokens.copy(), [(0, 0)] * len(b_ids)
-        self._read(text, max_tokens - self.added, ids, tokens, offsets)
-        n = len(ids) - len(b_ids)
-        ids += a_ids
-        tokens += a_tokens
-        offsets += [(0, 0)] * len(a_ids)
-        return ids, b_types + [self.type_id] * n + a_types, tokens, offsets
+        return (b_ids + ids + a_ids, b_types + types + a_types, b_tokens + tokens + a_tokens,
+                [(0, 0)] * len(b_ids) + offsets + [(0, 0)] * len(a_ids))
 
 
 def _single(post: dict | None):
