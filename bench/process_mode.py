@@ -9,7 +9,8 @@ Per cell (length × inputs per request × clients × layout), repetitions altern
 cells: requests/s, inputs/s, p50/p99 (wrk), the front-ends' CPU (user + system of every
 front-end process, from /proc) per request and per input, the engine's own CPU per input, the
 device-busy share (the stand-in's held time / wall time), the mean time the device sat idle
-between two runs, and the mean device batch. `--real` serves the package with onnxruntime
+between two runs, the mean device batch, and the busiest front-end's share of the front-ends'
+CPU (1/F when the connections are spread evenly). `--real` serves the package with onnxruntime
 (`headwise serve`, `HEADWISE_ENGINE=inproc` against `process`) and reports throughput, latency
 and the server's CPU per request. Linux only; needs wrk. Results: bench/results/process-mode-*.md.
 """
@@ -46,7 +47,8 @@ COLUMNS = [("requests_per_s", "requests/s", 0), ("inputs_per_s", "inputs/s", 0),
            ("p99_ms", "p99 ms", 2), ("fe_us_per_request", "front-end CPU µs/request", 0),
            ("fe_us_per_input", "front-end CPU µs/input", 0), ("engine_us_per_input", "engine CPU µs/input", 1),
            ("device_busy", "device busy", "%"), ("gap_ms", "idle between runs ms", 3),
-           ("device_batch", "device batch", 1), ("others_cores", "others' cores", 2)]
+           ("device_batch", "device batch", 1), ("fe_top_share", "busiest front-end's share", "%"),
+           ("others_cores", "others' cores", 2)]
 REAL_COLUMNS = [("requests_per_s", "requests/s", 0), ("p50_ms", "p50 ms", 2), ("p99_ms", "p99 ms", 2),
                 ("server_us_per_request", "server CPU µs/request", 0), ("others_cores", "others' cores", 2)]
 
@@ -80,6 +82,13 @@ def role_seconds(before: dict, after: dict, role: str) -> float:
     """CPU seconds of the processes whose module names `role`, between two `family` snapshots
     (a process that started in between counts from 0)."""
     return sum(t - before.get(p, (r, 0))[1] for p, (r, t) in after.items() if role in r) / TICK
+
+
+def top_share(before: dict, after: dict, role: str) -> float:
+    """The busiest of `role`'s processes' share of their CPU seconds between two `family`
+    snapshots: 1/F when F front-ends share the work evenly, 1.0 when one did it all."""
+    each = [t - before.get(p, (r, 0))[1] for p, (r, t) in after.items() if role in r]
+    return max(each) / sum(each) if len(each) > 1 and sum(each) else math.nan
 
 
 def counters(address: str) -> dict:
@@ -174,6 +183,7 @@ def figures(cell: Cell, res: dict, before: dict, after: dict, real: bool) -> dic
     fe = every if cell.layout == "inproc" else role_seconds(before["family"], after["family"], "server.frontend")
     out["fe_us_per_request"] = fe / answered * 1e6 if answered else math.nan
     out["fe_us_per_input"] = fe / done * 1e6 if done else math.nan
+    out["fe_top_share"] = top_share(before["family"], after["family"], "server.frontend")
     if "engine" in after:
         e0, e1 = before["engine"], after["engine"]
         runs = e1["runs"] - e0["runs"]

@@ -5,7 +5,8 @@ with a slow device (HEADWISE_FAULT_ENGINE_DELAY_MS).
 - A slow device with 3 front-ends: concurrent requests each get their own answer, with
   disconnects and client errors mixed in.
 - The engine killed: 503 and not ready within 1 s, and the supervisor exits non-zero.
-- A front-end killed: it is started again; the other front-ends' clients see no error.
+- A front-end killed: it is started again, on its predecessor's socket; the other
+  front-ends' clients see no error.
 - SIGTERM with requests in flight: none is lost, exit 0; SIGTERM while front-ends start: exit 0.
 """
 
@@ -246,6 +247,26 @@ def test_a_killed_front_end_is_restarted_and_the_others_see_no_error(start_serve
     assert len(roles(srv)["frontend"]) == 2 and victim not in roles(srv)["frontend"]
     for _ in range(6):
         assert srv.post("/v1/embed", json={"inputs": ["after"]}).status_code == 200
+    # The new front-end took up its predecessor's socket: new connections reach both again.
+    now = roles(srv)["frontend"]
+    assert set(_holders(srv, now, 24)) == set(now)
+
+
+def _holders(srv, frontends: list[int], n: int) -> list[int | None]:
+    """Which front-end accepted each of `n` new connections, opened at once (one socket per
+    front-end, SO_REUSEPORT: the kernel spreads them, whichever front-end wakes first)."""
+    conns = [http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30) for _ in range(n)]
+    try:
+        for c in conns:
+            c.connect()
+        for c in conns:
+            c.request("GET", "/health/live")
+        for c in conns:
+            assert c.getresponse().read()
+        return [_holder(frontends, c.sock.getsockname()[1]) for c in conns]
+    finally:
+        for c in conns:
+            c.close()
 
 
 def test_sigterm_with_requests_in_flight_loses_none_and_exits_0(start_server, tiny_package):

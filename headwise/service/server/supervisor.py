@@ -1,7 +1,7 @@
 """`headwise serve` in process mode (HEADWISE_ENGINE=process; docs/architecture.md#process-mode):
 the supervisor starts one engine process, which loads and warms the sessions, waits until it
-answers, binds the listening socket and starts HEADWISE_FRONTENDS front-end processes that
-share it. Then it watches them:
+answers, binds one listening socket per front-end (SO_REUSEPORT: the kernel spreads the
+connections) and starts HEADWISE_FRONTENDS front-end processes on them. Then it watches them:
 
 - a front-end that dies is started again (only the requests it held fail); one that keeps
   dying within seconds of its start stops the server, exit 3;
@@ -9,7 +9,7 @@ share it. Then it watches them:
   the supervisor stops them and exits 3, so that Docker or Kubernetes restarts the server;
 - a device run that lasts over HEADWISE_ENGINE_STALL_S (the engine's run clock) means a stuck
   device: the supervisor kills the engine, and the above follows;
-- SIGTERM, SIGINT or SIGHUP: the listener closes, the front-ends drain (the requests they
+- SIGTERM, SIGINT or SIGHUP: the listeners close, the front-ends drain (the requests they
   accepted are answered), then the engine finishes what it was sent; exit 0.
 
 Children run in their own session (a Ctrl-C reaches the supervisor only, which orders the
@@ -86,14 +86,32 @@ def _run_clock(address: str) -> RunClock | None:
         return None
 
 
-def _listen(settings: Settings) -> socket.socket:
+def _listen(settings: Settings, n: int) -> list[socket.socket]:
+    """One listening socket per front-end, bound to the one address with SO_REUSEPORT (Linux), so
+    that the kernel spreads new connections over the front-ends by their addresses. One socket
+    shared by all would let whichever front-end wakes first accept a whole burst, and its
+    keep-alive connections stay with it: with 2 front-ends and 64 clients, one was often left
+    idle (bench/results/reuseport-1129.md). The supervisor holds every socket, so a restarted
+    front-end takes up its predecessor's, and what waits in its queue."""
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+    spread = n > 1 and hasattr(socket, "SO_REUSEPORT")
+    socks, port = [], settings.port
+    try:
+        for _ in range(n if spread else 1):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if spread:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((settings.host, port))
+            port = sock.getsockname()[1]  # port 0: the others join the one the first was given
+            sock.listen(2048)
+            sock.set_inheritable(True)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks * n if not spread else socks
 
 
 def stopped_cleanly(code: int) -> bool:
@@ -150,17 +168,24 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
             _say(f"error: the engine process exited with code {engine.wait()} before it was ready")
             return 3
         try:
-            listener = _listen(settings)
+            listeners = _listen(settings, n)
         except OSError as e:
             _say(f"error: cannot listen on {settings.host}:{settings.port}: {e}")
             _stop([engine], settings.grace_seconds)
             return 2
-        fe = ["headwise.service.server.frontend", "--fd", str(listener.fileno()), "--log-level", log_level,
-              *(["--access-log"] if access_log else [])]
+        def frontend(i: int) -> subprocess.Popen:  # slot i, on its own listening socket
+            fd = listeners[i].fileno()
+            return _spawn(["headwise.service.server.frontend", "--fd", str(fd), "--log-level", log_level,
+                           *(["--access-log"] if access_log else []), "--slot", str(i), str(n)], env, (fd,))
+
+        def close() -> None:
+            for sock in listeners:
+                sock.close()
+
         started: dict[int, float] = {}
         crashes: dict[int, int] = {}
         for i in range(n):
-            frontends[i] = _spawn([*fe, "--slot", str(i), str(n)], env, (listener.fileno(),))
+            frontends[i] = frontend(i)
             started[i] = time.monotonic()
         _say(f"process mode: engine {engine.pid}, {n} front-end(s) on http://{settings.host}:{settings.port}")
         clock = _run_clock(address) if settings.engine_stall_s else None
@@ -175,7 +200,7 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
                 _say(f"error: the engine process exited with code {engine.returncode}; the front-ends answer 503; "
                      "stopping (exit 3) so that the server is restarted")
                 time.sleep(ENGINE_LOST_LINGER_S)
-                listener.close()
+                close()
                 _stop(list(frontends.values()), 5.0)
                 return 3
             for i, p in frontends.items():
@@ -185,14 +210,14 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
                 if crashes[i] >= CRASH_LIMIT:
                     _say(f"error: front-end {p.pid} exited with code {p.returncode}, {crashes[i]} times in a row "
                          "soon after starting; stopping (exit 3)")
-                    listener.close()
+                    close()
                     _stop([*frontends.values(), engine], settings.grace_seconds)
                     return 3
                 _say(f"front-end {p.pid} exited with code {p.returncode}; starting another")
-                frontends[i] = _spawn([*fe, "--slot", str(i), str(n)], env, (listener.fileno(),))  # its slot again
+                frontends[i] = frontend(i)  # its slot, and its socket, again
                 started[i] = time.monotonic()
         _say("stopping: the front-ends drain, then the engine")
-        listener.close()
+        close()
         codes = _stop(list(frontends.values()), settings.grace_seconds + 5.0)
         codes += _stop([engine], max(5.0, settings.grace_seconds))
         return 0 if all(stopped_cleanly(c) for c in codes) else 1

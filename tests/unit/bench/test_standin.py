@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench import standin, standin_run
+from bench import process_mode, standin, standin_run
 from bench.noise import TICK
 from bench.standin import Counters, HoldTable, Instant, StandIn
 from tests.unit.fakes import D_MODEL, N_HEADS, N_LAYERS, client_for, wait_ready
@@ -154,6 +154,16 @@ def test_figures_of_one_cell():
     assert f["requests_per_s"] == 50 and f["inputs_per_s"] == 1600 and f["errors"] == 10
     assert f["mean_batch"] == 32 and f["device_busy"] == pytest.approx(0.6) and f["run_busy"] == pytest.approx(0.7)
     assert f["cpu_us_per_input"] == pytest.approx(32 / 3200 * 1e6) and f["p50_ms"] == 1.5
+
+
+def test_the_busiest_front_ends_share():
+    """Process mode's bench: how evenly the front-ends shared the work (one started in between
+    counts from 0; other roles are not front-ends)."""
+    fe, eng = "headwise.service.server.frontend", "bench.standin_engine"
+    before = {1: (fe, 100), 2: (fe, 100), 3: (eng, 0)}
+    assert process_mode.top_share(before, {1: (fe, 400), 2: (fe, 200), 3: (eng, 900)}, "server.frontend") == 0.75
+    assert process_mode.top_share(before, {1: (fe, 100), 4: (fe, 50)}, "server.frontend") == 1.0
+    assert np.isnan(process_mode.top_share({1: (fe, 0)}, {1: (fe, 10)}, "server.frontend"))  # one front-end
 
 
 def test_the_target_is_read():

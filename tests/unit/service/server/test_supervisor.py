@@ -1,12 +1,17 @@
-"""The supervisor's reading of its children's exit codes at a stop (process mode)."""
+"""The supervisor's reading of its children's exit codes at a stop, and its listening sockets
+(process mode)."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 
-from headwise.service.server.supervisor import _stop, stopped_cleanly
+import pytest
+
+from headwise.service.server.supervisor import _listen, _stop, stopped_cleanly
+from headwise.service.settings import Settings
 
 
 def _child(code: str) -> subprocess.Popen:
@@ -31,3 +36,46 @@ def test_a_child_killed_past_the_grace_period_did_not_stop_cleanly():
                    "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)")
     (code,) = _stop([stuck], timeout=0.2)
     assert code == -signal.SIGKILL and not stopped_cleanly(code)
+
+
+@pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="no SO_REUSEPORT here")
+def test_each_front_end_gets_its_own_socket_on_the_one_port():
+    """With port 0 the others join the port the first was given; each reuses the port, so the
+    kernel spreads connections over them."""
+    socks = _listen(Settings(host="127.0.0.1", port=0), 3)
+    try:
+        assert len({s.fileno() for s in socks}) == 3
+        assert len({s.getsockname() for s in socks}) == 1
+        assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) for s in socks)
+        assert all(s.get_inheritable() for s in socks)
+        with socket.create_connection(socks[0].getsockname(), timeout=5):
+            pass  # one of them queued it
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_one_front_end_listens_on_a_plain_socket():
+    (sock,) = _listen(Settings(host="127.0.0.1", port=0), 1)
+    try:
+        assert sock.getsockname()[1] != 0
+        if hasattr(socket, "SO_REUSEPORT"):
+            assert not sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)
+    finally:
+        sock.close()
+
+
+def test_a_port_taken_by_another_program_is_refused_and_nothing_is_left_open():
+    """Another program's plain socket on the port: the first bind fails (OSError, which the
+    supervisor reports as exit 2), and no socket of the group stays bound."""
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen()
+    port = other.getsockname()[1]
+    try:
+        with pytest.raises(OSError):
+            _listen(Settings(host="127.0.0.1", port=port), 2)
+    finally:
+        other.close()
+    for s in _listen(Settings(host="127.0.0.1", port=port), 2):  # free again: nothing of ours held it
+        s.close()
