@@ -108,7 +108,8 @@ class Layout:
     """A server in one layout: `headwise serve` in process mode over the stand-in engine, or
     the stand-in served in process (bench.standin); `real`: onnxruntime, `headwise serve`."""
 
-    def __init__(self, layout: str, models: Path, hold: str, real: bool, log_dir: Path):
+    def __init__(self, layout: str, models: Path, hold: str, real: bool, log_dir: Path, settle_s: float = 0.5,
+                 ready_streak: int | None = None):
         self.layout, self.real, self.hold = layout, real, hold
         port = free_port()
         env = clean_env(dict(HEADWISE_MODELS_DIR=str(models), HEADWISE_HOST=HOST, HEADWISE_PORT=str(port),
@@ -127,9 +128,9 @@ class Layout:
             argv = [sys.executable, "-m", "bench.process_mode", "--serve", layout.split(":")[1], "--hold", hold,
                     "--table", _table(hold, log_dir)]
         name = f"{layout.replace(':', '-')}-{port}"
-        self.server = Server(name, argv, env, port, "/health/ready", log_dir)
+        self.server = Server(name, argv, env, port, "/health/ready", log_dir, ready_streak=ready_streak)
         self.server.wait_ready(180)
-        time.sleep(0.5)  # every front-end ready, not only the one that answered
+        time.sleep(settle_s)  # every front-end ready, not only the one that answered
         self.pid = self.server.proc.pid
         if layout.startswith("process") and not real:
             self.address = _engine_address(self.pid)
