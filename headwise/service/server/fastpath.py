@@ -144,5 +144,6 @@ def install(app: FastAPI) -> FastAPI:
 
 
 def create_app() -> Entry:
-    """uvicorn's factory for `headwise serve --workers N`: the app, with the fast path."""
-    return Entry(install(create_plain_app()))
+    """uvicorn's factory for `headwise serve --workers N`: the app, with the fast path; each
+    worker is a server process and settles its heap once ready, as a single server does."""
+    return Entry(install(create_plain_app(settle_heap=True)))

@@ -27,7 +27,7 @@ from headwise.service.package import PackageError, check_aliases, check_default_
 from headwise.service.server import versions
 from headwise.service.settings import SettingsError, load_settings
 
-PLAIN_FACTORY = "headwise.service.api.app:create_app"  # uvicorn's factory string without the fast path
+PLAIN_FACTORY = "headwise.service.server.serve:worker_app"  # uvicorn's factory string without the fast path
 FLAGS = {"models": "HEADWISE_MODELS_DIR", "host": "HEADWISE_HOST", "port": "HEADWISE_PORT",
          "workers": "HEADWISE_WORKERS"}
 
@@ -208,6 +208,14 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if made_dir:
             shutil.rmtree(made_dir, ignore_errors=True)
+
+
+def worker_app():
+    """uvicorn's factory for `headwise serve --workers N` without the fast path: each worker is
+    a server process and settles its heap once ready (service.heap), as a single server does."""
+    from headwise.service.api.app import create_app
+
+    return create_app(settle_heap=True)
 
 
 class ExitSignals:

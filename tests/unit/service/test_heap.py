@@ -73,3 +73,18 @@ def test_the_app_settles_its_heap_once_ready_only_when_asked(tmp_path, thawed, s
         wait_ready(client)
         assert (gc.get_freeze_count() > 0) is settle
         assert client.post("/v1/embed", json={"inputs": "the cat sat"}).status_code == 200
+
+
+def test_whole_server_workers_settle_their_heap_too(tmp_path, monkeypatch):
+    """`headwise serve` with HEADWISE_WORKERS > 1: uvicorn builds each worker's app from a
+    factory string, with and without the fast path; each worker is a server process."""
+    import importlib
+
+    from headwise.service.server import fastpath, serve
+
+    monkeypatch.setenv("HEADWISE_MODELS_DIR", str(make_package(tmp_path).parent))
+    for factory in (serve.PLAIN_FACTORY, fastpath.FACTORY):
+        module, name = factory.split(":")
+        made = getattr(importlib.import_module(module), name)()
+        app = getattr(made, "app", made)  # fastpath.Entry wraps the app
+        assert app.state.settle_heap, factory
