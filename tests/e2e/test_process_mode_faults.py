@@ -320,3 +320,29 @@ def test_an_engine_that_cannot_start_stops_the_server_saying_why(tiny_package, t
     assert "model start-up failed" in proc.stderr and "fast.onnx" in proc.stderr
     assert "exited with code 3 before it was ready" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_port_another_server_listens_on_stops_the_server_saying_why(tiny_package):
+    """Another server of the same user on the port, its socket open to SO_REUSEPORT: the
+    front-ends' group must not join it (it would take a share of the connections); exit 2,
+    naming the address, and the engine is stopped."""
+    import socket
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import REPO, clean_env
+
+    other = socket.socket()
+    other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    other.bind(("127.0.0.1", 0))
+    other.listen()
+    port = other.getsockname()[1]
+    try:
+        proc = subprocess.run([sys.executable, "-m", "headwise.cli", "serve", "--models", str(tiny_package.parent),
+                               "--host", "127.0.0.1", "--port", str(port)], cwd=REPO,
+                              env=clean_env(HEADWISE_ENGINE="process", HEADWISE_FRONTENDS="2"),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        other.close()
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr

@@ -89,13 +89,19 @@ def _run_clock(address: str) -> RunClock | None:
 def _listen(settings: Settings, n: int) -> list[socket.socket]:
     """One listening socket per front-end, bound to the one address with SO_REUSEPORT (Linux), so
     that the kernel spreads new connections over the front-ends by their addresses. One socket
-    shared by all would let whichever front-end wakes first accept a whole burst, and its
-    keep-alive connections stay with it: with 2 front-ends and 64 clients, one was often left
-    idle (bench/results/reuseport-1129.md). The supervisor holds every socket, so a restarted
-    front-end takes up its predecessor's, and what waits in its queue."""
+    shared by all lets whichever front-end wakes first accept a whole burst, and keep-alive
+    connections stay where they landed: a front-end still starting, or busy, could be left idle
+    (bench/results/reuseport-1129.md). The supervisor holds every socket, so a restarted
+    front-end takes up its predecessor's, and what waits in its queue. A port something already
+    listens on is refused (OSError), as without SO_REUSEPORT: a second server of the same user
+    could otherwise join the group and take a share of the connections."""
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     spread = n > 1 and hasattr(socket, "SO_REUSEPORT")
     socks, port = [], settings.port
+    if spread and port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((settings.host, port))  # EADDRINUSE when anything listens there
     try:
         for _ in range(n if spread else 1):
             sock = socket.socket(family, socket.SOCK_STREAM)

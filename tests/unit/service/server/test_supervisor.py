@@ -65,10 +65,16 @@ def test_one_front_end_listens_on_a_plain_socket():
         sock.close()
 
 
-def test_a_port_taken_by_another_program_is_refused_and_nothing_is_left_open():
-    """Another program's plain socket on the port: the first bind fails (OSError, which the
-    supervisor reports as exit 2), and no socket of the group stays bound."""
+@pytest.mark.parametrize("reuse", [False, True])
+def test_a_port_something_listens_on_is_refused_and_nothing_is_left_open(reuse):
+    """Another program's socket on the port, or another server's group (the same user: it could
+    join with SO_REUSEPORT and take a share of the connections): refused, OSError, which the
+    supervisor reports as exit 2; no socket of ours stays bound."""
     other = socket.socket()
+    if reuse:
+        if not hasattr(socket, "SO_REUSEPORT"):
+            pytest.skip("no SO_REUSEPORT here")
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     other.bind(("127.0.0.1", 0))
     other.listen()
     port = other.getsockname()[1]
