@@ -213,6 +213,7 @@ def test_a_killed_front_end_is_restarted_and_the_others_see_no_error(start_serve
     body = json.dumps({"inputs": ["a client"]})
     conns = _connections(srv, frontends, 2)
     victim, other = frontends
+    socket_of_slot = _listener(victim)
     outcomes: dict[int, list] = {}
     stop = threading.Event()
 
@@ -247,14 +248,28 @@ def test_a_killed_front_end_is_restarted_and_the_others_see_no_error(start_serve
     assert len(roles(srv)["frontend"]) == 2 and victim not in roles(srv)["frontend"]
     for _ in range(6):
         assert srv.post("/v1/embed", json={"inputs": ["after"]}).status_code == 200
-    # The new front-end took up its predecessor's socket: new connections reach both again.
+    # The new front-end took up its predecessor's socket (the supervisor kept it), and once it
+    # serves, new connections reach both again.
     now = roles(srv)["frontend"]
+    (new,) = set(now) - {other}
+    assert _listener(new) == socket_of_slot
+    for cs in _connections(srv, now, 1).values():
+        for c in cs:
+            c.close()
     assert set(_holders(srv, now, 24)) == set(now)
+
+
+def _listener(pid: int) -> str:
+    """The listening socket a front-end was given (`--fd N`), as /proc names it: socket:[inode]."""
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    fd = int(args[args.index(b"--fd") + 1])
+    return os.readlink(f"/proc/{pid}/fd/{fd}")
 
 
 def _holders(srv, frontends: list[int], n: int) -> list[int | None]:
     """Which front-end accepted each of `n` new connections, opened at once (one socket per
-    front-end, SO_REUSEPORT: the kernel spreads them, whichever front-end wakes first)."""
+    front-end, SO_REUSEPORT: the kernel spreads them by their addresses, whichever front-end
+    is awake)."""
     conns = [http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30) for _ in range(n)]
     try:
         for c in conns:

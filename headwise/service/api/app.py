@@ -138,9 +138,10 @@ async def lifespan(app: FastAPI):
     check_aliases(app.state.settings.served_model_names, engine.models)
     _on_sigterm(app)
     if app.state.ready_before_serving:
-        # Process mode: sibling front-ends share one listening socket, and the kernel hands a
-        # connection to whichever accepts it; one still preparing would answer 503 to a client
-        # another front-end has already told "ready". Accept only once prepared.
+        # Process mode: a front-end's socket listens only once its server starts (the kernel
+        # then gives it a share of new connections, supervisor._listen); one still preparing
+        # would answer 503 to a client another front-end has already told "ready". Listen only
+        # once prepared.
         await _prepare(app)
         task = None
     else:

@@ -38,19 +38,41 @@ def test_a_child_killed_past_the_grace_period_did_not_stop_cleanly():
     assert code == -signal.SIGKILL and not stopped_cleanly(code)
 
 
-@pytest.mark.skipif(not hasattr(socket, "SO_REUSEPORT"), reason="no SO_REUSEPORT here")
+SPREADS = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+
+
+@pytest.mark.skipif(not SPREADS, reason="SO_REUSEPORT spreads TCP connections on Linux only")
 def test_each_front_end_gets_its_own_socket_on_the_one_port():
     """With port 0 the others join the port the first was given; each reuses the port, so the
-    kernel spreads connections over them."""
+    kernel spreads connections over them; none listens until its front-end does."""
     socks = _listen(Settings(host="127.0.0.1", port=0), 3)
     try:
         assert len({s.fileno() for s in socks}) == 3
         assert len({s.getsockname() for s in socks}) == 1
         assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) for s in socks)
         assert all(s.get_inheritable() for s in socks)
-        with socket.create_connection(socks[0].getsockname(), timeout=5):
-            pass  # one of them queued it
+        assert not any(s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) for s in socks)
     finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.mark.skipif(not SPREADS, reason="SO_REUSEPORT spreads TCP connections on Linux only")
+def test_a_front_end_not_yet_listening_gets_no_connection():
+    """A front-end still starting (its socket bound, not listening) takes no share: every
+    connection goes to the one that listens, as its server's create_server would."""
+    socks = _listen(Settings(host="127.0.0.1", port=0), 2)
+    clients = []
+    try:
+        socks[1].listen(16)
+        socks[1].settimeout(5)
+        clients = [socket.create_connection(socks[0].getsockname(), timeout=5) for _ in range(12)]
+        accepted = [socks[1].accept()[0] for _ in clients]  # all 12 queued on the listening one
+        for c in accepted:
+            c.close()
+    finally:
+        for c in clients:
+            c.close()
         for s in socks:
             s.close()
 
@@ -59,6 +81,7 @@ def test_one_front_end_listens_on_a_plain_socket():
     (sock,) = _listen(Settings(host="127.0.0.1", port=0), 1)
     try:
         assert sock.getsockname()[1] != 0
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)  # connections queue while it starts
         if hasattr(socket, "SO_REUSEPORT"):
             assert not sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT)
     finally:
@@ -72,8 +95,8 @@ def test_a_port_something_listens_on_is_refused_and_nothing_is_left_open(reuse):
     supervisor reports as exit 2; no socket of ours stays bound."""
     other = socket.socket()
     if reuse:
-        if not hasattr(socket, "SO_REUSEPORT"):
-            pytest.skip("no SO_REUSEPORT here")
+        if not SPREADS:
+            pytest.skip("SO_REUSEPORT spreads TCP connections on Linux only")
         other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     other.bind(("127.0.0.1", 0))
     other.listen()
