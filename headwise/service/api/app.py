@@ -138,10 +138,10 @@ async def lifespan(app: FastAPI):
     check_aliases(app.state.settings.served_model_names, engine.models)
     _on_sigterm(app)
     if app.state.ready_before_serving:
-        # Process mode: a front-end's socket listens only once its server starts (the kernel
-        # then gives it a share of new connections, supervisor._listen); one still preparing
-        # would answer 503 to a client another front-end has already told "ready". Listen only
-        # once prepared.
+        # Process mode: the kernel gives each front-end's socket its share of new connections
+        # from the start (supervisor._listen); one still preparing would answer 503 to a client
+        # another front-end has already told "ready". Accept only once prepared: until then its
+        # share waits in its queue.
         await _prepare(app)
         task = None
     else:

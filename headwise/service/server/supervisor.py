@@ -1,7 +1,7 @@
 """`headwise serve` in process mode (HEADWISE_ENGINE=process; docs/architecture.md#process-mode):
 the supervisor starts one engine process, which loads and warms the sessions, waits until it
-answers, binds a socket per front-end (SO_REUSEPORT: the kernel spreads the connections over
-those listening) and starts HEADWISE_FRONTENDS front-end processes on them. Then it watches them:
+answers, binds a listening socket per front-end (SO_REUSEPORT: the kernel spreads the
+connections) and starts HEADWISE_FRONTENDS front-end processes on them. Then it watches them:
 
 - a front-end that dies is started again (only the requests it held fail); one that keeps
   dying within seconds of its start stops the server, exit 3;
@@ -93,14 +93,14 @@ def _listen(settings: Settings, n: int) -> list[socket.socket]:
     whole burst, and keep-alive connections stay where they landed: a front-end still starting,
     or busy, could be left idle (bench/results/reuseport-1129.md).
 
-    These are bound, not listening: each front-end's server listens on its own once it is
-    prepared, and until then the kernel gives its socket no connection, so a front-end still
-    starting takes no share. The supervisor holds every socket, so a restarted front-end takes
-    up its predecessor's, still listening, and the connections waiting in its queue. A port
-    something already listens on is refused first (OSError): a second server of the same user
-    could otherwise join the group and take a share of the connections. Elsewhere (one
-    front-end, or not Linux, where SO_REUSEPORT does not spread TCP connections) there is one
-    socket, listening at once, which every front-end shares."""
+    Each listens from the start, so a connection given to a front-end still starting waits in
+    its queue until it serves (rather than land on a sibling for good, as a socket that listened
+    only once its front-end did would let the first one ready take them all). The supervisor
+    holds every socket, so a restarted front-end takes up its predecessor's, and the connections
+    waiting in its queue. A port something already listens on is refused first (OSError): a
+    second server of the same user could otherwise join the group and take a share of the
+    connections. Elsewhere (one front-end, or not Linux, where SO_REUSEPORT does not spread TCP
+    connections) there is one socket, which every front-end shares."""
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     spread = n > 1 and sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
     socks, port = [], settings.port
@@ -117,8 +117,7 @@ def _listen(settings: Settings, n: int) -> list[socket.socket]:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((settings.host, port))
             port = sock.getsockname()[1]  # port 0: the others join the one the first was given
-            if not spread:
-                sock.listen(2048)
+            sock.listen(2048)
             sock.set_inheritable(True)
     except OSError:
         for sock in socks:
