@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     engine_stall_s: float = Field(
         120.0, ge=0, description="process mode: a device run that lasts longer than this means the device is "
         "stuck; the supervisor kills the engine process and exits 3 so that the server is restarted (0: never)")
+    frontend_stall_s: float = Field(
+        10.0, ge=0, description="process mode: a front-end whose event loop has not turned for longer than "
+        "this is hung; the supervisor kills it and starts another on its socket (0: never)")
     engine_address: str | None = Field(
         None, description="set by `headwise serve` for its front-ends: the engine process's ZMQ address")
     api_key: SecretStr | None = Field(None, description="bearer token required on /v1 and /v2 routes (health probes excepted)")

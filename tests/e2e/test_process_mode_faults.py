@@ -6,7 +6,8 @@ with a slow device (HEADWISE_FAULT_ENGINE_DELAY_MS).
   disconnects and client errors mixed in.
 - The engine killed: 503 and not ready within 1 s, and the supervisor exits non-zero.
 - A front-end killed: it is started again, on its predecessor's socket; the other
-  front-ends' clients see no error.
+  front-ends' clients see no error. A hung one is killed and started again, and the clients
+  that waited on its socket are answered.
 - SIGTERM with requests in flight: none is lost, exit 0; SIGTERM while front-ends start: exit 0.
 """
 
@@ -19,14 +20,13 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
 from tests.fixtures.metrics import total
-from tests.fixtures.procfs import roles
+from tests.fixtures.procfs import holder, holders, listener, roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -136,23 +136,6 @@ def test_a_stuck_device_run_is_killed_after_the_stall_limit_and_the_server_exits
     assert "over HEADWISE_ENGINE_STALL_S=1" in srv.log_tail()
 
 
-def _holder(pids: list[int], local_port: int) -> int | None:
-    """Which of `pids` holds the server side of the loopback connection from `local_port`."""
-    inodes = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        f = line.split()
-        if int(f[2].split(":")[1], 16) == local_port:  # rem_address: the client's port
-            inodes.add(f[9])
-    for pid in pids:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            try:
-                if os.readlink(fd).removeprefix("socket:[").removesuffix("]") in inodes:
-                    return pid
-            except OSError:
-                continue
-    return None
-
-
 def _connections(srv, frontends: list[int], each: int) -> dict[int, list]:
     """Keep-alive connections until each front-end holds at least `each` (at most 3). The
     server is ready once one front-end serves; a sibling may still be starting (a loaded
@@ -163,9 +146,9 @@ def _connections(srv, frontends: list[int], each: int) -> dict[int, list]:
         c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
         c.request("GET", "/health/live")  # quick: no device run, so no keep-alive times out
         c.getresponse().read()
-        holder = _holder(frontends, c.sock.getsockname()[1])
-        if holder is not None and len(conns[holder]) < max(each, 3):
-            conns[holder].append(c)
+        pid = holder(frontends, c.sock.getsockname()[1])
+        if pid is not None and len(conns[pid]) < max(each, 3):
+            conns[pid].append(c)
         else:
             c.close()
             time.sleep(0.02)
@@ -213,7 +196,7 @@ def test_a_killed_front_end_is_restarted_and_the_others_see_no_error(start_serve
     body = json.dumps({"inputs": ["a client"]})
     conns = _connections(srv, frontends, 2)
     victim, other = frontends
-    socket_of_slot = _listener(victim)
+    socket_of_slot = listener(victim)
     outcomes: dict[int, list] = {}
     stop = threading.Event()
 
@@ -252,36 +235,36 @@ def test_a_killed_front_end_is_restarted_and_the_others_see_no_error(start_serve
     # serves, new connections reach both again.
     now = roles(srv)["frontend"]
     (new,) = set(now) - {other}
-    assert _listener(new) == socket_of_slot
+    assert listener(new) == socket_of_slot
     for cs in _connections(srv, now, 1).values():
         for c in cs:
             c.close()
-    assert set(_holders(srv, now, 24)) == set(now)
+    assert set(holders(srv, now, 24)) == set(now)
 
 
-def _listener(pid: int) -> str:
-    """The listening socket a front-end was given (`--fd N`), as /proc names it: socket:[inode]."""
-    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    fd = int(args[args.index(b"--fd") + 1])
-    return os.readlink(f"/proc/{pid}/fd/{fd}")
-
-
-def _holders(srv, frontends: list[int], n: int) -> list[int | None]:
-    """Which front-end accepted each of `n` new connections, opened at once (one socket per
-    front-end, SO_REUSEPORT: the kernel spreads them by their addresses, whichever front-end
-    is awake)."""
-    conns = [http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30) for _ in range(n)]
-    try:
-        for c in conns:
-            c.connect()
-        for c in conns:
-            c.request("GET", "/health/live")
-        for c in conns:
-            assert c.getresponse().read()
-        return [_holder(frontends, c.sock.getsockname()[1]) for c in conns]
-    finally:
-        for c in conns:
+def test_a_hung_front_end_is_killed_and_its_socket_s_clients_are_served_by_the_next(start_server, tiny_package):
+    """SIGSTOP on one of 2 front-ends: alive, its socket still given its share of new
+    connections, none served. Its loop falls silent, the supervisor kills it past
+    HEADWISE_FRONTEND_STALL_S and starts another on the same socket, which answers the
+    connections that waited there: every request sent meanwhile gets its answer."""
+    srv = _slow(start_server, tiny_package, 2, 0, HEADWISE_FRONTEND_STALL_S="1")
+    frontends = roles(srv)["frontend"]
+    for cs in _connections(srv, frontends, 1).values():  # both serve, so both beat
+        for c in cs:
             c.close()
+    victim, other = frontends
+    socket_of_slot = listener(victim)
+    os.kill(victim, signal.SIGSTOP)
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda i: httpx.post(srv.url + "/v1/embed", json={"inputs": [f"text {i}"]},
+                                                     timeout=120).status_code, range(12)))
+    assert answers == [200] * 12
+    assert "is hung; killing it" in srv.log_tail() and "HEADWISE_FRONTEND_STALL_S=1" in srv.log_tail()
+    now = roles(srv)["frontend"]
+    assert victim not in now and other in now and len(now) == 2
+    (new,) = set(now) - {other}
+    assert listener(new) == socket_of_slot
+    assert set(holders(srv, now, 24)) == set(now)
 
 
 def test_sigterm_with_requests_in_flight_loses_none_and_exits_0(start_server, tiny_package):

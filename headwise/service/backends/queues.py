@@ -1,5 +1,6 @@
-"""What the engine process shares in memory with its front-ends and supervisor in process mode
-(docs/architecture.md#process-mode), in files beside its socket.
+"""What the processes of process mode share in memory (docs/architecture.md#process-mode), in
+files beside the engine's socket: the engine's queue table and run clock, and the front-ends'
+heartbeats, which the supervisor watches.
 
 The queue bound: the engine process owns a table in shared memory, one row per queue it serves (a model's role, its
 analytics lane) and one column per front-end slot, and each front-end writes its own queue's
@@ -18,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-QUEUES_FILE, RUN_CLOCK_FILE = "queues", "run-clock"
+QUEUES_FILE, RUN_CLOCK_FILE, HEARTBEATS_FILE = "queues", "run-clock", "heartbeats"
 SLOTS = 1024  # front-ends: HEADWISE_FRONTENDS is at most 256, restarts take their slot again
 CELL = 8  # bytes: a signed 64-bit depth
 
@@ -62,6 +63,33 @@ class RunClock:
         """Seconds the current run has lasted (0.0 when none runs)."""
         began = self._cell[0]
         return (time.monotonic_ns() - began) / 1e9 if began else 0.0
+
+
+class Heartbeats:
+    """When each front-end's event loop last turned (CLOCK_MONOTONIC ns, one cell per slot; 0:
+    not watched, while it starts or drains), so that the supervisor can tell a hung front-end
+    (alive, its socket still given new connections, none served) from a busy one."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self._cells = _map(self.path, SLOTS)
+
+    @classmethod
+    def create(cls, path: str | Path) -> Heartbeats:
+        with open(path, "wb") as f:
+            f.truncate(SLOTS * CELL)
+        return cls(path)
+
+    def beat(self, slot: int) -> None:
+        self._cells[slot] = time.monotonic_ns()
+
+    def rest(self, slot: int) -> None:
+        self._cells[slot] = 0
+
+    def silent_for(self, slot: int) -> float:
+        """Seconds since front-end `slot` last beat (0.0 while it is not watched)."""
+        last = self._cells[slot]
+        return (time.monotonic_ns() - last) / 1e9 if last else 0.0
 
 
 class QueueTable:

@@ -2,14 +2,18 @@
 supervisor as `python -m headwise.service.server.frontend --fd N`: the whole app (HTTP,
 validation, tokenisation, batching, budgets, answers) on the listening socket it inherits,
 whose backends are the engine process's (service.backends.remote). It imports no onnxruntime
-and opens no device. When the engine process dies it turns not ready and answers 503."""
+and opens no device. When the engine process dies it turns not ready and answers 503. While it
+serves, its event loop beats in its slot's heartbeat cell, so that the supervisor can restart it
+should it hang (HEADWISE_FRONTEND_STALL_S)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 
+from headwise.service.backends.queues import HEARTBEATS_FILE, Heartbeats, beside
 from headwise.service.backends.remote import EngineLink
 from headwise.service.logs import say
 from headwise.service.package import PackageError
@@ -48,12 +52,37 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
         from headwise.service.server import fastpath
 
         served = fastpath.Entry(fastpath.install(app))
-    server = uvicorn.Server(uvicorn.Config(served, **options))
+    config = uvicorn.Config(served, **options)
+    beats = _heartbeats(settings.engine_address)
+    server = _beating(beats, slot[0])(config) if beats and slot else uvicorn.Server(config)
     signals.run(server, sockets=[socket.socket(fileno=fd)])
     code = 3 if (not server.started and not signals.got) or engine.failed else 0
     link.close()
     _exit_if_stuck(code)
     return code
+
+
+def _heartbeats(address: str | None) -> Heartbeats | None:
+    """The supervisor's heartbeat cells (None when none were made: a front-end not started by it)."""
+    path = beside(address or "", HEARTBEATS_FILE)
+    return Heartbeats(path) if path and os.path.exists(path) else None
+
+
+def _beating(beats: Heartbeats, slot: int):
+    """uvicorn's Server, beating at each turn of its main loop (every 0.1 s while the event loop
+    is free to run it), and resting once it stops: while it drains it is not watched."""
+    import uvicorn
+
+    class BeatingServer(uvicorn.Server):
+        async def on_tick(self, counter: int) -> bool:
+            stop = await super().on_tick(counter)
+            if stop:
+                beats.rest(slot)
+            else:
+                beats.beat(slot)
+            return stop
+
+    return BeatingServer
 
 
 def main() -> None:

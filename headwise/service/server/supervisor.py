@@ -5,6 +5,9 @@ connections) and starts HEADWISE_FRONTENDS front-end processes on them. Then it 
 
 - a front-end that dies is started again (only the requests it held fail); one that keeps
   dying within seconds of its start stops the server, exit 3;
+- a front-end whose event loop has not turned for over HEADWISE_FRONTEND_STALL_S (its
+  heartbeat) is hung: its socket would keep taking its share of new connections, so the
+  supervisor kills it, and the above follows;
 - when the engine dies, the front-ends turn not ready and answer 503 (their watchdog), and
   the supervisor stops them and exits 3, so that Docker or Kubernetes restarts the server;
 - a device run that lasts over HEADWISE_ENGINE_STALL_S (the engine's run clock) means a stuck
@@ -33,7 +36,13 @@ import time
 import zmq
 
 from headwise.service.backends import wire
-from headwise.service.backends.queues import RUN_CLOCK_FILE, RunClock, beside
+from headwise.service.backends.queues import (
+    HEARTBEATS_FILE,
+    RUN_CLOCK_FILE,
+    Heartbeats,
+    RunClock,
+    beside,
+)
 from headwise.service.cpu import usable_cores
 from headwise.service.logs import configure
 from headwise.service.settings import Settings, frontend_processes
@@ -126,6 +135,17 @@ def _listen(settings: Settings, n: int) -> list[socket.socket]:
     return socks * n if not spread else socks
 
 
+def _hung(p: subprocess.Popen, silent_s: float, stall_s: float) -> bool:
+    """Whether front-end `p` is hung (its loop silent over `stall_s`); one that is, is killed."""
+    if not stall_s or silent_s <= stall_s:
+        return False
+    _say(f"error: front-end {p.pid}'s event loop has not turned for {silent_s:.0f} s, over "
+         f"HEADWISE_FRONTEND_STALL_S={stall_s:g}: it is hung; killing it")
+    p.kill()
+    p.wait()
+    return True
+
+
 def stopped_cleanly(code: int) -> bool:
     """A child's exit code after the supervisor's SIGTERM: 0, or the SIGTERM's own default
     action. Front-ends and the engine install their handlers before they accept any work, so
@@ -185,7 +205,10 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
             _say(f"error: cannot listen on {settings.host}:{settings.port}: {e}")
             _stop([engine], settings.grace_seconds)
             return 2
+        beats = Heartbeats.create(beside(address, HEARTBEATS_FILE))  # where each front-end finds it
+
         def frontend(i: int) -> subprocess.Popen:  # slot i, on its own listening socket
+            beats.rest(i)  # not watched until it serves
             fd = listeners[i].fileno()
             return _spawn(["headwise.service.server.frontend", "--fd", str(fd), "--log-level", log_level,
                            *(["--access-log"] if access_log else []), "--slot", str(i), str(n)], env, (fd,))
@@ -216,7 +239,7 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
                 _stop(list(frontends.values()), 5.0)
                 return 3
             for i, p in frontends.items():
-                if p.poll() is None:
+                if p.poll() is None and not _hung(p, beats.silent_for(i), settings.frontend_stall_s):
                     continue
                 crashes[i] = crashes.get(i, 0) + 1 if time.monotonic() - started[i] < CRASH_WINDOW_S else 1
                 if crashes[i] >= CRASH_LIMIT:

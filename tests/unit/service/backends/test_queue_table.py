@@ -65,3 +65,18 @@ def test_the_run_clock_says_how_long_the_run_now_running_has_lasted(tmp_path):
     assert 0.04 < supervisor.running_for() < 5
     engine.ended()
     assert supervisor.running_for() == 0.0
+
+
+def test_heartbeats_say_how_long_each_front_end_has_been_silent(tmp_path):
+    from headwise.service.backends.queues import Heartbeats
+
+    supervisor = Heartbeats.create(tmp_path / "beats")
+    front_end = Heartbeats(tmp_path / "beats")  # as a front-end process maps it
+    assert supervisor.silent_for(3) == 0.0  # not watched until it beats
+    front_end.beat(3)
+    time.sleep(0.05)
+    assert 0.04 < supervisor.silent_for(3) < 5 and supervisor.silent_for(2) == 0.0
+    front_end.beat(3)
+    assert supervisor.silent_for(3) < 0.04
+    front_end.rest(3)  # it drains: not watched
+    assert supervisor.silent_for(3) == 0.0

@@ -1,5 +1,5 @@
-"""The supervisor's reading of its children's exit codes at a stop, and its listening sockets
-(process mode)."""
+"""The supervisor's reading of its children's exit codes at a stop, its listening sockets, and
+its verdict on a silent front-end (process mode)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from headwise.service.server.supervisor import _listen, _stop, stopped_cleanly
+from headwise.service.server.supervisor import _hung, _listen, _stop, stopped_cleanly
 from headwise.service.settings import Settings
 
 
@@ -36,6 +36,20 @@ def test_a_child_killed_past_the_grace_period_did_not_stop_cleanly():
                    "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)")
     (code,) = _stop([stuck], timeout=0.2)
     assert code == -signal.SIGKILL and not stopped_cleanly(code)
+
+
+def test_a_front_end_silent_over_the_stall_limit_is_killed_and_one_within_it_is_not():
+    quiet = _child("import time; print('up', flush=True); time.sleep(60)")
+    try:
+        assert not _hung(quiet, silent_s=0.0, stall_s=10.0)  # not watched (starting or draining)
+        assert not _hung(quiet, silent_s=9.0, stall_s=10.0)
+        assert not _hung(quiet, silent_s=600.0, stall_s=0.0)  # 0: never
+        assert quiet.poll() is None
+        assert _hung(quiet, silent_s=11.0, stall_s=10.0)
+        assert quiet.returncode == -signal.SIGKILL
+    finally:
+        if quiet.poll() is None:
+            quiet.kill()
 
 
 SPREADS = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
