@@ -15,8 +15,8 @@ import pytest
 from cohere.errors import BadRequestError, NotFoundError, UnprocessableEntityError
 
 from headwise.service.api.compat import cohere as wire
+from tests.fixtures.references import CUT_EITHER_END, left_cut_reference, shortened
 from tests.fixtures.references import native_embeddings as native
-from tests.fixtures.references import shortened
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -85,9 +85,11 @@ def test_truncate(co, server, model):
     assert np.array_equal(np.float32(r.embeddings.float_), native(server, [LONG]))
     with pytest.raises(UnprocessableEntityError) as e:
         co.embed(model=model, texts=["hi", LONG], input_type="search_document", truncate="NONE")
-    assert "texts[1]" in e.value.body["message"] and "truncate: END" in e.value.body["message"]
-    with pytest.raises(UnprocessableEntityError, match="START"):
-        co.embed(model=model, texts=[LONG], input_type="search_document", truncate="START")
+    assert "texts[1]" in e.value.body["message"] and "truncate: END or START" in e.value.body["message"]
+    start = co.embed(model=model, texts=[CUT_EITHER_END], input_type="search_document", truncate="START")
+    got = np.float32(start.embeddings.float_)[0].astype(np.float64)
+    want = left_cut_reference([CUT_EITHER_END])[0].astype(np.float64)
+    assert got @ want / (np.linalg.norm(got) * np.linalg.norm(want)) >= 0.99999  # its last tokens kept
     short = co.embed(model=model, texts=TEXTS, input_type="search_document", truncate="START")
     assert np.array_equal(np.float32(short.embeddings.float_), native(server, TEXTS))
 

@@ -172,3 +172,24 @@ def test_tei_rerank_takes_jinas_body_too(srv):
     assert both.status_code == 422 and both.json()["error_type"] == "Validation" and "documents" in both.json()["error"]
     empty = srv.post("/rerank", {"query": QUERY, "documents": []})
     assert empty.status_code == 400 and empty.json() == {"error": "'documents' is empty", "error_type": "Empty"}
+
+
+def test_tei_rerank_cut_at_the_start_equals_a_cross_encoder_cutting_left(srv, classifier_packages):
+    """truncation_direction left: each pair cut longest-first at each text's start, as
+    transformers' tokenizer with truncation_side "left" cuts it for sentence-transformers'
+    CrossEncoder."""
+    from sentence_transformers import CrossEncoder
+
+    ckpt, _ = classifier_packages[MODEL]
+    ce = CrossEncoder(str(ckpt), device="cpu")
+    ce.tokenizer.truncation_side = "left"
+    n = ce.tokenizer.model_max_length
+    docs = ["the cat " * n + "sat on the mat", "a dog " * n + "is not here", "blue fox"]
+    query = "where " * n + "is the cat"
+    got = ok(srv.post("/rerank", {"model": MODEL, "query": query, "texts": docs, "truncation_direction": "left"}))
+    right = ok(srv.post("/rerank", {"model": MODEL, "query": query, "texts": docs}))
+    want = ce.predict([(query, d) for d in docs])
+    for x in got:
+        assert abs(x["score"] - float(want[x["index"]])) < 1e-6, (x, want)
+    assert {x["index"]: x["score"] for x in got} != {x["index"]: x["score"] for x in right}
+

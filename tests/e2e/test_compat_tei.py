@@ -74,10 +74,21 @@ def test_feature_extraction_options(hub, server):
     with pytest.raises(HfHubHTTPError) as e:
         hub.feature_extraction(LONG, truncate=False)
     assert e.value.response.status_code == 422 and "over this model's limit of 256" in e.value.response.text
-    for bad in ({"truncation_direction": "left"}, {"prompt_name": "query"}, {"dimensions": 385}):
+    for bad in ({"prompt_name": "query"}, {"dimensions": 385}):
         with pytest.raises(HfHubHTTPError) as e:
             hub.feature_extraction("hi", **bad)
         assert e.value.response.status_code == 422 and e.value.response.json()["error_type"] == "Validation"
+
+
+def test_feature_extraction_cut_at_the_start_equals_sentence_transformers_cutting_left(hub, server):
+    from tests.fixtures.references import CUT_EITHER_END, left_cut_reference
+
+    texts = [CUT_EITHER_END, TEXTS[0]]
+    left = hub.feature_extraction(texts, truncate=True, truncation_direction="Left")
+    want = left_cut_reference(texts)
+    assert min(cos(g, w) for g, w in zip(left, want, strict=True)) >= 0.99999
+    assert cos(left[0], native(server, [CUT_EITHER_END])[0]) < 0.99  # not the cut at its end
+    np.testing.assert_allclose(left[1], native(server, [TEXTS[0]])[0], atol=1e-6)  # nothing to cut: the same
 
 
 def test_feature_extraction_dimensions_on_a_matryoshka_model(matryoshka_server):

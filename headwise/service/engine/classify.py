@@ -13,13 +13,13 @@ from headwise.service.engine.internals import Ablation
 from headwise.service.engine.params import AttentionSpec, Counted
 from headwise.service.engine.size import Block, Size
 from headwise.service.engine.stats import Timing
-from headwise.service.engine.tokenizer import Encoded
+from headwise.service.engine.tokenizer import Encoded, Truncate
 from headwise.service.engine.values import INDEX_DTYPE
 
 
 @dataclass(frozen=True)
 class ClassifyParams:
-    truncate: bool = True
+    truncate: Truncate = True
     raw_scores: bool = False  # logits as they are; otherwise sigmoid (1 label) or softmax (n labels)
     attention: AttentionSpec | None = None  # with pairs: the query↔document blocks (pair_attention)
     padded_attention: ClassVar[bool] = False  # the attention budget counts each input at its own length

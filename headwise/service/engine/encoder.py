@@ -286,11 +286,11 @@ class EncoderRuntime:
                 out[i] = self._entries_or_error(job, lambda j=job: self.tokenizer.from_ids(j.inputs))
         # Read per truncation and per whether token strings are answered: without them, the
         # tokenizer's fast read (no offsets; the same ids).
-        for truncate, strings in ((True, False), (True, True), (False, False), (False, True)):
+        reads = dict.fromkeys((j.params.truncate, bool(j.params.token_strings)) for i, j in enumerate(jobs)
+                              if out[i] is None)
+        for truncate, strings in reads:
             group = [i for i, j in enumerate(jobs)
-                     if out[i] is None and j.params.truncate is truncate and bool(j.params.token_strings) is strings]
-            if not group:
-                continue
+                     if out[i] is None and j.params.truncate == truncate and bool(j.params.token_strings) is strings]
             texts = [t for i in group for t in jobs[i].inputs]
             t0 = time.perf_counter()
             encs = head.encode(self.tokenizer, texts, truncate, strings)

@@ -40,7 +40,7 @@ from headwise.service.engine.params import EmbedParams, EmbedResult, RequestPara
 from headwise.service.engine.prompts import check_default_prompt_name
 from headwise.service.engine.runtime import Batched, Capability, Classifier, R, Runtime
 from headwise.service.engine.size import Measure
-from headwise.service.engine.tokenizer import Encoded
+from headwise.service.engine.tokenizer import Encoded, Truncate
 from headwise.service.errors import (
     FIELD,
     InvalidRequest,
@@ -182,7 +182,7 @@ class Engine:
         if not self.ready or self.draining:
             raise NotReady("the server is draining" if self.draining else "model not loaded or warming up")
 
-    async def _encode(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
+    async def _encode(self, rt: Runtime, texts: list[str], truncate: Truncate, special_tokens: bool = True,
                       whole: bool = False, field: str = "inputs") -> list[Encoded]:
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
@@ -267,7 +267,7 @@ class Engine:
         data, nbytes, timing = await head.submit(items, params, is_disconnected, field)
         return HeadResult(head.name, head.package.version, list(head.package.labels), data, nbytes, timing)
 
-    async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: bool,
+    async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: Truncate,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:
         """Cosines of the source's embedding with each target's (explained: split over token
         pairs). The source and targets count as 1 + len(targets) inputs: inputs[0] is the

@@ -1,5 +1,5 @@
 """Which tokens of a pair's encoding a cut to max_len keeps, as `tokenizers` cuts (LongestFirst,
-OnlySecond) and transformers asks by `truncation`."""
+OnlySecond) and transformers asks by `truncation`, at the end of each side or at its start."""
 
 from __future__ import annotations
 
@@ -43,3 +43,15 @@ def kept(segments: np.ndarray, max_len: int, cut: Cut) -> np.ndarray:
     k_a, k_b = counts(n_a, n_b, max(max_len - (len(segments) - n_a - n_b), 0))
     keep = (~first & ~second) | (first & (np.cumsum(first) <= k_a)) | (second & (np.cumsum(second) <= k_b))
     return np.flatnonzero(keep)
+
+
+def from_the_left(segments: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Positions (ascending) that keep as many of each side's tokens as `keep` does, but its
+    last ones: the cut at their start (tokenizers' TruncationDirection::Left, which counts
+    what each side keeps as a cut at the end does)."""
+    out = segments < 0
+    for side in (0, 1):
+        mine = segments == side
+        from_end = np.cumsum(mine[::-1])[::-1]  # per position, this side's tokens from it to the end
+        out |= mine & (from_end <= int(mine[keep].sum()))
+    return np.flatnonzero(out)

@@ -12,7 +12,7 @@ import numpy as np
 
 from headwise.service.engine.size import Block
 from headwise.service.engine.stats import Timing
-from headwise.service.engine.tokenizer import Encoded
+from headwise.service.engine.tokenizer import Encoded, Truncate
 from headwise.service.engine.values import DTYPES, INDEX_DTYPE
 from headwise.service.errors import Validation
 
@@ -98,7 +98,7 @@ class RequestParams(Protocol):
     (EmbedParams, service.engine.classify.ClassifyParams)."""
 
     @property
-    def truncate(self) -> bool: ...
+    def truncate(self) -> Truncate: ...
 
     @property
     def attention(self) -> AttentionSpec | None: ...
@@ -121,7 +121,7 @@ class EmbedParams:
     sentence: bool = True  # the pooled [d_model] embedding
     tokens: bool = False  # the last hidden state, [T, d_model]
     normalize: bool = True
-    truncate: bool = True
+    truncate: Truncate = True  # False: 422 when too long; "left": keep the last tokens
     attention: AttentionSpec | None = None
     # The attention budget counts the request's inputs padded to its longest ([N, L, H, T, T],
     # as KServe returns them) rather than each input at its own length.

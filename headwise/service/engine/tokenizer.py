@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from functools import cached_property, partial
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from headwise import ascii_path
-from headwise.service.engine.pair_cut import Cut, kept
+from headwise.service.engine import tails
+from headwise.service.engine.pair_cut import Cut, from_the_left, kept
 from headwise.service.errors import FIELD, Validation
 
 # A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
@@ -19,6 +21,8 @@ from headwise.service.errors import FIELD, Validation
 PREFIX_TOKENS = 8
 CUT_MARGIN = 128
 PAIR_CHARS = 1 << 21  # characters of pairs one encode_batch reads (beyond a single pair's own)
+LEFT = "left"  # `truncate`: cut at the start, keeping the last tokens (service.engine.tails)
+Truncate = bool | Literal["left"]  # False: refuse what is too long; True: cut at the end; "left"
 
 
 class Encoded:
@@ -89,7 +93,7 @@ class TextTokenizer:
         self._truncating, self._full = ascii_path.reader(truncating, self.ascii), ascii_path.reader(full, self.ascii)
         self._plain = full
 
-    def encode_unchecked(self, texts: list[str], truncate: bool = True, special_tokens: bool = True,
+    def encode_unchecked(self, texts: list[str], truncate: Truncate = True, special_tokens: bool = True,
                          lazy: bool = False, strings: bool = True) -> list[Encoded]:
         """Encode, reading each text only as far as its answer needs: the tokenizer keeps
         every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
@@ -103,7 +107,11 @@ class TextTokenizer:
         `strings=False` (with `lazy`: for answers that carry no token strings or offsets) reads
         the texts with `encode_batch_fast`, which tracks no offsets (a fifth less CPU at 128 tokens; the
         same ids and type ids, bench/results/tokenizers.md); a string or offset read after all
-        is built by encoding that text again."""
+        is built by encoding that text again. `truncate="left"` keeps each text's last tokens
+        (service.engine.tails, read from its end)."""
+        if truncate == LEFT:
+            return [Encoded(*cut) for cut in tails.singles(self._plain, texts, self.max_len, special_tokens,
+                                                           PREFIX_TOKENS * self.max_len, CUT_MARGIN)]
         tok = self._truncating if truncate else self._full
         fast = lazy and not strings
         batch = tok.encode_batch_fast if fast else tok.encode_batch
@@ -156,7 +164,7 @@ class TextTokenizer:
             out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets)
         return todo
 
-    def encode_items(self, items: list, truncate: bool = True, words: bool = False,
+    def encode_items(self, items: list, truncate: Truncate = True, words: bool = False,
                      cut: Cut = "longest_first") -> list[Encoded]:
         """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the
         tokenizer's pair encoding (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to
@@ -177,7 +185,7 @@ class TextTokenizer:
                 out[i] = e
         return out  # type: ignore[return-value]
 
-    def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: bool, words: bool = False,
+    def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: Truncate, words: bool = False,
                       cut: Cut = "longest_first") -> list[Encoded]:
         """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
         given as prefixes, measured untruncated, four times longer while `_enough` says the whole
@@ -185,29 +193,35 @@ class TextTokenizer:
         the tokenizer's own `encode(a, b)` cuts by `cut` (pair_cut.kept): by choosing its
         tokens, not by encoding again, since the tokenizer's cut keeps every overflowing
         combination of the two sides (memory and time in the product of their lengths). Pairs go
-        to the tokenizer in groups of at most PAIR_CHARS characters."""
+        to the tokenizer in groups of at most PAIR_CHARS characters. `truncate="left"` reads
+        each side from its end and keeps as many of its tokens, its last ones."""
         full: list = [None] * len(pairs)
+        left = truncate == LEFT
         todo, chars = list(range(len(pairs))), PREFIX_TOKENS * self.max_len
         while todo:
             again = []
             for group in _groups(todo, [min(len(pairs[i][0]), chars) + min(len(pairs[i][1]), chars) for i in todo]):
-                heads = [(pairs[i][0][:chars], pairs[i][1][:chars]) for i in group]
+                heads = [(tails.tail(a, chars), tails.tail(b, chars)) if left else (a[:chars], b[:chars])
+                         for a, b in (pairs[i] for i in group)]
                 for i, (a, b), e in zip(group, heads, self._full.encode_batch(heads), strict=True):
                     seq = e.sequence_ids
                     whole = (len(a) == len(pairs[i][0]), len(b) == len(pairs[i][1]))
                     if self._enough(whole, (seq.count(0), seq.count(1)), truncate and cut == "longest_first"):
-                        full[i] = e
+                        # where each side was read from: a tail's offsets move to its place
+                        full[i] = e, (len(pairs[i][0]) - len(a), len(pairs[i][1]) - len(b)) if left else (0, 0)
                     else:
                         again.append(i)
             todo, chars = again, chars * 4
         out = []
-        for e in full:
+        for e, shift in full:
             segments = np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8)
             keep = kept(segments, self.max_len, cut) if truncate else np.arange(len(segments))
-            tokens, offsets = e.tokens, e.offsets
+            if left:
+                keep = from_the_left(segments, keep)
+            tokens, offsets = e.tokens, _shifted(e.offsets, segments, shift)
             out.append(Encoded(np.asarray(e.ids, dtype=np.int64)[keep], np.asarray(e.type_ids, dtype=np.int64)[keep],
                                [tokens[k] for k in keep], [offsets[k] for k in keep], segments[keep],
-                               words=_word_chars(e, keep) if words else None))
+                               words=_shifted(_word_chars(e, keep), segments[keep], shift) if words else None))
         return out
 
     def _enough(self, whole: tuple[bool, bool], counts: tuple[int, int], truncate: bool) -> bool:
@@ -273,7 +287,7 @@ class TextTokenizer:
         return [Encoded(np.asarray(s, dtype=np.int64), np.zeros(len(s), dtype=np.int64),
                         [tok.id_to_token(i) or "" for i in s], [(0, 0)] * len(s)) for s in seqs]
 
-    def encode(self, texts: list[str], truncate: bool = True, special_tokens: bool = True,
+    def encode(self, texts: list[str], truncate: Truncate = True, special_tokens: bool = True,
                field: str = "inputs") -> list[Encoded]:
         """Batch-encode; with truncate=False an input over max_len raises Validation (422) naming `field`[i]."""
         encs = self.encode_unchecked(texts, truncate, special_tokens)
@@ -329,6 +343,15 @@ def _word_chars(e, positions) -> list[tuple[int, int] | None]:
             a, b = reach.get((sequence_ids[i], w), (start, end))
             reach[(sequence_ids[i], w)] = (min(a, start), max(b, end))
     return [None if word_ids[i] is None else reach[(sequence_ids[i], word_ids[i])] for i in positions]
+
+
+def _shifted(spans: list, segments: np.ndarray, shift: tuple[int, int]) -> list:
+    """A pair's per-token character spans, each side's moved by `shift` (where its text was
+    read from; a special token's, or a None, as it is)."""
+    if not any(shift):
+        return spans
+    return [s if s is None or side < 0 else (s[0] + shift[side], s[1] + shift[side])
+            for s, side in zip(spans, segments.tolist(), strict=True)]
 
 
 def _groups(items, sizes: list[int], budget: int = PAIR_CHARS):

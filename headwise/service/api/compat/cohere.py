@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from headwise.service.api.compat.openai import shorten
 from headwise.service.api.writer import Writer
+from headwise.service.engine.tokenizer import LEFT, Truncate
 from headwise.service.errors import Validation
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
@@ -32,6 +33,8 @@ INT8_SCALE = 127  # int8 = rint(clip(x, -1, 1) · 127): headwise's range, Cohere
 # The most an answer writes beyond the engine's counted vectors: id, meta and the keys.
 ENVELOPE_BYTES = 512
 
+
+CUTS: dict[str, Truncate] = {"END": True, "START": LEFT, "NONE": False}  # `truncate` → the engine's
 
 class EmbedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
@@ -50,8 +53,8 @@ class EmbedRequest(BaseModel):
     output_dimension: StrictInt | None = Field(
         None, description="keep the first n dimensions, then normalise; a model's Matryoshka dimensions only")
     truncate: Literal["NONE", "START", "END"] = Field(
-        "END", description="END: cut at max_len; NONE: 422 when longer; START: 422 when longer (headwise "
-                           "cannot cut from the start)")
+        "END", description="END: cut the end at max_len; START: cut the start (the last tokens are kept, "
+                           "a prompt's first); NONE: 422 when longer")
     max_tokens: StrictInt | None = Field(None, description="at least max_len (no effect); smaller is refused")
     priority: StrictInt | None = Field(None, description="accepted and without effect")
     images: list[StrictStr] | None = Field(None, description="refused: text models only")

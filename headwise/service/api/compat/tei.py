@@ -4,8 +4,7 @@ per route (no HTTP, no engine calls here).
 
 Every body also takes `model`, headwise's addition, to pick one of several served models. A
 field that would change the answer and that headwise cannot honour is refused (422), never
-ignored: `truncation_direction: left` with truncation on, a `prompt_name` the model does not
-have (service.engine.prompts), `dimensions` on a model without Matryoshka dimensions
+ignored: a `prompt_name` the model does not have (service.engine.prompts), `dimensions` on a model without Matryoshka dimensions
 (service.engine.matryoshka), `encoding_format` other than float.
 """
 
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from headwise.service.api.sizes import echoed_bytes
 from headwise.service.api.writer import Writer, counted, ranked
+from headwise.service.engine.tokenizer import LEFT, Truncate
 from headwise.service.errors import Validation
 
 Direction = Literal["Right", "right", "Left", "left"]
@@ -34,7 +34,8 @@ class TeiBody(BaseModel):
 
 class Truncation(BaseModel):
     truncate: StrictBool | None = Field(None, description="null: the server's auto_truncate (true)")
-    truncation_direction: Direction = Field("right", description="left is refused while truncating")
+    truncation_direction: Direction = Field("right", description="where a text too long is cut: right (its end) "
+                                            "or left (its start: its last tokens are kept)")
 
 
 class EmbedRequest(TeiBody, Truncation):
@@ -174,13 +175,11 @@ class Info(BaseModel):
 
 # -- shaping ---------------------------------------------------------------------------------
 
-def truncation(t: Truncation) -> bool:
-    """The engine's `truncate`; left truncation is refused rather than done from the right."""
+def truncation(t: Truncation) -> Truncate:
+    """The engine's `truncate`: off, at the end, or "left" (at the start, as TEI's tokenizer
+    cuts with TruncationDirection::Left)."""
     on = True if t.truncate is None else t.truncate  # TEI's auto_truncate, true by default
-    if on and t.truncation_direction.lower() == "left":
-        raise Validation("truncation_direction 'left' is not supported: inputs are cut at their end "
-                         "(send 'right', or truncate: false)", field="truncation_direction")
-    return on
+    return LEFT if on and t.truncation_direction.lower() == "left" else on
 
 
 def embed_inputs(inputs) -> list:

@@ -56,10 +56,10 @@ async def embed(request: Request, body: Json[cohere.EmbedRequest],
     cap = engine.settings.max_response_bytes
     check_response_bytes(echoed, cap, "send fewer or shorter texts")  # before any inference is spent
     try:
-        result = await engine.embed(rt, prompts.apply(texts, prompt), EmbedParams(truncate=body.truncate == "END"),
+        result = await engine.embed(rt, prompts.apply(texts, prompt), EmbedParams(truncate=cohere.CUTS[body.truncate]),
                                     probe)
     except Validation as e:
-        raise _too_long(e, body.truncate) from None
+        raise _too_long(e) from None
     return await answer(engine, cohere.EMBED, result, cohere.Embedding(texts, types, n, echoed))
 
 
@@ -93,12 +93,9 @@ def _dimension(body: cohere.EmbedRequest, types: list[str], d: int, max_len: int
     return n
 
 
-def _too_long(e: Validation, truncate: str) -> Validation:
-    """The engine's "over max_len" (truncate NONE or START), told in Cohere's terms."""
+def _too_long(e: Validation) -> Validation:
+    """The engine's "over max_len" (truncate NONE), told in Cohere's terms."""
     if e.field != "inputs":
         return e
     text = e.render(COHERE.fields).replace(" (send truncate: true to cut it)", "")
-    if truncate == "START":
-        return Validation(f"{text}; truncate START (cut the start) is not supported: send END to cut the end",
-                          field="truncate")
-    return Validation(f"{text} (send truncate: END to cut it)", field="inputs")
+    return Validation(f"{text} (send truncate: END or START to cut it)", field="inputs")

@@ -23,7 +23,7 @@ from headwise.service.engine.heads.tokens import TokenHead
 from headwise.service.engine.params import AttentionSpec, RequestParams
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import GENERATION, ModelPackage, PackageError
 
@@ -41,7 +41,7 @@ class Head(Protocol):
     def pretokenised(self, inputs: Inputs) -> bool: ...  # token-id lists, used as they are
 
     # strings=False: no input's answer carries token strings or offsets (a head may read faster)
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]: ...
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]: ...
 
     def attention_need(self, params: RequestParams, encs: list[Encoded]) -> tuple[int, str]: ...
 

@@ -14,7 +14,7 @@ from headwise.service.engine.outputs import REPOOLED, attention_payload, pool
 from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.errors import Validation
 from headwise.service.package import ModelPackage
@@ -51,7 +51,7 @@ class EmbeddingHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return token_ids(inputs)
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
         """Unchecked (the encoder checks); strings and offsets built later, for the jobs whose
         answer carries them. `strings=False`: no input's answer carries them, and the texts are
         read without offsets (TextTokenizer.encode_unchecked)."""

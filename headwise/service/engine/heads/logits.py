@@ -19,7 +19,7 @@ from headwise.service.engine.outputs import attention_payload, pair_attention
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -41,7 +41,7 @@ class LogitsHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
         return tokenizer.encode_items(inputs, truncate, cut=self.cut)  # with strings always (ClassifyParams.token_strings)
 
     def attention_need(self, params: ClassifyParams, encs: list[Encoded]) -> tuple[int, str]:

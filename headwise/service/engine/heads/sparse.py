@@ -21,7 +21,7 @@ from headwise.service.engine.outputs import attention_payload
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Batched, Capability
 from headwise.service.engine.size import Size
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -32,7 +32,7 @@ SPARSE: Capability[Batched] = Capability(
 
 @dataclass(frozen=True)
 class SparseParams:
-    truncate: bool = True  # cut a text at max_len; false: 422 when longer
+    truncate: Truncate = True  # cut a text at max_len (or "left": at its start); false: 422 when longer
     attention: AttentionSpec | None = None  # over every position of the text
     ablate: Ablation | None = None  # heads removed (service.engine.internals)
     padded_attention: ClassVar[bool] = False
@@ -69,7 +69,7 @@ class SparseHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return token_ids(inputs)  # TEI's inputs may be token ids
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
         return tokenizer.encode_unchecked(inputs, truncate, lazy=True, strings=strings)
 
     def attention_need(self, params: SparseParams, encs: list[Encoded]) -> tuple[int, str]:

@@ -16,7 +16,7 @@ from headwise.service.engine.outputs import attention_payload
 from headwise.service.engine.params import AttentionSpec
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -66,7 +66,7 @@ class TokenHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: bool, strings: bool = True) -> list[Encoded]:
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
         return tokenizer.encode_unchecked(inputs, truncate)  # with strings and offsets: every answer names them
 
     def attention_need(self, params: TagParams, encs: list[Encoded]) -> tuple[int, str]:

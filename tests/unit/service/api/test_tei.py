@@ -136,7 +136,7 @@ def test_error_rows_in_teis_shape(package):
         tei_error(post("/embed", json={"inputs": "a" * 2990}), 413, "Validation")  # the body limit
         tei_error(post("/decode", json={"ids": [[2]] * 4}), 413, "Validation")
         for body in [{"inputs": "a", "surprise": SECRET_TEXT}, {"inputs": 3}, {"inputs": ["a", [2]]},
-                     {"inputs": "a", "truncation_direction": "left"}, {"inputs": "a", "truncation_direction": "up"},
+                     {"inputs": "a", "truncation_direction": "up"},
                      {"inputs": "a", "prompt_name": "query"}, {"inputs": "a", "dimensions": 0},
                      {"inputs": "a", "dimensions": D_MODEL + 1}, {"inputs": "a", "encoding_format": "base64"},
                      {"inputs": "the " * 40, "truncate": False}, {"inputs": [[2, 999]]}]:
@@ -146,6 +146,9 @@ def test_error_rows_in_teis_shape(package):
         assert post("/embed", json={"inputs": "the cat", "truncate": False, "truncation_direction": "Left"}) \
             .status_code == 200  # nothing cut: the direction changes nothing
         assert post("/embed", json={"inputs": "the " * 40}).status_code == 200  # auto_truncate
+        ends = {d: post("/embed", json={"inputs": "cat " + "the " * 40 + "dog", "truncation_direction": d}).json()
+                for d in ("right", "left", "Left")}
+        assert ends["left"] == ends["Left"] != ends["right"]  # the start cut away, not the end
         tei_error(post("/tokenize", json={"inputs": "a", "prompt_name": "q"}), 422, "Validation")
         tei_error(post("/decode", json={"ids": [28]}), 422, "Validation")
         for path in ("/rerank", "/predict"):

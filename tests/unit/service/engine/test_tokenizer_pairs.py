@@ -19,31 +19,8 @@ from headwise.service.engine import pair_cut
 from headwise.service.engine import tokenizer as tokenizer_module
 from headwise.service.engine.tokenizer import TextTokenizer
 from headwise.service.errors import Validation
+from tests.fixtures.pairs import cases
 from tests.fixtures.tiny import tiny_tokenizer
-
-
-def cases(k: int) -> dict[str, tuple[str, str]]:
-    """Pairs for a model of max_len 32·k. "hello" is one token in 6 characters, "hi" two in 3,
-    "a" one in 2: a side's prefix can hold fewer tokens than the other's while the side is longer."""
-    return {
-        "both-long-first-longer-by-tokens": ("hello " * 400 * k, "a " * 300 * k),
-        "both-long-second-longer-by-tokens": ("a " * 300 * k, "hello " * 400 * k),
-        "both-long-hi": ("hi " * 125 * k, "a " * int(112.5 * k)),  # k=8: "hi " * 1000, "a " * 900
-        "both-long-equal": ("hello " * 300 * k, "a " * 300 * k),
-        "both-long-equal-swapped": ("a " * 300 * k, "hello " * 300 * k),
-        "both-long-by-one": ("hello " * (300 * k + 1), "a " * 300 * k),
-        "both-long-by-one-swapped": ("a " * 300 * k, "hello " * (300 * k + 1)),
-        "both-over-half": ("cat " * 20 * k, "dog " * 23 * k),
-        "one-long": ("the cat sat", "hello " * 500 * k),
-        "one-long-swapped": ("hello " * 500 * k, "the cat sat"),
-        "short-over-half": ("the quick brown fox " * 4 * k, "hello " * 500 * k),
-        "unicode": ("猫が好き " * 150 * k, "naïve café 🙂 " * 100 * k),
-        "unicode-swapped": ("naïve café 🙂 " * 100 * k, "猫が好き " * 150 * k),
-        "empty-second": ("hello " * 500 * k, ""),
-        "empty-first": ("", "hello " * 500 * k),
-        "empty-second-short": ("the cat", ""),
-        "short": ("where is the cat", "the cat sat on the mat"),
-    }
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,7 @@ TEI_ROWS = [  # POST /embed, TEI's hot route: a 200 and every error row, in TEI'
     ({"inputs": "a" * 300}, AUTH),  # 413 characters
     ({"inputs": "a", "model": "nope"}, AUTH),  # 404
     ({"inputs": "the cat " * 20, "truncate": False}, AUTH),  # 422 max_len
-    ({"inputs": "a", "truncation_direction": "left"}, AUTH),  # 422
+    ({"inputs": "cat " + "the " * 20, "truncation_direction": "left"}, AUTH),  # 200, cut at its start
     ({"inputs": "a", "prompt_name": "q"}, AUTH),  # 422
     ({"inputs": "a", "extra": SECRET_TEXT}, AUTH),  # 422 unknown field
     ({"inputs": BOOM}, AUTH),  # 500
