@@ -19,28 +19,26 @@ def tail(text: str, chars: int) -> str:
 
 def singles(tok: Tokenizer, texts: list[str], max_len: int, special_tokens: bool, chars: int, margin: int):
     """Per text, (ids, type ids, tokens, offsets) of its encoding cut from the left to max_len.
-    `tok`: the tokenizer without truncation or padding."""
-    added = tok.num_special_tokens_to_add(False) if special_tokens else 0
+    `tok`: the tokenizer cutting at the start (`enable_truncation(max_len, direction="left")`),
+    without padding, whose own post-processing makes each answer (a second pass would trim a
+    byte-level token's offsets again)."""
     out: list = [None] * len(texts)
     todo = list(range(len(texts)))
     while todo:
         tails = [tail(texts[i], chars) for i in todo]
         again = []
-        for i, t, e in zip(todo, tails, tok.encode_batch(tails, add_special_tokens=False), strict=True):
-            if len(t) == len(texts[i]) or len(e) > max_len + margin:
-                out[i] = _cut(tok, e, max(max_len - added, 0), len(texts[i]) - len(t), special_tokens)
+        for i, t, e in zip(todo, tails, tok.encode_batch(tails, add_special_tokens=special_tokens), strict=True):
+            if len(t) == len(texts[i]) or len(e) + sum(len(o) for o in e.overflowing) > max_len + margin:
+                out[i] = _placed(e, len(texts[i]) - len(t))
             else:
                 again.append(i)
         todo, chars = again, chars * 4
     return out
 
 
-def _cut(tok: Tokenizer, content: Encoding, budget: int, shift: int, special_tokens: bool):
-    """The text's content tokens (read from a suffix starting at character `shift`), their last
-    `budget` kept, and the post-processor's special tokens added (their offsets stay (0, 0))."""
-    if len(content) > budget:
-        content.truncate(budget, direction="left")
-    e = tok.post_process(content, add_special_tokens=special_tokens)
+def _placed(e: Encoding, shift: int):
+    """A tail's encoding, its offsets moved by `shift` into the whole text (a special token's
+    stay (0, 0))."""
     offsets = e.offsets if not shift else [
         o if special else (o[0] + shift, o[1] + shift) for o, special in zip(e.offsets, e.special_tokens_mask,
                                                                            strict=True)]

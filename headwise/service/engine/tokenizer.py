@@ -88,6 +88,9 @@ class TextTokenizer:
         full = Tokenizer.from_file(str(file))
         full.no_padding()
         full.no_truncation()
+        self._left = Tokenizer.from_file(str(file))  # cuts at the start (service.engine.tails)
+        self._left.no_padding()
+        self._left.enable_truncation(max_length=max_len, direction="left")
         # batches' printable ASCII read past BERT's normalizer, with the same answer (headwise.ascii_path)
         self.ascii = ascii_path.AsciiPath.of(file) if ascii else None
         self._truncating, self._full = ascii_path.reader(truncating, self.ascii), ascii_path.reader(full, self.ascii)
@@ -110,7 +113,7 @@ class TextTokenizer:
         is built by encoding that text again. `truncate="left"` keeps each text's last tokens
         (service.engine.tails, read from its end)."""
         if truncate == LEFT:
-            return [Encoded(*cut) for cut in tails.singles(self._plain, texts, self.max_len, special_tokens,
+            return [Encoded(*cut) for cut in tails.singles(self._left, texts, self.max_len, special_tokens,
                                                            PREFIX_TOKENS * self.max_len, CUT_MARGIN)]
         tok = self._truncating if truncate else self._full
         fast = lazy and not strings
