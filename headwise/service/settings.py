@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1 << 20
+MIN_FRONTEND_STALL_S = 1.0  # HEADWISE_FRONTEND_STALL_S, unless 0
 
 
 class SettingsError(ValueError):
@@ -36,7 +37,7 @@ class Settings(BaseSettings):
         "stuck; the supervisor kills the engine process and exits 3 so that the server is restarted (0: never)")
     frontend_stall_s: float = Field(
         10.0, ge=0, description="process mode: a front-end whose event loop has not turned for longer than "
-        "this is hung; the supervisor kills it and starts another on its socket (0: never)")
+        "this is hung; the supervisor kills it and starts another on its socket (0: never; else at least 1)")
     engine_address: str | None = Field(
         None, description="set by `headwise serve` for its front-ends: the engine process's ZMQ address")
     api_key: SecretStr | None = Field(None, description="bearer token required on /v1 and /v2 routes (health probes excepted)")
@@ -141,6 +142,13 @@ class Settings(BaseSettings):
     def _empty_prompt_is_none(cls, v):
         return None if v in ("", None) else v
 
+    @field_validator("frontend_stall_s")
+    @classmethod
+    def _a_stall_longer_than_a_beat(cls, v):
+        if 0 < v < MIN_FRONTEND_STALL_S:  # a front-end beats every 0.1 s, at best: a healthy one would be killed
+            raise ValueError(f"must be 0 (never) or at least {MIN_FRONTEND_STALL_S:g} s")
+        return v
+
     @field_validator("matryoshka_dimensions", mode="before")
     @classmethod
     def _sizes(cls, v):
@@ -210,7 +218,7 @@ def load_settings(**overrides) -> Settings:
                 lines.append(err["msg"].removeprefix("Value error, "))
                 continue
             name = "HEADWISE_" + str(err["loc"][0]).upper()  # not the union member's tag (workers: int | auto)
-            lines.append(f"{name}: {err['msg']}")
+            lines.append(f"{name}: {err['msg'].removeprefix('Value error, ')}")
         raise SettingsError("invalid settings: " + "; ".join(lines)) from None
 
 

@@ -136,14 +136,24 @@ def _listen(settings: Settings, n: int) -> list[socket.socket]:
 
 
 def _hung(p: subprocess.Popen, silent_s: float, stall_s: float) -> bool:
-    """Whether front-end `p` is hung (its loop silent over `stall_s`); one that is, is killed."""
+    """Whether front-end `p` is hung (its loop silent over `stall_s`); one that is gets SIGKILL
+    (and is started again once it has exited: a process in uninterruptible sleep may take a
+    while, and the supervisor's loop does not wait for it)."""
     if not stall_s or silent_s <= stall_s:
         return False
     _say(f"error: front-end {p.pid}'s event loop has not turned for {silent_s:.0f} s, over "
          f"HEADWISE_FRONTEND_STALL_S={stall_s:g}: it is hung; killing it")
     p.kill()
-    p.wait()
     return True
+
+
+def _soon(now: float, started: float, serving: float | None, hung: bool, stall_s: float) -> bool:
+    """Whether a front-end's end counts toward the stop (CRASH_LIMIT in a row): a crash within
+    CRASH_WINDOW_S of its start, or a hang within that of its first beat (it is seen only
+    `stall_s` later). Either may happen again to the next one."""
+    if hung:
+        return serving is not None and now - serving < CRASH_WINDOW_S + stall_s
+    return now - started < CRASH_WINDOW_S
 
 
 def stopped_cleanly(code: int) -> bool:
@@ -217,7 +227,9 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
             for sock in listeners:
                 sock.close()
 
-        started: dict[int, float] = {}
+        started: dict[int, float] = {}  # when each slot's front-end was started...
+        serving: dict[int, float] = {}  # ...and when it was first seen beating
+        hung: set[int] = set()  # slots whose front-end was killed as hung, until it has exited
         crashes: dict[int, int] = {}
         for i in range(n):
             frontends[i] = frontend(i)
@@ -239,18 +251,27 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
                 _stop(list(frontends.values()), 5.0)
                 return 3
             for i, p in frontends.items():
-                if p.poll() is None and not _hung(p, beats.silent_for(i), settings.frontend_stall_s):
+                if p.poll() is None:
+                    silent = beats.silent_for(i)
+                    if silent and i not in serving:
+                        serving[i] = time.monotonic()
+                    if i not in hung and _hung(p, silent, settings.frontend_stall_s):
+                        hung.add(i)
                     continue
-                crashes[i] = crashes.get(i, 0) + 1 if time.monotonic() - started[i] < CRASH_WINDOW_S else 1
+                quick = _soon(time.monotonic(), started[i], serving.get(i), i in hung, settings.frontend_stall_s)
+                what = "was killed as hung" if i in hung else f"exited with code {p.returncode}"
+                crashes[i] = crashes.get(i, 0) + 1 if quick else 1
                 if crashes[i] >= CRASH_LIMIT:
-                    _say(f"error: front-end {p.pid} exited with code {p.returncode}, {crashes[i]} times in a row "
-                         "soon after starting; stopping (exit 3)")
+                    _say(f"error: front-end {p.pid} {what}, {crashes[i]} times in a row soon after starting; "
+                         "stopping (exit 3)")
                     close()
                     _stop([*frontends.values(), engine], settings.grace_seconds)
                     return 3
-                _say(f"front-end {p.pid} exited with code {p.returncode}; starting another")
+                _say(f"front-end {p.pid} {what}; starting another")
                 frontends[i] = frontend(i)  # its slot, and its socket, again
                 started[i] = time.monotonic()
+                serving.pop(i, None)
+                hung.discard(i)
         _say("stopping: the front-ends drain, then the engine")
         close()
         codes = _stop(list(frontends.values()), settings.grace_seconds + 5.0)

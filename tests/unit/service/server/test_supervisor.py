@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from headwise.service.server.supervisor import _hung, _listen, _stop, stopped_cleanly
+from headwise.service.server.supervisor import _hung, _listen, _soon, _stop, stopped_cleanly
 from headwise.service.settings import Settings
 
 
@@ -45,11 +45,20 @@ def test_a_front_end_silent_over_the_stall_limit_is_killed_and_one_within_it_is_
         assert not _hung(quiet, silent_s=9.0, stall_s=10.0)
         assert not _hung(quiet, silent_s=600.0, stall_s=0.0)  # 0: never
         assert quiet.poll() is None
-        assert _hung(quiet, silent_s=11.0, stall_s=10.0)
-        assert quiet.returncode == -signal.SIGKILL
+        assert _hung(quiet, silent_s=11.0, stall_s=10.0)  # SIGKILL; the supervisor's loop does not wait
+        assert quiet.wait(30) == -signal.SIGKILL
     finally:
         if quiet.poll() is None:
             quiet.kill()
+
+
+def test_a_crash_soon_after_its_start_or_a_hang_soon_after_it_served_counts_toward_the_stop():
+    stall = 10.0
+    assert _soon(now=105.0, started=100.0, serving=None, hung=False, stall_s=stall)
+    assert not _soon(now=115.0, started=100.0, serving=102.0, hung=False, stall_s=stall)
+    # a hang is seen stall_s after the loop fell silent: counted from its first beat
+    assert _soon(now=118.0, started=100.0, serving=103.0, hung=True, stall_s=stall)
+    assert not _soon(now=3600.0, started=100.0, serving=103.0, hung=True, stall_s=stall)
 
 
 SPREADS = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
