@@ -197,7 +197,10 @@ class TextTokenizer:
         tokens, not by encoding again, since the tokenizer's cut keeps every overflowing
         combination of the two sides (memory and time in the product of their lengths). Pairs go
         to the tokenizer in groups of at most PAIR_CHARS characters. `truncate="left"` reads
-        each side from its end and keeps as many of its tokens, its last ones."""
+        each side from its end and keeps as many of its tokens, its last ones (the same ids as
+        the library's; a RobertaProcessing with add_prefix_space and trim_offsets trims a
+        side's first kept token's offsets where the library's cut does not: no route that
+        cuts pairs at the start answers offsets)."""
         full: list = [None] * len(pairs)
         left = truncate == LEFT
         todo, chars = list(range(len(pairs))), PREFIX_TOKENS * self.max_len
