@@ -80,6 +80,9 @@ class Engine:
         self.ready = False
         self.draining = False
         self.failed: str | None = None
+        # Process mode: why the whole server is not ready yet though this front-end is (a
+        # sibling still starting), or None; set by server.frontend.
+        self.waiting_for: Callable[[], str | None] | None = None
         self._tok_pool = ThreadPoolExecutor(max_workers=TOKENIZER_THREADS, thread_name_prefix="headwise-tokenize")
 
     def load_packages(self) -> None:
@@ -138,6 +141,8 @@ class Engine:
             raise NotReady(self.failed)
         if not self.ready:
             raise NotReady("model not loaded or warming up")
+        if self.waiting_for is not None and (why := self.waiting_for()):
+            raise NotReady(why)
         if rt is not None and not rt.ready:
             raise NotReady(f"model {rt.name} is not ready")
 

@@ -4,7 +4,9 @@ validation, tokenisation, batching, budgets, answers) on the listening socket it
 whose backends are the engine process's (service.backends.remote). It imports no onnxruntime
 and opens no device. When the engine process dies it turns not ready and answers 503. While it
 serves, its event loop beats in its slot's heartbeat cell, so that the supervisor can restart it
-should it hang (HEADWISE_FRONTEND_STALL_S)."""
+should it hang (HEADWISE_FRONTEND_STALL_S); and until every sibling has beaten once, its
+readiness probes say not ready, so that clients come once all serve (each has its share of the
+connections from the start)."""
 
 from __future__ import annotations
 
@@ -47,13 +49,15 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
         engine.ready = False
 
     link.on_lost(engine_lost)
+    beats = _heartbeats(settings.engine_address)
+    if beats is not None and slot is not None:
+        engine.waiting_for = Siblings(beats, *slot).starting
     served = app
     if fast:
         from headwise.service.server import fastpath
 
         served = fastpath.Entry(fastpath.install(app))
     config = uvicorn.Config(served, **options)
-    beats = _heartbeats(settings.engine_address)
     server = _beating(beats, slot[0])(config) if beats and slot else uvicorn.Server(config)
     signals.run(server, sockets=[socket.socket(fileno=fd)])
     code = 3 if (not server.started and not signals.got) or engine.failed else 0
@@ -66,6 +70,27 @@ def _heartbeats(address: str | None) -> Heartbeats | None:
     """The supervisor's heartbeat cells (None when none were made: a front-end not started by it)."""
     path = beside(address or "", HEARTBEATS_FILE)
     return Heartbeats(path) if path and os.path.exists(path) else None
+
+
+class Siblings:
+    """Whether the server's other front-ends have begun to serve (each has beaten once): until
+    they all have, the kernel still gives a starting one its share of new connections, which
+    would wait. Once seen, it holds: a sibling restarted later does not turn the whole server
+    not ready (its share waits a second or two, as a crash's would)."""
+
+    def __init__(self, beats: Heartbeats, slot: int, slots: int):
+        self.beats, self.slot, self.slots = beats, slot, slots
+        self.all_served = slots <= 1
+
+    def starting(self) -> str | None:
+        """Why the server is not ready yet (None: it is)."""
+        if self.all_served:
+            return None
+        waiting = [i for i in range(self.slots) if i != self.slot and not self.beats.silent_for(i)]
+        if waiting:
+            return f"{len(waiting)} of {self.slots} front-ends still starting"
+        self.all_served = True
+        return None
 
 
 def _beating(beats: Heartbeats, slot: int):
