@@ -130,7 +130,7 @@ class Layout:
         name = f"{layout.replace(':', '-')}-{port}"
         self.server = Server(name, argv, env, port, "/health/ready", log_dir, ready_streak=ready_streak)
         self.server.wait_ready(180)
-        time.sleep(settle_s)  # every front-end ready, not only the one that answered
+        time.sleep(settle_s)  # a moment to settle before the load
         self.pid = self.server.proc.pid
         if layout.startswith("process") and not real:
             self.address = _engine_address(self.pid)

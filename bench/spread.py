@@ -1,8 +1,8 @@
 """How evenly process mode's front-ends share the connections: `headwise serve` in process mode
 over the instant stand-in engine (bench/process_mode.py), loaded by `--runs` wrk runs of
 `--clients` new keep-alive connections each. By default each run has a server of its own,
-loaded at its first ready answer, when a sibling front-end may still be starting (clients that
-reach a server as it starts, as after a rollout); `--reuse` loads one server run after run, back to back. Per run: requests/s and the
+loaded at its first ready answer, as clients reach a server after a rollout (readiness waits
+for every front-end to serve since 236e265; before it, a sibling could still be starting); `--reuse` loads one server run after run, back to back. Per run: requests/s and the
 busiest front-end's share of the front-ends' CPU (1/F when even, 1.0 when one front-end served
 every connection while the others sat idle).
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         for i in range(a.runs):
             if server is None:
                 server = Layout(f"process:{a.frontends}", w.dir.parent, "instant", False, logs, settle_s=0,
-                                ready_streak=1)  # at its first ready answer: a sibling may still start
+                                ready_streak=1)  # at its first ready answer
             before = family(server.pid)
             res = load(server.server.url + "/v1/embed", body, a.clients, a.seconds)
             share = top_share(before, family(server.pid), "server.frontend")
