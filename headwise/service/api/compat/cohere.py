@@ -36,6 +36,7 @@ ENVELOPE_BYTES = 512
 
 CUTS: dict[str, Truncate] = {"END": True, "START": LEFT, "NONE": False}  # `truncate` → the engine's
 
+
 class EmbedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"model": "all-minilm-l6-v2", "texts": ["hello", "a longer sentence"], "input_type": "search_document"},

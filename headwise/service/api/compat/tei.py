@@ -4,8 +4,9 @@ per route (no HTTP, no engine calls here).
 
 Every body also takes `model`, headwise's addition, to pick one of several served models. A
 field that would change the answer and that headwise cannot honour is refused (422), never
-ignored: a `prompt_name` the model does not have (service.engine.prompts), `dimensions` on a model without Matryoshka dimensions
-(service.engine.matryoshka), `encoding_format` other than float.
+ignored: a `prompt_name` the model does not have (service.engine.prompts), `dimensions` on a
+model without Matryoshka dimensions (service.engine.matryoshka), `encoding_format` other than
+float.
 """
 
 from __future__ import annotations
