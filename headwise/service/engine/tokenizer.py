@@ -145,9 +145,10 @@ class TextTokenizer:
     def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list) -> list[int]:
         """Into `out`, the texts headwise.wordpiece reads (the ASCII path's, with a WordPiece
         tokenizer), each read as far as its answer needs as below: a long one as a prefix with
-        more than max_len + CUT_MARGIN tokens (truncated, its first max_len are the text's; else
-        it shows the text too long), or whole, by the compiled reader where there is one
-        (headwise.compiled: the same answers); → the indices of the others."""
+        more than max_len + CUT_MARGIN tokens (truncated, its first max_len are the text's, those
+        read to see it is long; else it shows the text too long), or whole, by the compiled
+        reader where there is one (headwise.compiled: the same answers); → the indices of the
+        others."""
         wp = self.ascii.wordpiece if self.ascii is not None else None
         if wp is None:
             return list(range(len(texts)))
@@ -155,14 +156,20 @@ class TextTokenizer:
         todo, enough = [], self.max_len + CUT_MARGIN
         limit, added = (self.max_len if truncate else 1 << 62), (wp.added if special_tokens else 0)
         for i, text in enumerate(texts):
-            chars = PREFIX_TOKENS * self.max_len
-            while (low := self.ascii.text(text[:chars])) is not None and chars < len(text) \
-                    and len(wp.pieces(low, enough + 1)[0]) + added <= enough:
-                chars *= 4
+            chars, first = PREFIX_TOKENS * self.max_len, None
+            while (low := self.ascii.text(text[:chars])) is not None and chars < len(text):
+                first = wp.pieces(low, enough + 1)
+                if len(first[0]) + added > enough:
+                    break
+                chars, first = chars * 4, None
             if low is None:
                 todo.append(i)
                 continue
-            ids, type_ids, tokens, offsets = read(low, special_tokens, limit)
+            if first is not None and truncate and (n := wp.room(special_tokens, limit)) < len(first[0]):
+                # a long text: the prefix's first pieces, read once to see it is long, are its answer
+                ids, type_ids, tokens, offsets = wp.framed(first[0][:n], first[1][:n], first[2][:n], special_tokens)
+            else:
+                ids, type_ids, tokens, offsets = read(low, special_tokens, limit)
             types = np.zeros(len(ids), np.int64) if not any(type_ids) else np.array(type_ids, dtype=np.int64)
             out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets)
         return todo
