@@ -79,7 +79,7 @@ class Encoded:
 class TextTokenizer:
     def __init__(self, file: str | Path, max_len: int, ascii: bool = True):
         """`ascii=False`: every text read the usual way (for comparison; the path's answers are the same)."""
-        self.max_len = max_len
+        self.max_len, self.file = max_len, str(file)
         # The file may carry its own padding and truncation (all-MiniLM-L6-v2 pads to 128);
         # they are switched off here and ours apply.
         truncating = Tokenizer.from_file(str(file))
@@ -88,9 +88,6 @@ class TextTokenizer:
         full = Tokenizer.from_file(str(file))
         full.no_padding()
         full.no_truncation()
-        self._left = Tokenizer.from_file(str(file))  # cuts at the start (service.engine.tails)
-        self._left.no_padding()
-        self._left.enable_truncation(max_length=max_len, direction="left")
         # batches' printable ASCII read past BERT's normalizer, with the same answer (headwise.ascii_path)
         self.ascii = ascii_path.AsciiPath.of(file) if ascii else None
         self._truncating, self._full = ascii_path.reader(truncating, self.ascii), ascii_path.reader(full, self.ascii)
@@ -144,11 +141,10 @@ class TextTokenizer:
 
     def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list) -> list[int]:
         """Into `out`, the texts headwise.wordpiece reads (the ASCII path's, with a WordPiece
-        tokenizer), each read as far as its answer needs as below: a long one as a prefix with
-        more than max_len + CUT_MARGIN tokens (truncated, its first max_len are the text's, those
-        read to see it is long; else it shows the text too long), or whole, by the compiled
-        reader where there is one (headwise.compiled: the same answers); → the indices of the
-        others."""
+        tokenizer), each read as far as its answer needs: a long one as a prefix of over max_len +
+        CUT_MARGIN tokens (truncated, the first max_len read to see so are its answer; else it
+        shows the text too long), or whole, by the compiled reader where there is one
+        (headwise.compiled: the same answers); → the indices of the others."""
         wp = self.ascii.wordpiece if self.ascii is not None else None
         if wp is None:
             return list(range(len(texts)))
@@ -173,6 +169,14 @@ class TextTokenizer:
             types = np.zeros(len(ids), np.int64) if not any(type_ids) else np.array(type_ids, dtype=np.int64)
             out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets)
         return todo
+
+    @cached_property
+    def _left(self) -> Tokenizer:
+        """The tokenizer cutting at the start (service.engine.tails), read on the first such request."""
+        tok = Tokenizer.from_file(self.file)
+        tok.no_padding()
+        tok.enable_truncation(max_length=self.max_len, direction="left")
+        return tok
 
     def encode_items(self, items: list, truncate: Truncate = True, words: bool = False,
                      cut: Cut = "longest_first") -> list[Encoded]:
@@ -204,10 +208,9 @@ class TextTokenizer:
         tokens, not by encoding again, since the tokenizer's cut keeps every overflowing
         combination of the two sides (memory and time in the product of their lengths). Pairs go
         to the tokenizer in groups of at most PAIR_CHARS characters. `truncate="left"` reads
-        each side from its end and keeps as many of its tokens, its last ones (the same ids as
-        the library's; a RobertaProcessing with add_prefix_space and trim_offsets trims a
-        side's first kept token's offsets where the library's cut does not: no route that
-        cuts pairs at the start answers offsets)."""
+        each side from its end and keeps as many of its tokens, its last ones (the library's ids;
+        a RobertaProcessing with add_prefix_space and trim_offsets trims a side's first kept
+        token's offsets where it does not: no route cutting pairs at the start answers them)."""
         full: list = [None] * len(pairs)
         left = truncate == LEFT
         todo, chars = list(range(len(pairs))), PREFIX_TOKENS * self.max_len
@@ -359,8 +362,7 @@ def _word_chars(e, positions) -> list[tuple[int, int] | None]:
 
 
 def _shifted(spans: list, segments: np.ndarray, shift: tuple[int, int]) -> list:
-    """A pair's per-token character spans, each side's moved by `shift` (where its text was
-    read from; a special token's, or a None, as it is)."""
+    """A pair's per-token spans, each side's moved by `shift`, where its text was read from."""
     if not any(shift):
         return spans
     return [s if s is None or side < 0 else (s[0] + shift[side], s[1] + shift[side])
