@@ -31,6 +31,17 @@ def beside(address: str, name: str) -> str | None:
     return os.path.join(os.path.dirname(address[len("ipc://"):]), name)
 
 
+def _create(path: str | Path, cells: int) -> None:
+    """A file of `cells` cells, each 0."""
+    with open(path, "wb") as f:
+        f.truncate(cells * CELL)
+
+
+def _since(stamp: int) -> float:
+    """Seconds since a CLOCK_MONOTONIC stamp in ns (0.0 for none)."""
+    return (time.monotonic_ns() - stamp) / 1e9 if stamp else 0.0
+
+
 def _map(path: str, cells: int) -> memoryview:
     fd = os.open(path, os.O_RDWR)
     try:
@@ -49,8 +60,7 @@ class RunClock:
 
     @classmethod
     def create(cls, path: str | Path) -> RunClock:
-        with open(path, "wb") as f:
-            f.truncate(CELL)
+        _create(path, 1)
         return cls(path)
 
     def started(self) -> None:
@@ -61,8 +71,7 @@ class RunClock:
 
     def running_for(self) -> float:
         """Seconds the current run has lasted (0.0 when none runs)."""
-        began = self._cell[0]
-        return (time.monotonic_ns() - began) / 1e9 if began else 0.0
+        return _since(self._cell[0])
 
 
 class Heartbeats:
@@ -76,8 +85,7 @@ class Heartbeats:
 
     @classmethod
     def create(cls, path: str | Path) -> Heartbeats:
-        with open(path, "wb") as f:
-            f.truncate(SLOTS * CELL)
+        _create(path, SLOTS)
         return cls(path)
 
     def beat(self, slot: int) -> None:
@@ -88,8 +96,7 @@ class Heartbeats:
 
     def silent_for(self, slot: int) -> float:
         """Seconds since front-end `slot` last beat (0.0 while it is not watched)."""
-        last = self._cells[slot]
-        return (time.monotonic_ns() - last) / 1e9 if last else 0.0
+        return _since(self._cells[slot])
 
 
 class QueueTable:
@@ -103,8 +110,7 @@ class QueueTable:
     @classmethod
     def create(cls, path: str | Path, queues: int) -> QueueTable:
         """The engine's: every queue empty."""
-        with open(path, "wb") as f:
-            f.truncate(max(queues, 1) * SLOTS * CELL)
+        _create(path, max(queues, 1) * SLOTS)
         return cls(path, queues)
 
     def front_end(self, slot: int, slots: int) -> FrontEndQueues:

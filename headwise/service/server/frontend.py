@@ -49,8 +49,8 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
         engine.ready = False
 
     link.on_lost(engine_lost)
-    beats = _heartbeats(settings.engine_address)
-    if beats is not None and slot is not None:
+    beats = _heartbeats(settings.engine_address) if slot is not None else None
+    if beats is not None:
         engine.waiting_for = Siblings(beats, *slot).starting
     served = app
     if fast:
@@ -58,7 +58,7 @@ def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | Non
 
         served = fastpath.Entry(fastpath.install(app))
     config = uvicorn.Config(served, **options)
-    server = _beating(beats, slot[0])(config) if beats and slot else uvicorn.Server(config)
+    server = _beating(beats, slot[0])(config) if beats is not None else uvicorn.Server(config)
     signals.run(server, sockets=[socket.socket(fileno=fd)])
     code = 3 if (not server.started and not signals.got) or engine.failed else 0
     link.close()
