@@ -2,9 +2,10 @@
 over the instant stand-in engine (bench/process_mode.py), loaded by `--runs` wrk runs of
 `--clients` new keep-alive connections each. By default each run has a server of its own,
 loaded at its first ready answer, as clients reach a server after a rollout (readiness waits
-for every front-end to serve since 236e265; before it, a sibling could still be starting); `--reuse` loads one server run after run, back to back. Per run: requests/s and the
-busiest front-end's share of the front-ends' CPU (1/F when even, 1.0 when one front-end served
-every connection while the others sat idle).
+for every front-end to serve since 236e265; before it, a sibling could still be starting);
+`--reuse` loads one server run after run, back to back. Per run: requests/s and the busiest
+front-end's share of the front-ends' CPU (1/F when even, 1.0 when one front-end served every
+connection while the others sat idle).
 
     python -m bench.spread --models DIR --frontends 2 --runs 10
 
