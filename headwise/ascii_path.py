@@ -74,7 +74,7 @@ class AsciiPath:
     def disagreements(self, usual: Tokenizer, texts, max_len: int | None = None, reader=None) -> list[str]:
         """The texts of `texts` the path takes that `reader` (`self.wordpiece`, or
         `self.compiled`) reads otherwise than `usual` (no padding; truncating at max_len, if
-        given), with and without special tokens."""
+        given), with and without special tokens; a compiled reader's ids alone too (its `ids`)."""
         out, reader = [], reader or self.wordpiece
         label, cut = (", tokie" if reader is self.compiled else ""), (1 << 62 if max_len is None else max_len)
         usual = Tokenizer.from_str(usual.to_str())
@@ -89,7 +89,8 @@ class AsciiPath:
                 continue
             for special in (True, False):
                 e = usual.encode(text, add_special_tokens=special)
-                if (e.ids, e.type_ids, e.tokens, e.offsets) != tuple(reader.encode(low, special, cut)):
+                if (e.ids, e.type_ids, e.tokens, e.offsets) != tuple(reader.encode(low, special, cut)) or (
+                        reader is self.compiled and reader.ids(low, special, cut) not in (None, (e.ids, e.type_ids))):
                     out.append(f"{text!r} (special tokens: {special}, truncated: {max_len is not None}{label})")
         return out
 

@@ -5,7 +5,8 @@ headwise.wordpiece's CPU (bench/results/tokie-ascii.md). Its ids and tokens are 
 on the texts the path reads. Its offsets are not, in two ways, both mended here: it spans a
 word's later piece with its "##" (so every later piece of the word is shifted), and an
 over-long word's [UNK] as the five characters of "[UNK]" (a text with an [UNK] is read by
-headwise.wordpiece instead).
+headwise.wordpiece instead). For an answer that carries no strings or offsets, its ids are
+read alone (`ids`: tokie builds no offsets, and no token is looked up).
 
 It is used only at the version it was tested at (TESTED, pinned in constraints.txt), and only
 where it reads the service's SELF_CHECK texts as the tokenizer does (headwise.ascii_path);
@@ -18,6 +19,7 @@ import logging
 from importlib.metadata import PackageNotFoundError, version
 from itertools import compress
 from pathlib import Path
+from typing import NamedTuple
 
 from headwise.wordpiece import WordPiece
 
@@ -29,6 +31,15 @@ def installed() -> str | None:
         return version("tokie")
     except PackageNotFoundError:
         return None
+
+
+class Reading(NamedTuple):
+    """One text's reading with its parts named, as `tokenizers` names an encoding's."""
+
+    ids: list[int]
+    type_ids: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
 
 
 class Compiled:
@@ -86,6 +97,22 @@ class Compiled:
         if not self.later.isdisjoint(ids):  # tokie spans a later piece with its "##": not the text's
             mend(tokens, offsets, compress(range(len(ids)), map(self.later.__contains__, ids)))
         return wp.framed(ids, tokens, offsets, special_tokens)
+
+    def reading(self, text: str, special_tokens: bool, max_tokens: int) -> Reading:
+        """`encode`'s answer as a Reading: what an Encoded read by `ids` builds its strings and
+        offsets from, when its answer needs them."""
+        return Reading(*self.encode(text, special_tokens, max_tokens))
+
+    def ids(self, text: str, special_tokens: bool, max_tokens: int) -> tuple[list[int], list[int]] | None:
+        """`encode`'s ids and type ids alone (tokie builds no offsets, and no token is looked
+        up), or None where `text` holds an [UNK] (`encode` reads it)."""
+        wp = self.wp
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        if wp.unk_id in ids:
+            return None
+        if len(ids) > (n := wp.room(special_tokens, max_tokens)):
+            ids = ids[:n]
+        return wp.framed_ids(ids, special_tokens)
 
 
 def mend(tokens: list[str], offsets: list[tuple[int, int]], later) -> None:

@@ -139,12 +139,20 @@ class WordPiece:
     def framed(self, ids: list[int], tokens: list[str], offsets: list[tuple[int, int]], special_tokens: bool):
         """A text's pieces → (ids, type ids, tokens, offsets), within the template's special
         tokens where `special_tokens`."""
+        framed, types = self.framed_ids(ids, special_tokens)
+        if not special_tokens:
+            return framed, types, tokens, offsets
+        (b_ids, b_tokens, _), (a_ids, a_tokens, _) = self.specials
+        return (framed, types, b_tokens + tokens + a_tokens,
+                [(0, 0)] * len(b_ids) + offsets + [(0, 0)] * len(a_ids))
+
+    def framed_ids(self, ids: list[int], special_tokens: bool) -> tuple[list[int], list[int]]:
+        """`framed`'s ids and type ids alone."""
         types = [self.type_id] * len(ids)
         if not special_tokens:
-            return ids, types, tokens, offsets
-        (b_ids, b_tokens, b_types), (a_ids, a_tokens, a_types) = self.specials
-        return (b_ids + ids + a_ids, b_types + types + a_types, b_tokens + tokens + a_tokens,
-                [(0, 0)] * len(b_ids) + offsets + [(0, 0)] * len(a_ids))
+            return ids, types
+        (b_ids, _, b_types), (a_ids, _, a_types) = self.specials
+        return b_ids + ids + a_ids, b_types + types + a_types
 
 
 def _single(post: dict | None):

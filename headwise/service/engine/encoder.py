@@ -159,16 +159,16 @@ class EncoderRuntime:
         """The graph's inputs for a batch: ids right-padded with pad_id, mask 1 on real tokens;
         the analysis graph's head mask, 0 at each entry's removed heads."""
         b = len(entries)
+        lengths = np.fromiter([e.length for e in entries], np.int64, b)
+        real = np.arange(padded) < lengths[:, None]  # (B, padded): each row's first `length` cells
         ids = np.full((b, padded), self.package.pad_id, dtype=np.int64)
-        mask = np.zeros((b, padded), dtype=np.int64)
+        ids[real] = np.concatenate([e.ids for e in entries])  # a boolean mask fills row by row
         types = np.zeros((b, padded), dtype=np.int64)
+        types[real] = np.concatenate([e.type_ids for e in entries])
+        mask = real.astype(np.int64)
         for i, e in enumerate(entries):
-            n = e.length
-            ids[i, :n] = e.ids
-            mask[i, :n] = 1
             if e.holes:
                 mask[i, list(e.holes)] = 0
-            types[i, :n] = e.type_ids
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         if role == "analysis":
             pkg = self.package

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer
 
 from headwise import ascii_path
 from headwise.service.engine import tails
+from headwise.service.engine.encoded import Encoded
 from headwise.service.engine.pair_cut import Cut, from_the_left, kept
 from headwise.service.errors import FIELD, Validation
 
@@ -23,57 +24,6 @@ CUT_MARGIN = 128
 PAIR_CHARS = 1 << 21  # characters of pairs one encode_batch reads (beyond a single pair's own)
 LEFT = "left"  # `truncate`: cut at the start, keeping the last tokens (service.engine.tails)
 Truncate = bool | Literal["left"]  # False: refuse what is too long; True: cut at the end; "left"
-
-
-class Encoded:
-    """One input's tokens: ids and type ids (T,) int64, and each token's string and character
-    offsets. A pair's `segments` say per token 0 (first text), 1 (second text) or -1 (special
-    token); None for a single text. Offsets of a pair's tokens are into their own text.
-
-    Made from the tokenizer's encoding (`source`), the strings and offsets are built on first
-    use: a plain embedding's answer never reads them (`materialize` builds them where one does,
-    on the thread that tokenised). `source` may also be a function that makes that encoding
-    (the text encoded again): for ids from `encode_batch_fast`, whose encodings carry neither
-    strings nor offsets."""
-
-    __slots__ = ("_offsets", "_source", "_tokens", "ids", "segments", "type_ids", "words")
-
-    def __init__(self, ids: np.ndarray, type_ids: np.ndarray, tokens: list[str] | None = None,
-                 offsets: list[tuple[int, int]] | None = None, segments: np.ndarray | None = None,
-                 source=None, words: list[tuple[int, int] | None] | None = None):
-        if (tokens is None or offsets is None) and source is None:
-            raise ValueError("Encoded needs tokens and offsets, or the encoding they come from")
-        self.ids, self.type_ids, self.segments = ids, type_ids, segments
-        self._tokens, self._offsets, self._source = tokens, offsets, source
-        self.words = words  # per token, its word's characters in its own text (encode_items(words=True))
-
-    def _encoding(self):
-        if callable(self._source):
-            self._source = self._source()
-        return self._source
-
-    @property
-    def tokens(self) -> list[str]:
-        if self._tokens is None:
-            self._tokens = self._encoding().tokens
-        return self._tokens
-
-    @property
-    def offsets(self) -> list[tuple[int, int]]:
-        if self._offsets is None:
-            self._offsets = self._encoding().offsets
-        return self._offsets
-
-    def materialize(self) -> Encoded:
-        """Build the strings and offsets now, and let the tokenizer's encoding go."""
-        if self._source is not None:
-            _ = self.tokens, self.offsets
-            self._source = None
-        return self
-
-    @property
-    def length(self) -> int:
-        return len(self.ids)
 
 
 class TextTokenizer:
@@ -116,7 +66,7 @@ class TextTokenizer:
         fast = lazy and not strings
         batch = tok.encode_batch_fast if fast else tok.encode_batch
         out: list[Encoded | None] = [None] * len(texts)
-        todo, chars = self._wordpiece(texts, truncate, special_tokens, out), PREFIX_TOKENS * self.max_len
+        todo, chars = self._wordpiece(texts, truncate, special_tokens, out, fast), PREFIX_TOKENS * self.max_len
         while todo:
             cut = [texts[i] if len(texts[i]) <= chars else texts[i][:chars] for i in todo]
             # measured on the untruncated prefix: does it pass max_len by the margin?
@@ -139,15 +89,17 @@ class TextTokenizer:
             todo, chars = again, chars * 4
         return out  # type: ignore[return-value]
 
-    def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list) -> list[int]:
+    def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list, fast: bool) -> list[int]:
         """Into `out`, the texts headwise.wordpiece reads (the ASCII path's, with a WordPiece
         tokenizer), each read as far as its answer needs: a long one as a prefix of over max_len +
         CUT_MARGIN tokens (truncated, the first max_len read to see so are its answer; else it
         shows the text too long), or whole, by the compiled reader where there is one
-        (headwise.compiled: the same answers); → the indices of the others."""
+        (headwise.compiled: the same answers; with `fast`, its ids alone, the strings and offsets
+        read again if asked for); → the indices of the others."""
         wp = self.ascii.wordpiece if self.ascii is not None else None
         if wp is None:
             return list(range(len(texts)))
+        compiled = self.ascii.compiled if fast else None
         read = (self.ascii.compiled or wp).encode
         todo, enough = [], self.max_len + CUT_MARGIN
         limit, added = (self.max_len if truncate else 1 << 62), (wp.added if special_tokens else 0)
@@ -164,10 +116,14 @@ class TextTokenizer:
             if first is not None and truncate and (n := wp.room(special_tokens, limit)) < len(first[0]):
                 # a long text: the prefix's first pieces, read once to see it is long, are its answer
                 ids, type_ids, tokens, offsets = wp.framed(first[0][:n], first[1][:n], first[2][:n], special_tokens)
+            elif compiled is not None and (framed := compiled.ids(low, special_tokens, limit)) is not None:
+                ids, type_ids = framed
+                out[i] = Encoded(np.array(ids, dtype=np.int64), _types(type_ids),
+                                 source=partial(compiled.reading, low, special_tokens, limit))
+                continue
             else:
                 ids, type_ids, tokens, offsets = read(low, special_tokens, limit)
-            types = np.zeros(len(ids), np.int64) if not any(type_ids) else np.array(type_ids, dtype=np.int64)
-            out[i] = Encoded(np.array(ids, dtype=np.int64), types, tokens, offsets)
+            out[i] = Encoded(np.array(ids, dtype=np.int64), _types(type_ids), tokens, offsets)
         return todo
 
     @cached_property
@@ -398,3 +354,7 @@ def _processor_ids(node) -> set[int]:
         for value in node:
             out |= _processor_ids(value)
     return out
+
+
+def _types(type_ids: list[int]) -> np.ndarray:
+    return np.zeros(len(type_ids), np.int64) if not any(type_ids) else np.array(type_ids, dtype=np.int64)

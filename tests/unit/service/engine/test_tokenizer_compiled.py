@@ -63,22 +63,45 @@ def test_a_short_word_limit(tmp_path, texts):
     assert readings(tmp_path / "tokenizer.json", texts[::5], "compiled", CUTS) > 6_000
 
 
+class Counting:
+    """A compiled reader, counting its calls by kind."""
+
+    def __init__(self, reader: compiled.Compiled):
+        self.reader, self.calls = reader, {"encode": 0, "ids": 0, "reading": 0}
+
+    def __getattr__(self, name):
+        def call(*a):
+            self.calls[name] += 1
+            return getattr(self.reader, name)(*a)
+        return call
+
+
 def test_text_tokenizer_reads_plain_texts_with_it():
+    """With lazy strings that no answer carries, it reads their ids alone; a string or offset
+    read after all is read again, and equal."""
     tok = TextTokenizer(MINILM, 16)
     texts = ["plain ascii", "naïve café", "The cat sat on the unaffable mat " * 3, ""]
     usual = Tokenizer.from_file(str(MINILM))
     usual.no_padding()
     usual.enable_truncation(max_length=16)
-    called = []
-    reader = tok.ascii.compiled
-    tok.ascii.compiled = type("Counting", (), {"encode": lambda _, *a: called.append(a) or reader.encode(*a)})()
-    for lazy, strings in ((True, False), (True, True), (False, True)):
-        called.clear()
+    for lazy, strings, calls in ((True, False, {"encode": 0, "ids": 3, "reading": 0}),
+                                 (True, True, {"encode": 3, "ids": 0, "reading": 0}),
+                                 (False, True, {"encode": 3, "ids": 0, "reading": 0})):
+        tok.ascii.compiled = counting = Counting(tok.ascii.compiled.reader if isinstance(tok.ascii.compiled, Counting)
+                                                 else tok.ascii.compiled)
         got = tok.encode_unchecked(texts, lazy=lazy, strings=strings)
-        assert len(called) == 3  # not "naïve café"
+        assert counting.calls == calls  # not "naïve café"
         for g, want in zip(got, usual.encode_batch(texts), strict=True):
             assert (g.ids.tolist(), g.type_ids.tolist(), g.tokens, g.offsets) == (
                 want.ids, want.type_ids, want.tokens, want.offsets)
+        assert counting.calls["reading"] == calls["ids"]  # the strings, read again when asked for
+
+
+def test_ids_alone_leave_a_text_with_an_unknown_word_to_encode():
+    reader = TextTokenizer(MINILM, 16).ascii.compiled
+    assert reader.ids("a " + "q" * 300, True, 16) is None
+    assert reader.ids("a cat", True, 16) == ([101, 1037, 4937, 102], [0, 0, 0, 0])
+    assert reader.ids("a cat sat", True, 3) == ([101, 1037, 102], [0, 0, 0])
 
 
 def test_another_tokie_version_is_not_used(monkeypatch, caplog):
@@ -109,6 +132,23 @@ def test_a_reader_that_disagrees_is_dropped_and_fails_the_export(monkeypatch, ca
     assert bad and "hello" in bad[0] and "tokie" in bad[0]
     with pytest.raises(PackageError, match="ASCII path reads"):
         check_ascii_path(MINILM, 256, lambda _: None)
+
+
+def test_ids_read_otherwise_drop_the_reader_and_fail_the_export(monkeypatch):
+    """Its ids alone are checked as its whole reading is: were they to differ, neither the
+    check at load nor the export's would let it read."""
+    alone = compiled.Compiled.ids
+
+    def wrong(self, text, special, max_tokens):
+        got = alone(self, text, special, max_tokens)
+        return got and ([100 if i == 7592 else i for i in got[0]], got[1])
+
+    monkeypatch.setattr(compiled.Compiled, "ids", wrong)
+    monkeypatch.setattr("headwise.wordpiece.SELF_CHECK", ("say hello",))
+    assert AsciiPath.of(MINILM).compiled is None
+    monkeypatch.setattr("headwise.wordpiece.SELF_CHECK", ("the cat",))
+    bad = mismatches(MINILM, ["hello there", "the cat"], 256)
+    assert bad and "hello" in bad[0] and "tokie" in bad[0]
 
 
 def test_the_installed_tokie_is_the_one_tested():
