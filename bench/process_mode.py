@@ -42,7 +42,7 @@ from bench.stats import median
 from bench.workload import Workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROUTE = "/v1/embed"
+ROUTES = {"native": "/v1/embed", "openai": "/v1/embeddings"}  # the native answer carries tokens and offsets too
 COLUMNS = [("requests_per_s", "requests/s", 0), ("inputs_per_s", "inputs/s", 0), ("p50_ms", "p50 ms", 2),
            ("p99_ms", "p99 ms", 2), ("fe_us_per_request", "front-end CPU µs/request", 0),
            ("fe_us_per_input", "front-end CPU µs/input", 0), ("engine_us_per_input", "engine CPU µs/input", 1),
@@ -200,8 +200,8 @@ def figures(cell: Cell, res: dict, before: dict, after: dict, real: bool) -> dic
     return out
 
 
-def measure(server: Layout, body: bytes, cell: Cell, seconds: float, warm: float) -> dict:
-    url = server.server.url + ROUTE
+def measure(server: Layout, route: str, body: bytes, cell: Cell, seconds: float, warm: float) -> dict:
+    url = server.server.url + route
     if warm > 0:
         load(url, body, cell.clients, warm)
     before = server.snapshot()
@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--warm", type=float, default=1)
+    ap.add_argument("--route", choices=sorted(ROUTES), default="native",
+                    help="native /v1/embed (vectors, tokens and offsets) or OpenAI /v1/embeddings (vectors)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--table", help=argparse.SUPPRESS)
@@ -260,9 +262,10 @@ def main(argv: list[str] | None = None) -> None:
     models = w.dir.parent
     cells = [Cell(t, n, c, lay) for t in ints(a.lengths) for n in ints(a.inputs) for c in ints(a.clients)
              for lay in layouts]
-    bodies = {(c.tokens, c.inputs): w.body(c.tokens, inputs=c.inputs) for c in cells}
+    bodies = {(c.tokens, c.inputs): w.body(c.tokens, inputs=c.inputs, shape=a.route) for c in cells}
     facts = machine_facts("cpu" if a.real else f"engine stand-in: {a.hold}")
     facts["model package"] = f"{w.name} ({w.dir})"
+    facts["route"] = ROUTES[a.route]
     facts["load average at start (1/5/15 min)"] = load_average()
     log_dir = Path(tempfile.mkdtemp(prefix="process-mode-"))
     runs: dict[Cell, list[dict]] = {c: [] for c in cells}
@@ -272,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
             server = Layout(lay, models, a.hold, a.real, log_dir)
             try:
                 for c in [c for c in cells if c.layout == lay]:
-                    r = measure(server, bodies[(c.tokens, c.inputs)], c, a.seconds, a.warm)
+                    r = measure(server, ROUTES[a.route], bodies[(c.tokens, c.inputs)], c, a.seconds, a.warm)
                     runs[c].append(r)
                     print(f"rep {rep + 1} {lay} {c.tokens} tok {c.inputs} in/req {c.clients} clients: "
                           + ", ".join(f"{h} {_fmt(r.get(k), d)}" for k, h, d in (REAL_COLUMNS if a.real else COLUMNS)),

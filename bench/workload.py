@@ -90,9 +90,13 @@ class Workload:
         t = self.effective(tokens)
         return batch * self.n_layers * self.n_heads * t * t * itemsize
 
-    def body(self, tokens: int, attention: bool = False, inputs: int = 1) -> bytes:
-        """A request of one text (a string) or of `inputs` different texts (a list)."""
-        req: dict = {"inputs": self.text(tokens) if inputs == 1 else self.texts(tokens, inputs)}
+    def body(self, tokens: int, attention: bool = False, inputs: int = 1, shape: str = "native") -> bytes:
+        """A request of one text (a string) or of `inputs` different texts (a list), in the
+        native shape or OpenAI's (`shape="openai"`, no attention)."""
+        texts = self.text(tokens) if inputs == 1 else self.texts(tokens, inputs)
+        if shape == "openai":
+            return json.dumps({"model": self.name, "input": texts}).encode()
+        req: dict = {"inputs": texts}
         if attention:
             req["attention"] = dict(ATTENTION_ALL)
         return json.dumps(req).encode()
