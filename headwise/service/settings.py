@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1 << 20
-MIN_FRONTEND_STALL_S = 1.0  # HEADWISE_FRONTEND_STALL_S, unless 0
+MIN_FRONTEND_STALL_S = 1.0  # HEADWISE_FRONTEND_STALL_S and _START_S, unless 0
 
 
 class SettingsError(ValueError):
@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     frontend_stall_s: float = Field(
         10.0, ge=0, description="process mode: a front-end whose event loop has not turned for longer than "
         "this is hung; the supervisor kills it and starts another on its socket (0: never; else at least 1)")
+    frontend_start_s: float = Field(
+        60.0, ge=0, description="process mode: a front-end that does not serve within this long of its start is "
+        "stuck starting; the supervisor kills it and starts another on its socket (0: never; else at least 1)")
     engine_address: str | None = Field(
         None, description="set by `headwise serve` for its front-ends: the engine process's ZMQ address")
     api_key: SecretStr | None = Field(None, description="bearer token required on /v1 and /v2 routes (health probes excepted)")
@@ -142,7 +145,7 @@ class Settings(BaseSettings):
     def _empty_prompt_is_none(cls, v):
         return None if v in ("", None) else v
 
-    @field_validator("frontend_stall_s")
+    @field_validator("frontend_stall_s", "frontend_start_s")
     @classmethod
     def _a_stall_longer_than_a_beat(cls, v):
         if 0 < v < MIN_FRONTEND_STALL_S:  # a front-end beats every 0.1 s, at best: a healthy one would be killed

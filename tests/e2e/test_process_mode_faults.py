@@ -6,8 +6,8 @@ with a slow device (HEADWISE_FAULT_ENGINE_DELAY_MS).
   disconnects and client errors mixed in.
 - The engine killed: 503 and not ready within 1 s, and the supervisor exits non-zero.
 - A front-end killed: it is started again, on its predecessor's socket; the other
-  front-ends' clients see no error. A hung one is killed and started again, and the clients
-  that waited on its socket are answered.
+  front-ends' clients see no error. A hung one, or one stuck starting, is killed and started
+  again, and the clients that waited on its socket are answered.
 - SIGTERM with requests in flight: none is lost, exit 0; SIGTERM while front-ends start: exit 0.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from tests.fixtures.metrics import total
-from tests.fixtures.procfs import holder, holders, listener, roles
+from tests.fixtures.procfs import cmdline, holder, holders, listener, roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -265,6 +265,44 @@ def test_a_hung_front_end_is_killed_and_its_socket_s_clients_are_served_by_the_n
     (new,) = set(now) - {other}
     assert listener(new) == socket_of_slot
     assert set(holders(srv, now, 24)) == set(now)
+
+
+def test_a_front_end_stuck_starting_is_killed_and_its_socket_s_clients_are_served_by_the_next(
+        start_server, tiny_package):
+    """A front-end started again after a crash, then stopped (SIGSTOP) before it serves: its
+    socket takes its share of new connections, and it never beats. Past
+    HEADWISE_FRONTEND_START_S the supervisor kills it and starts another on the same socket,
+    which answers the connections that waited there."""
+    srv = _slow(start_server, tiny_package, 2, 0, HEADWISE_FRONTEND_START_S="4")
+    victim, other = roles(srv)["frontend"]
+    socket_of_slot = listener(victim)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while not (new := [p for p in set(roles(srv)["frontend"]) - {victim, other} if _is_frontend(p)]):
+        assert time.monotonic() < deadline, srv.log_tail()
+        time.sleep(0.002)
+    (stuck,) = new
+    os.kill(stuck, signal.SIGSTOP)  # while it imports: it never serves
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda i: httpx.post(srv.url + "/v1/embed", json={"inputs": [f"text {i}"]},
+                                                     timeout=120).status_code, range(12)))
+    assert answers == [200] * 12
+    log = srv.log_tail()
+    assert "is stuck starting; killing it" in log and "HEADWISE_FRONTEND_START_S=4" in log
+    now = roles(srv)["frontend"]
+    assert stuck not in now and other in now and len(now) == 2
+    (fresh,) = set(now) - {other}
+    assert listener(fresh) == socket_of_slot
+    assert srv.get("/health/ready").status_code == 200
+
+
+def _is_frontend(pid: int) -> bool:
+    """Whether `pid` runs the front-end's code already (a child stopped between fork and exec
+    would stop the supervisor, which waits for the exec)."""
+    try:
+        return "server.frontend" in cmdline(pid)
+    except OSError:
+        return False
 
 
 def test_sigterm_with_requests_in_flight_loses_none_and_exits_0(start_server, tiny_package):

@@ -7,7 +7,8 @@ connections) and starts HEADWISE_FRONTENDS front-end processes on them. Then it 
   dying within seconds of its start stops the server, exit 3;
 - a front-end whose event loop has not turned for over HEADWISE_FRONTEND_STALL_S (its
   heartbeat) is hung: its socket would keep taking its share of new connections, so the
-  supervisor kills it, and the above follows;
+  supervisor kills it, and the above follows; so it does with one that has not served
+  HEADWISE_FRONTEND_START_S after its start (stuck while it imports or loads);
 - when the engine dies, the front-ends turn not ready and answer 503 (their watchdog), and
   the supervisor stops them and exits 3, so that Docker or Kubernetes restarts the server;
 - a device run that lasts over HEADWISE_ENGINE_STALL_S (the engine's run clock) means a stuck
@@ -147,12 +148,24 @@ def _hung(p: subprocess.Popen, silent_s: float, stall_s: float) -> bool:
     return True
 
 
+def _stuck_starting(p: subprocess.Popen, starting_s: float, start_s: float) -> bool:
+    """Whether front-end `p`, `starting_s` after its start and never yet beating, is stuck
+    starting (over `start_s`): its socket takes its share of new connections meanwhile, so it is
+    killed as a hung one is."""
+    if not start_s or starting_s <= start_s:
+        return False
+    _say(f"error: front-end {p.pid} has not served {starting_s:.0f} s after its start, over "
+         f"HEADWISE_FRONTEND_START_S={start_s:g}: it is stuck starting; killing it")
+    p.kill()
+    return True
+
+
 def _soon(now: float, started: float, serving: float | None, hung: bool, stall_s: float) -> bool:
     """Whether a front-end's end counts toward the stop (CRASH_LIMIT in a row): a crash within
-    CRASH_WINDOW_S of its start, or a hang within that of its first beat (it is seen only
-    `stall_s` later). Either may happen again to the next one."""
+    CRASH_WINDOW_S of its start, a hang before it ever served, or one within CRASH_WINDOW_S of
+    its first beat (seen only `stall_s` later). Any may happen again to the next one."""
     if hung:
-        return serving is not None and now - serving < CRASH_WINDOW_S + stall_s
+        return serving is None or now - serving < CRASH_WINDOW_S + stall_s
     return now - started < CRASH_WINDOW_S
 
 
@@ -255,7 +268,8 @@ def run(settings: Settings, log_level: str, access_log: bool, engine_module: lis
                     silent = beats.silent_for(i)
                     if silent and i not in serving:
                         serving[i] = time.monotonic()
-                    if i not in hung and _hung(p, silent, settings.frontend_stall_s):
+                    if i not in hung and (_hung(p, silent, settings.frontend_stall_s) if i in serving else
+                                          _stuck_starting(p, time.monotonic() - started[i], settings.frontend_start_s)):
                         hung.add(i)
                     continue
                 quick = _soon(time.monotonic(), started[i], serving.get(i), i in hung, settings.frontend_stall_s)

@@ -52,9 +52,11 @@ def test_frontends_auto_leaves_two_cores_to_the_engine():
     ({"HEADWISE_ENGINE": "gpu"}, "HEADWISE_ENGINE"),
     ({"HEADWISE_ENGINE": "process", "HEADWISE_WORKERS": "2"}, "HEADWISE_WORKERS=2"),
     ({"HEADWISE_FRONTEND_STALL_S": "0.05"}, "HEADWISE_FRONTEND_STALL_S: must be 0 (never) or at least 1 s"),
+    ({"HEADWISE_FRONTEND_START_S": "0.5"}, "HEADWISE_FRONTEND_START_S: must be 0 (never) or at least 1 s"),
 ])
 def test_serve_refuses_bad_settings_naming_them(tiny_package, monkeypatch, capsys, env, says):
-    for var in ("HEADWISE_WORKERS", "HEADWISE_ENGINE", "HEADWISE_FRONTENDS", "HEADWISE_FRONTEND_STALL_S"):
+    for var in ("HEADWISE_WORKERS", "HEADWISE_ENGINE", "HEADWISE_FRONTENDS", "HEADWISE_FRONTEND_STALL_S",
+                "HEADWISE_FRONTEND_START_S"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HEADWISE_PROVIDER", "cpu")
     for k, v in env.items():

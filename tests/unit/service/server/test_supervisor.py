@@ -10,7 +10,14 @@ import sys
 
 import pytest
 
-from headwise.service.server.supervisor import _hung, _listen, _soon, _stop, stopped_cleanly
+from headwise.service.server.supervisor import (
+    _hung,
+    _listen,
+    _soon,
+    _stop,
+    _stuck_starting,
+    stopped_cleanly,
+)
 from headwise.service.settings import Settings
 
 
@@ -52,6 +59,19 @@ def test_a_front_end_silent_over_the_stall_limit_is_killed_and_one_within_it_is_
             quiet.kill()
 
 
+def test_a_front_end_not_serving_past_the_start_limit_is_killed_and_one_within_it_is_not():
+    starting = _child("import time; print('up', flush=True); time.sleep(60)")
+    try:
+        assert not _stuck_starting(starting, starting_s=59.0, start_s=60.0)
+        assert not _stuck_starting(starting, starting_s=3600.0, start_s=0.0)  # 0: never
+        assert starting.poll() is None
+        assert _stuck_starting(starting, starting_s=61.0, start_s=60.0)
+        assert starting.wait(30) == -signal.SIGKILL
+    finally:
+        if starting.poll() is None:
+            starting.kill()
+
+
 def test_a_crash_soon_after_its_start_or_a_hang_soon_after_it_served_counts_toward_the_stop():
     stall = 10.0
     assert _soon(now=105.0, started=100.0, serving=None, hung=False, stall_s=stall)
@@ -59,6 +79,8 @@ def test_a_crash_soon_after_its_start_or_a_hang_soon_after_it_served_counts_towa
     # a hang is seen stall_s after the loop fell silent: counted from its first beat
     assert _soon(now=118.0, started=100.0, serving=103.0, hung=True, stall_s=stall)
     assert not _soon(now=3600.0, started=100.0, serving=103.0, hung=True, stall_s=stall)
+    # stuck starting (killed before it ever served): however long the start limit was
+    assert _soon(now=3600.0, started=100.0, serving=None, hung=True, stall_s=stall)
 
 
 SPREADS = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
