@@ -40,6 +40,7 @@ from bench.stages_calls import (
     Recorder,
     Replay,
     StageGone,
+    batch_feeds,
     batching,
     body_parser,
     copy_out,
@@ -210,11 +211,11 @@ class Sitting:
     async def run_batches(self, role: str, job, entries) -> list:
         """Batch, pad, run and cut out the results → each input's Embedded, in order."""
         rt = self.rt
-        batch, feeds, run_batch = batching(rt, role, job, entries), need(rt, "feeds"), need(rt, "run_batch")
+        batch, feeds, run_batch = batching(rt, role, job, entries), batch_feeds(rt), need(rt, "run_batch")
         await self.time("pad and batch", "Batcher.plan (or submit and cut when it does not fit one batch)", batch)
         batches = batch()
         self.prof.batches = [(len(b), padded) for b, padded in batches]
-        await self.time("pad and batch", "EncoderRuntime.feeds (padded int64 arrays), per batch",
+        await self.time("pad and batch", "batch_feeds (padded int64 arrays), per batch",
                         lambda: [feeds(b, padded) for b, padded in batches])
         recorder = Recorder(rt.backend)
         with swapped(rt, backend=recorder):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 import orjson
@@ -25,6 +26,16 @@ def need(obj, name: str):
         owner = getattr(obj, "__name__", type(obj).__qualname__)
         raise StageGone(f"bench.stages times {owner}.{name}, which is gone: update bench/stages.py "
                         "(bench/stages_calls.py) to the request path as it is now") from None
+
+
+def batch_feeds(rt):
+    """A batch's feeds for `rt`, as `feeds(entries, padded)`: service.engine.feeds.batch_feeds
+    (EncoderRuntime.feeds in trees before 2026-11-29)."""
+    if hasattr(rt, "feeds"):
+        return rt.feeds
+    from headwise.service.engine import feeds
+
+    return partial(need(feeds, "batch_feeds"), rt.package)
 
 
 @contextmanager

@@ -148,11 +148,13 @@ def tag(inputs: str | Sequence[str], *, model: str | None = None, truncate: bool
 
 def answer(question: str | Sequence[str], context: str | Sequence[str], *, model: str | None = None, top_k: int = 1,
            max_answer_len: int = 15, handle_impossible_answer: bool = False, align_to_words: bool = True,
-           truncate: bool = False, attention: AttentionOptions | Mapping[str, Any] | None = None,
-           **extra: Any) -> Call[AnswerResult]:
+           truncate: bool = False, doc_stride: int | None = None, max_seq_len: int | None = None,
+           attention: AttentionOptions | Mapping[str, Any] | None = None, **extra: Any) -> Call[AnswerResult]:
     """POST /v1/answer with an extractive question answerer: per (question, context) pair its
     best spans of the context. One pair, or lists of questions and contexts of one length.
-    `truncate`: cut the context of a pair longer than the model reads (else 422)."""
+    `truncate`: cut the context of a pair longer than the model reads (else 422);
+    `doc_stride`, `max_seq_len`: read each context in overlapping windows instead, as
+    transformers' question-answering pipeline does."""
     if isinstance(question, str) and isinstance(context, str):
         inputs: Any = {"question": question, "context": context}
     elif isinstance(question, str) or isinstance(context, str) or len(question) != len(context):
@@ -162,7 +164,8 @@ def answer(question: str | Sequence[str], context: str | Sequence[str], *, model
     return Call("POST", "/v1/answer", _body(
         {"model": model, "inputs": inputs, "top_k": top_k, "max_answer_len": max_answer_len,
          "handle_impossible_answer": handle_impossible_answer, "align_to_words": align_to_words,
-         "truncate": truncate, "attention": attention}, extra), parse.answer)
+         "truncate": truncate, "doc_stride": doc_stride, "max_seq_len": max_seq_len, "attention": attention},
+        extra), parse.answer)
 
 
 def fill_mask(inputs: str | Sequence[str], *, model: str | None = None, top_k: int = 5,

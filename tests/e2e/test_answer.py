@@ -166,5 +166,61 @@ def test_huggingface_hub_question_answering_reads_the_pipelines_shape(srv, ref):
     want, _ = reference(ref, q, c, 3, True)
     got = hub.question_answering(question=q, context=c, top_k=3, handle_impossible_answer=True)
     assert [(a.answer, a.start, a.end) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
-    with pytest.raises(HfHubHTTPError, match="doc_stride is not served"):
-        hub.question_answering(question=q, context=c, doc_stride=16)
+    q, c = LONG
+    want, _ = reference(ref, q, c, 3, False, windows=(32, 8))
+    got = hub.question_answering(question=q, context=c, top_k=3, doc_stride=8, max_seq_len=32)
+    assert [(a.answer, a.start, a.end) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
+    with pytest.raises(HfHubHTTPError, match=r"parameters\.doc_stride \(40\) is larger than max_seq_len \(32\)"):
+        hub.question_answering(question=q, context=c, doc_stride=40, max_seq_len=32)
+
+
+LONG = ("who sat on the mat", " ".join(["the cat sat on the mat, and the dog jumps over the lazy fox"] * 12))
+
+
+def test_doc_stride_reads_a_long_context_in_windows_as_the_pipeline(srv, ref):
+    """With doc_stride (or max_seq_len), a context past max_len is read in overlapping windows
+    as the pipeline's preprocess reads it, and its answers gathered from them all as its
+    postprocess gathers them (the empty answer scored by the lowest window's), a short input
+    beside it answered as the pipeline answers it alone; the usage counts every window's
+    tokens. KServe v2's parameters answer the same."""
+    q, c = LONG
+    short = PAIRS[1]
+    for windows, asked in (((32, 8), {"doc_stride": 8, "max_seq_len": 32}),
+                           ((64, 16), {"doc_stride": 16}),  # max_seq_len: min(384, max_len 64)
+                           ((24, 12), {"max_seq_len": 24})):  # doc_stride: min(24 // 2, 128)
+        r = srv.post("/v1/answer", {"inputs": [{"question": q, "context": c}, {"question": short[0], "context": short[1]}],
+                                    "top_k": 3, "handle_impossible_answer": True, **asked})
+        assert r.status_code == 200, r.text
+        for (qq, cc), item in zip([LONG, short], r.json()["data"], strict=True):
+            want, _ = reference(ref, qq, cc, 3, True, windows=windows)
+            got = item["answers"]
+            assert [(a["answer"], a["start"], a["end"]) for a in got] == [
+                (a["answer"], a["start"], a["end"]) for a in want], (windows, qq)
+            np.testing.assert_allclose([a["score"] for a in got], [a["score"] for a in want], rtol=1e-3, atol=1e-6)
+        tok, _ = ref
+        rows = tok([q, short[0]], [c, short[1]], truncation="only_second", max_length=windows[0], stride=windows[1],
+                   return_overflowing_tokens=True)
+        assert len(rows["input_ids"]) > 3  # the long context takes several windows
+        assert r.json()["usage"]["prompt_tokens"] == sum(map(len, rows["input_ids"]))
+    body = {"inputs": [{"name": "question", "shape": [1], "datatype": "BYTES", "data": [q]},
+                       {"name": "context", "shape": [1], "datatype": "BYTES", "data": [c]}],
+            "parameters": {"top_k": 3, "doc_stride": 8, "max_seq_len": 32}}
+    r = srv.post("/v2/models/tiny-qa/infer", body)
+    assert r.status_code == 200, r.text
+    answers = {o["name"]: o["data"] for o in r.json()["outputs"]}["answer"]
+    want, _ = reference(ref, q, c, 3, False, windows=(32, 8))
+    assert answers[:len(want)] == [a["answer"] for a in want]
+
+
+@pytest.mark.parametrize("asked, says", [
+    ({"doc_stride": 40, "max_seq_len": 32}, "doc_stride (40) is larger than max_seq_len (32)"),
+    ({"max_seq_len": 65}, "max_seq_len is 65, over this model's limit of 64 tokens"),
+    ({"doc_stride": 8, "truncate": True}, "send either truncate (cut the context) or doc_stride/max_seq_len"),
+    ({"doc_stride": 8, "max_seq_len": 12}, "leave its context 2 of the 12 tokens of a window, not more than doc_stride=8"),
+    ({"doc_stride": 8, "attention": {"layers": [0], "heads": [0]}}, "not served with doc_stride"),
+    ({"doc_stride": 0, "max_seq_len": 12}, "over the limit of 256 rows per request"),
+])
+def test_windows_that_cannot_be_read_are_refused_naming_the_field(srv, asked, says):
+    q, c = LONG
+    r = srv.post("/v1/answer", {"inputs": {"question": q, "context": c * 4}, **asked})
+    assert r.status_code in (413, 422) and says in r.json()["error"]["message"], r.text

@@ -271,6 +271,12 @@ def test_answer(zoo):
     with pytest.raises(HeadwiseError) as e:
         c.answer("who", "the cat " * 400, model="tiny-qa")
     assert e.value.status == 422 and "truncate" in str(e.value)
+    long = ("who sat", "the cat sat on the mat " * 20)
+    windows = c.answer(*long, model="tiny-qa", top_k=2, doc_stride=8, max_seq_len=32)
+    want = ok(srv.post("/v1/answer", {"model": "tiny-qa", "inputs": {"question": long[0], "context": long[1]},
+                                      "top_k": 2, "doc_stride": 8, "max_seq_len": 32}))
+    assert [(a.answer, a.score, a.start) for a in windows.data[0].answers] == [
+        (a["answer"], a["score"], a["start"]) for a in want["data"][0]["answers"]]
 
 
 def test_fill_mask(zoo):

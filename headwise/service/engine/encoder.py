@@ -17,6 +17,7 @@ from headwise.service.cpu import ANALYTICS_NICENESS
 from headwise.service.engine import traced
 from headwise.service.engine.batching import Batcher, Entry, Job, Limits
 from headwise.service.engine.faults import inject_fault, unlinked
+from headwise.service.engine.feeds import batch_feeds
 from headwise.service.engine.heads import Head, head_for
 from headwise.service.engine.heads.embedding import EmbeddingHead
 from headwise.service.engine.internals import Ablation
@@ -44,8 +45,7 @@ class EncoderRuntime:
     def __init__(self, package: ModelPackage, settings: Settings, metrics: Metrics, measure: Measure,
                  head: Head | None = None):
         self.package, self.name = package, package.name
-        self.settings = settings
-        self.metrics = metrics
+        self.settings, self.metrics = settings, metrics
         self.measure = measure  # what an answer takes as written (service.api.sizes.JSON)
         self.tokenizer = TextTokenizer(package.tokenizer_file, package.max_len)
         self.head = head if head is not None else head_for(package, self.tokenizer)
@@ -87,15 +87,11 @@ class EncoderRuntime:
     async def submit(self, inputs: Inputs, params: RequestParams,
                      is_disconnected: Callable[[], Awaitable[bool]] | None = None,
                      field: str = "inputs") -> tuple[list, int, Timing]:
-        """One job of `inputs` (the request's `field`) through the batcher `params` ask for (the
-        analysis variant's for hidden states or removed heads, else the attention variant's when
-        they ask for attention), tokenised on its thread together with whatever else is waiting
-        → (each input's answer, the bytes the engine's Measure says the answer takes, where its
-        time went); counts the attention returned and its statistics."""
-        role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
-        batcher = self.batchers.get(role)
-        if batcher is None:
-            raise self._no_analysis("attention needs" if role == "attention" else "hidden states and removed heads need")
+        """One job of `inputs` (the request's `field`) through the batcher `params` ask for
+        (`_batcher`), tokenised on its thread together with whatever else is waiting → (each
+        input's answer, the bytes the engine's Measure says the answer takes, where its time
+        went); counts the attention returned and its statistics."""
+        batcher = self._batcher(params)
         job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected,
                   trace=tracing.current())
         try:
@@ -112,18 +108,27 @@ class EncoderRuntime:
                 self.series.aggregate(spec.aggregate).inc()
         return data, job.answer_bytes, job.timing
 
+    def _batcher(self, params: RequestParams) -> Batcher:
+        """The batcher a plain request's `params` ask for: the analysis variant's for hidden
+        states or removed heads, else the attention variant's when they ask for attention."""
+        role = "analysis" if params.analysis else "attention" if params.attention is not None else "embed"
+        if (batcher := self.batchers.get(role)) is not None:
+            return batcher
+        raise self._no_analysis("attention needs" if role == "attention" else "hidden states and removed heads need")
+
     async def run_encoded(self, encs: list[Encoded], params: RequestParams,
                           holes: list[tuple[int, ...]] | None = None,
                           is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-                          ablations: list[Ablation | None] | None = None) -> list:
+                          ablations: list[Ablation | None] | None = None, plain: bool = False) -> list:
         """Analytics rows: already tokenised inputs through the analytics batcher (after plain
         work), one entry each; `holes[i]` masks those positions of input i out (attention_mask
         0), `ablations[i]` removes those heads of input i (head importance). Rows run on the
         served fast graph, but a batch with holes or removed heads on the analysis graph: the
         fused graphs read attention_mask as each row's length (right padding), so a hole inside
-        an input would not be masked there. The caller has checked max_len and the response
+        an input would not be masked there. `plain`: a plain request's rows (a context's
+        windows), through `submit`'s batcher. The caller has checked max_len and the response
         bound, and admitted the rows' tokens."""
-        batcher = self.analytics
+        batcher = self._batcher(params) if plain else self.analytics
         job = Job(len(encs), params=params, is_disconnected=is_disconnected, trace=tracing.current())
         holes = holes or [()] * len(encs)
         ablations = ablations or [None] * len(encs)
@@ -155,36 +160,11 @@ class EncoderRuntime:
             await b.close(timeout)
 
     # -- runs on the batcher's inference thread ---------------------------------------------
-    def feeds(self, entries: list[Entry], padded: int, role: str = "embed") -> dict[str, np.ndarray]:
-        """The graph's inputs for a batch: ids right-padded with pad_id, mask 1 on real tokens;
-        the analysis graph's head mask, 0 at each entry's removed heads."""
-        b = len(entries)
-        lengths = np.fromiter([e.length for e in entries], np.int64, b)
-        real = np.arange(padded) < lengths[:, None]  # (B, padded): each row's first `length` cells
-        ids = np.full((b, padded), self.package.pad_id, dtype=np.int64)
-        ids[real] = np.concatenate([e.ids for e in entries])  # a boolean mask fills row by row
-        types = np.zeros((b, padded), dtype=np.int64)
-        types[real] = np.concatenate([e.type_ids for e in entries])
-        mask = real.astype(np.int64)
-        for i, e in enumerate(entries):
-            if e.holes:
-                mask[i, list(e.holes)] = 0
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        if role == "analysis":
-            pkg = self.package
-            head_mask = np.ones((b, pkg.n_layers, pkg.n_heads), dtype=np.float32)
-            for i, e in enumerate(entries):
-                ablate = e.ablate if e.ablate is not None else e.job.params.ablate
-                if ablate is not None:
-                    head_mask[i] = ablate.mask(pkg.n_layers, pkg.n_heads)
-            feeds["head_mask"] = head_mask
-        return feeds
-
     def run(self, role: str, entries: list[Entry], padded: int, outputs: list[str], record: bool,
             spans: list = ()) -> tuple[dict, float]:
         """One backend run of a batch, timed and counted per variant when `record` → (its
         outputs, when the run began); `spans`: the batch's spans, when traced."""
-        feeds = self.feeds(entries, padded, role)
+        feeds = batch_feeds(self.package, entries, padded, role)
         if self.settings.fault_injection and record:
             inject_fault(entries)
         t0 = time.perf_counter()
@@ -235,7 +215,7 @@ class EncoderRuntime:
         telling the engine which rows' clients have gone while the run waits there."""
         t0 = time.perf_counter()
         role, f16, outputs = self._graph(role, entries)
-        feeds = self.feeds(entries, padded, role)
+        feeds = batch_feeds(self.package, entries, padded, role)
         if self.settings.fault_injection:  # a hang must not hold the loop
             await asyncio.get_running_loop().run_in_executor(None, inject_fault, entries)
 

@@ -21,7 +21,7 @@ from typing import overload
 from headwise.service.backends import open_backend
 from headwise.service.backends.onnxruntime import check_precision
 from headwise.service.cpu import lowered_thread
-from headwise.service.engine import matryoshka
+from headwise.service.engine import matryoshka, windows
 from headwise.service.engine.analytics import explain as operations
 from headwise.service.engine.analytics.drift import DriftSampler
 from headwise.service.engine.analytics.explain import Occlusion, Similarity
@@ -35,6 +35,7 @@ from headwise.service.engine.generation import GenerativeRuntime
 from headwise.service.engine.generation.runtime import Generation
 from headwise.service.engine.generation.sequence import GenerateInput
 from headwise.service.engine.heads.embedding import token_ids
+from headwise.service.engine.heads.extractive import ANSWER, SpanParams
 from headwise.service.engine.heads.tokens import TagParams, TagResult
 from headwise.service.engine.params import EmbedParams, EmbedResult, RequestParams
 from headwise.service.engine.prompts import check_default_prompt_name
@@ -271,6 +272,26 @@ class Engine:
         head = needs.of(rt)
         data, nbytes, timing = await head.submit(items, params, is_disconnected, field)
         return HeadResult(head.name, head.package.version, list(head.package.labels), data, nbytes, timing)
+
+    async def answer(self, rt: Runtime, pairs: list[tuple[str, str]], params: SpanParams,
+                     is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+                     field: str = "inputs") -> HeadResult:
+        """Capability.ANSWER's `submit`; with `params.windows`, each context read in overlapping
+        windows, as transformers' question-answering pipeline reads it (service.engine.windows)."""
+        if params.windows is None:
+            return await self.submit(rt, ANSWER, pairs, params, is_disconnected, field)
+        self.check_inputs(pairs, field)
+        answerer = ANSWER.of(rt)
+        if params.attention is not None:
+            raise Validation(f"{FIELD}: not served with doc_stride (each window has weights of its own)",
+                             field="attention")
+        w = params.windows
+        read = partial(rt.tokenizer.encode_windows, pairs, w.max_seq_len, w.stride, self.settings.max_client_batch,
+                       field)
+        rows = await asyncio.get_running_loop().run_in_executor(self._tok_pool, read)
+        data, nbytes = await windows.answer(answerer, pairs, rows, params, self.measure,
+                                            self.settings.max_response_bytes, is_disconnected)
+        return HeadResult(answerer.name, answerer.package.version, list(answerer.package.labels), data, nbytes)
 
     async def similarity(self, rt: Runtime, source: str, targets: list[str], explain: bool, truncate: Truncate,
                          top_k: int, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> Similarity:

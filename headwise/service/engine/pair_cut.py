@@ -55,3 +55,27 @@ def from_the_left(segments: np.ndarray, keep: np.ndarray) -> np.ndarray:
         from_end = np.cumsum(mine[::-1])[::-1]  # per position, this side's tokens from it to the end
         out |= mine & (from_end <= int(mine[keep].sum()))
     return np.flatnonzero(out)
+
+
+def windows(segments: np.ndarray, max_len: int, stride: int) -> list[np.ndarray]:
+    """Positions (ascending) of each window a pair is read in when its second text is cut with
+    `stride` (tokenizers' OnlySecond cut and its overflowing encodings, transformers'
+    `return_overflowing_tokens`): every special token and the whole first text, and the
+    second's tokens [start, start + room) for start = 0, room − stride, … until one reaches its
+    end, `room` being max_len less the others; one window where the pair fits. ValueError
+    (with the room) where it does not fit and room ≤ stride, which tokenizers refuses."""
+    second = segments == 1
+    n_b = int(second.sum())
+    room = max_len - (len(segments) - n_b)
+    if len(segments) <= max_len:
+        return [np.arange(len(segments))]
+    if room <= stride:
+        raise ValueError(room)
+    place = np.cumsum(second) - 1  # per position, its place among the second text's tokens
+    out = []
+    for start in range(0, n_b, room - stride):
+        stop = min(start + room, n_b)
+        out.append(np.flatnonzero(~second | (second & (place >= start) & (place < stop))))
+        if stop == n_b:
+            break
+    return out

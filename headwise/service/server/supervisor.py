@@ -137,25 +137,24 @@ def _listen(settings: Settings, n: int) -> list[socket.socket]:
 
 
 def _hung(p: subprocess.Popen, silent_s: float, stall_s: float) -> bool:
-    """Whether front-end `p` is hung (its loop silent over `stall_s`); one that is gets SIGKILL
-    (and is started again once it has exited: a process in uninterruptible sleep may take a
-    while, and the supervisor's loop does not wait for it)."""
-    if not stall_s or silent_s <= stall_s:
-        return False
-    _say(f"error: front-end {p.pid}'s event loop has not turned for {silent_s:.0f} s, over "
-         f"HEADWISE_FRONTEND_STALL_S={stall_s:g}: it is hung; killing it")
-    p.kill()
-    return True
+    """Whether front-end `p` is hung (its loop silent over `stall_s`); one that is is killed."""
+    return bool(stall_s) and silent_s > stall_s and _killed(
+        p, f"'s event loop has not turned for {silent_s:.0f} s, over HEADWISE_FRONTEND_STALL_S={stall_s:g}: it is hung")
 
 
 def _stuck_starting(p: subprocess.Popen, starting_s: float, start_s: float) -> bool:
     """Whether front-end `p`, `starting_s` after its start and never yet beating, is stuck
     starting (over `start_s`): its socket takes its share of new connections meanwhile, so it is
     killed as a hung one is."""
-    if not start_s or starting_s <= start_s:
-        return False
-    _say(f"error: front-end {p.pid} has not served {starting_s:.0f} s after its start, over "
-         f"HEADWISE_FRONTEND_START_S={start_s:g}: it is stuck starting; killing it")
+    return bool(start_s) and starting_s > start_s and _killed(
+        p, f" has not served {starting_s:.0f} s after its start, over HEADWISE_FRONTEND_START_S={start_s:g}: it is "
+        "stuck starting")
+
+
+def _killed(p: subprocess.Popen, why: str) -> bool:
+    """SIGKILL to front-end `p`, saying `why` (it is started again once it has exited: a process
+    in uninterruptible sleep may take a while, and the supervisor's loop does not wait for it)."""
+    _say(f"error: front-end {p.pid}{why}; killing it")
     p.kill()
     return True
 

@@ -11,13 +11,38 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, conint
 
 from headwise.service.api.compat.tei import TeiBody
 from headwise.service.api.writer import Writer
-from headwise.service.engine.heads.extractive import SpanParams
-from headwise.service.errors import Validation
+from headwise.service.engine.heads.extractive import SpanParams, Windows
+from headwise.service.errors import FIELD, Validation
 
-# headwise's bounds of the pipeline's options, on /v1/answer and KServe v2 too
-BOUNDS = {"top_k": (1, 32), "max_answer_len": (1, 512)}
+# headwise's bounds of the pipeline's options, on /v1/answer and KServe v2 too (a window's
+# tokens are bounded by the model's max_len, checked with it: `windows`)
+BOUNDS = {"top_k": (1, 32), "max_answer_len": (1, 512), "doc_stride": (0, 1 << 16), "max_seq_len": (1, 1 << 16)}
 TopK = conint(strict=True, ge=BOUNDS["top_k"][0], le=BOUNDS["top_k"][1])
 AnswerLength = conint(strict=True, ge=BOUNDS["max_answer_len"][0], le=BOUNDS["max_answer_len"][1])
+DocStride = conint(strict=True, ge=BOUNDS["doc_stride"][0], le=BOUNDS["doc_stride"][1])
+SeqLength = conint(strict=True, ge=BOUNDS["max_seq_len"][0], le=BOUNDS["max_seq_len"][1])
+PIPELINE_SEQ_LEN, PIPELINE_STRIDE = 384, 128  # the pipeline's defaults: at most these, min(…, max_len) and half a window
+
+
+def windows(doc_stride: int | None, max_seq_len: int | None, max_len: int, truncate: bool,
+            prefix: str = "") -> Windows | None:
+    """The windows the pipeline reads a context in for its `doc_stride` and `max_seq_len` (one
+    given, the pipeline's default for the other: max_seq_len min(384, max_len), doc_stride
+    min(max_seq_len // 2, 128)); None where neither is given (a context past max_len is
+    refused, or cut with truncate). Validation naming the field (after `prefix`) for a window
+    past the model's max_len, a stride over the window, or windows asked with truncate."""
+    if doc_stride is None and max_seq_len is None:
+        return None
+    if truncate:
+        raise Validation(f"{FIELD}: send either truncate (cut the context) or doc_stride/max_seq_len (read it in "
+                         "windows), not both", field=prefix + "truncate")
+    seq = min(PIPELINE_SEQ_LEN, max_len) if max_seq_len is None else max_seq_len
+    if seq > max_len:
+        raise Validation(f"{FIELD} is {seq}, over this model's limit of {max_len} tokens", field=prefix + "max_seq_len")
+    stride = min(seq // 2, PIPELINE_STRIDE) if doc_stride is None else doc_stride
+    if stride > seq:
+        raise Validation(f"{FIELD} ({stride}) is larger than max_seq_len ({seq})", field=prefix + "doc_stride")
+    return Windows(seq, stride)
 
 
 class QuestionAnsweringInput(BaseModel):
@@ -34,9 +59,11 @@ class QuestionAnsweringParameters(BaseModel):
     max_answer_len: AnswerLength | None = None
     handle_impossible_answer: StrictBool | None = None
     align_to_words: StrictBool | None = None
-    doc_stride: int | None = Field(None, description="refused: a context is read in one window")
-    max_question_len: int | None = Field(None, description="refused: a pair is refused past max_len tokens")
-    max_seq_len: int | None = Field(None, description="refused: the model's max_len is the window")
+    doc_stride: DocStride | None = Field(None, description="context tokens each window shares with the one "
+                                         "before; given (or max_seq_len), the context is read in windows")
+    max_question_len: conint(strict=True, ge=1) | None = Field(
+        None, description="no effect, as in the pipeline with a fast tokenizer (the question is kept whole)")
+    max_seq_len: SeqLength | None = Field(None, description="tokens per window (default min(384, max_len))")
 
 
 class QuestionAnsweringRequest(TeiBody):
@@ -49,18 +76,13 @@ class QuestionAnsweringRequest(TeiBody):
                                         "(as TEI's truncate on its other routes); false or null: 422")
 
 
-def params(body: QuestionAnsweringRequest) -> SpanParams:
-    """The head's params for the pipeline's; Validation for the window options, which would be
-    answered otherwise than asked (one window of max_len tokens, a longer pair refused)."""
+def params(body: QuestionAnsweringRequest, max_len: int) -> SpanParams:
+    """The head's params for the pipeline's, for a model of `max_len` tokens."""
     p = body.parameters or QuestionAnsweringParameters()
-    windows = [k for k in ("doc_stride", "max_question_len", "max_seq_len") if getattr(p, k) is not None]
-    if windows:
-        raise Validation(f"parameters.{windows[0]} is not served: a question and its context are read in one "
-                         "window of the model's max_len tokens, and a longer pair is refused (or its context "
-                         "cut, with truncate: true)", field="parameters")
     given = {k: v for k, v in p.model_dump(include={"top_k", "max_answer_len", "handle_impossible_answer",
                                                    "align_to_words"}).items() if v is not None}
-    return SpanParams(truncate=bool(body.truncate), **given)
+    return SpanParams(truncate=bool(body.truncate), **given,
+                      windows=windows(p.doc_stride, p.max_seq_len, max_len, bool(body.truncate), "parameters."))
 
 
 def _answers(result, _) -> dict | list[dict]:

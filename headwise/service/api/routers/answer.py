@@ -10,7 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from headwise.service.api import native
 from headwise.service.api.body import Json
-from headwise.service.api.compat.qa_pipeline import AnswerLength, TopK
+from headwise.service.api.compat.qa_pipeline import (
+    AnswerLength,
+    DocStride,
+    SeqLength,
+    TopK,
+    windows,
+)
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -22,7 +28,7 @@ from headwise.service.api.schemas import Ablate, AttentionOptions, Usage, ablati
 from headwise.service.api.sizes import ENVELOPE_BYTES
 from headwise.service.api.writer import Writer
 from headwise.service.engine import Engine
-from headwise.service.engine.heads.extractive import ANSWER, SpanParams
+from headwise.service.engine.heads.extractive import SpanParams
 
 router = APIRouter(tags=["answer"], dependencies=[Depends(require_api_key)])
 
@@ -48,6 +54,11 @@ class AnswerRequest(BaseModel):
     align_to_words: StrictBool = Field(True, description="widen an answer to the context's whole words")
     truncate: StrictBool = Field(False, description="cut the context of a pair longer than max_len tokens; "
                                                     "false: refused (an answer past the cut would never be found)")
+    doc_stride: DocStride | None = Field(None, description="read each context in overlapping windows, as the "
+                                         "pipeline does: context tokens each window shares with the one before "
+                                         "(default, where max_seq_len is given: min(max_seq_len // 2, 128))")
+    max_seq_len: SeqLength | None = Field(None, description="tokens per window, question included (default, where "
+                                          "doc_stride is given: min(384, max_len))")
     attention: AttentionOptions | None = Field(None, description="per input, every asked-for head's weights "
                                                                  "over all its tokens, as on /v1/embed")
     ablate: Ablate | None = Field(None, description='{"<layer>": [heads]}: answer with those heads removed')
@@ -89,7 +100,8 @@ async def answer(request: Request, body: Json[AnswerRequest], engine: Engine = D
     spec = body.attention.spec(rt) if body.attention is not None else None
     params = SpanParams(truncate=body.truncate, top_k=body.top_k, max_answer_len=body.max_answer_len,
                         handle_impossible_answer=body.handle_impossible_answer, align_to_words=body.align_to_words,
-                        attention=spec, ablate=ablation(rt, body.ablate))
+                        attention=spec, ablate=ablation(rt, body.ablate),
+                        windows=windows(body.doc_stride, body.max_seq_len, rt.package.max_len, body.truncate))
     asked = [body.inputs] if isinstance(body.inputs, Question) else body.inputs
-    result = await engine.submit(rt, ANSWER, [(q.question, q.context) for q in asked], params, probe)
+    result = await engine.answer(rt, [(q.question, q.context) for q in asked], params, probe)
     return await write(engine, ANSWERS, result, body)

@@ -16,12 +16,12 @@ from fastapi import Request, Response
 
 from headwise.service.api.compat import kserve
 from headwise.service.api.compat import v2tensors as v2
-from headwise.service.api.compat.qa_pipeline import BOUNDS  # /v1/answer's
+from headwise.service.api.compat.qa_pipeline import BOUNDS, windows  # /v1/answer's
 from headwise.service.api.dependencies import disconnect_probe
 from headwise.service.api.responses import answer
 from headwise.service.api.sizes import CHAR_BYTES, JSON_VALUE_BYTES
 from headwise.service.engine import Engine
-from headwise.service.engine.heads.extractive import ANSWER, SpanParams
+from headwise.service.engine.heads.extractive import SpanParams
 from headwise.service.engine.runtime import Runtime
 from headwise.service.errors import InvalidRequest
 
@@ -40,21 +40,26 @@ def outputs_of(rt: Runtime) -> list[dict]:
     return [{"name": name, "datatype": DATATYPES[name], "shape": [-1, -1]} for name in OUTPUTS]
 
 
-def _count(params: dict, key: str, default: int) -> int:
+def _count(params: dict, key: str, default: int | None) -> int | None:
     v = params.get(key, default)
+    if v is None:
+        return None
     low, high = BOUNDS[key]
     if type(v) is not int or not low <= v <= high:
         raise InvalidRequest(f"parameter {key} must be an integer in {low}..{high}")
     return v
 
 
-def span_params(params: dict) -> SpanParams:
-    """The head's params from the request's `parameters` (unknown ones are ignored, as
-    KServe's other parameters are)."""
-    return SpanParams(truncate=v2.flag(params, "truncate", False), top_k=_count(params, "top_k", 1),
+def span_params(params: dict, max_len: int) -> SpanParams:
+    """The head's params from the request's `parameters`, for a model of `max_len` tokens
+    (unknown ones are ignored, as KServe's other parameters are)."""
+    truncate = v2.flag(params, "truncate", False)
+    return SpanParams(truncate=truncate, top_k=_count(params, "top_k", 1),
                       max_answer_len=_count(params, "max_answer_len", 15),
                       handle_impossible_answer=v2.flag(params, "handle_impossible_answer", False),
-                      align_to_words=v2.flag(params, "align_to_words", True))
+                      align_to_words=v2.flag(params, "align_to_words", True),
+                      windows=windows(_count(params, "doc_stride", None), _count(params, "max_seq_len", None), max_len,
+                                      truncate, "parameters."))
 
 
 def _outputs(header: dict, binary_default: bool) -> dict[str, bool]:
@@ -97,8 +102,8 @@ async def infer(engine: Engine, rt: Runtime, request: Request, header: dict, bin
         raise InvalidRequest(f"input 'context' has {len(contexts)} elements and 'question' {len(questions)}: "
                              "one context per question")
     want = _outputs(header, v2.flag(params, "binary_data_output", False))
-    sp = span_params(params)
-    result = await engine.submit(rt, ANSWER, list(zip(questions, contexts, strict=True)), sp,
+    sp = span_params(params, rt.package.max_len)
+    result = await engine.answer(rt, list(zip(questions, contexts, strict=True)), sp,
                                  await disconnect_probe(request), field="question")  # pair i: question[i]
     got = arrays(result, sp.top_k)
     asked = kserve.Outputs((rt.name, rt.package.version), kserve.echoed_id(header), want, _bound(want, got))

@@ -308,8 +308,8 @@ async def question_answering(request: Request, body: qa_pipeline.QuestionAnsweri
     """POST / with {question, context} inputs: transformers' question-answering pipeline's answer
     (Hugging Face Inference Endpoints', huggingface_hub's InferenceClient.question_answering)."""
     rt = pick(request, engine, body.model, ANSWER, "/")
-    result = await engine.submit(rt, ANSWER, [(body.inputs.question, body.inputs.context)], qa_pipeline.params(body),
-                                 probe)
+    result = await engine.answer(rt, [(body.inputs.question, body.inputs.context)],
+                                 qa_pipeline.params(body, rt.package.max_len), probe)
     return await answer(engine, qa_pipeline.ANSWERS, result, body)
 
 

@@ -12,15 +12,16 @@ not before start and at most `max_answer_len` tokens, the best `top_k` (fewer wh
 spans are possible: the pipeline would fill them up with impossible ones at score 0). Each is
 widened to whole words of the context (`align_to_words`) and cut from it by character offsets;
 spans that then read alike but for case are one answer, their scores summed (the pipeline's
-`get_answer`), so that there may be fewer than `top_k` answers. A context
-longer than the model reads is refused unless `truncate`, which cuts the context alone, as the
-pipeline's `truncation="only_second"` does (the pipeline would go on to read the rest in
-overlapping windows, which this head does not); a question that leaves its context no room is
-refused either way."""
+`get_answer`), so that there may be fewer than `top_k` answers. A context longer than the
+model reads is refused unless `truncate`, which cuts the context alone, as the pipeline's
+`truncation="only_second"` does, or `windows` (the pipeline's `max_seq_len` and
+`doc_stride`), which reads it in overlapping windows and gathers the answers of them all as
+the pipeline does (`gathered`; service.engine.windows); a question that leaves its context no
+room is refused either way."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -40,8 +41,17 @@ ANSWER: Capability[Batched] = Capability(
 
 
 @dataclass(frozen=True)
+class Windows:
+    """A context read in overlapping windows (transformers' question-answering pipeline)."""
+
+    max_seq_len: int  # tokens per window, the question's and the special tokens included
+    stride: int  # context tokens a window shares with the one before (`doc_stride`)
+
+
+@dataclass(frozen=True)
 class SpanParams:
     truncate: bool = False  # cut the context of a pair longer than max_len (only_second); else refused
+    windows: Windows | None = None  # read each context in windows instead (gathered by service.engine.windows)
     top_k: int = 1  # answers per input, best first
     max_answer_len: int = 15  # tokens an answer may span
     handle_impossible_answer: bool = False  # also offer the empty answer, scored by the first token
@@ -71,6 +81,34 @@ class Spans:
     encoding: Encoded
     answers: list[Span]
     attention: dict | None  # service.engine.outputs.attention_payload, over every position
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One window's candidate spans, best first, as characters [start, end) of its context with
+    their scores, and the score of its empty answer."""
+
+    spans: list[tuple[int, int, float]]
+    null: float
+
+
+def gathered(context: str, windows: list[Window], p: SpanParams) -> list[Span]:
+    """An input's answers from its windows' candidates, in the windows' order, as the pipeline's
+    postprocess gathers them: spans that read alike but for case are one answer, at its first
+    span's characters, their scores summed (`get_answer`); with handle_impossible_answer the
+    empty answer, scored by the lowest of the windows' empty answers; best first, top_k."""
+    answers: list[Span] = []
+    for w in windows:
+        for start, end, score in w.spans:
+            text = context[start:end]
+            same = next((j for j, a in enumerate(answers) if a.answer.lower() == text.lower()), None)
+            if same is None:
+                answers.append(Span(text, score, start, end))
+            else:
+                answers[same] = replace(answers[same], score=answers[same].score + score)
+    if p.handle_impossible_answer:
+        answers.append(Span("", min(w.null for w in windows), 0, 0))
+    return sorted(answers, key=lambda a: a.score, reverse=True)[: p.top_k]
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -155,34 +193,26 @@ class SpanHead:
     def outputs(self, entries: list[Entry]) -> list[str]:
         return ["token_logits"]
 
-    def answer(self, out: dict, i: int, e: Entry, weights: np.ndarray | None) -> Spans:
+    def answer(self, out: dict, i: int, e: Entry, weights: np.ndarray | None) -> Spans | Window:
+        """Row i's answers; a window's candidates where its params read windows (their input's
+        answers are gathered from them all: service.engine.windows)."""
         p: SpanParams = e.job.params
         t, enc = e.length, e.encoding
         logits = out["token_logits"][i, :t].astype("float32", copy=True)  # [T, 2]: start, end
         desired = in_context(enc)[:t]  # warm-up cuts a long encoding's ids to each length
         desired[0] = 1  # the first token ([CLS]) stands for no answer, as in the pipeline's p_mask
         spans, null = choose(logits, desired, p)
+        window = Window([(*self._chars(enc, s, x, p.align_to_words), score) for s, x, score in spans], null)
+        if p.windows is not None:
+            return window
         context = e.job.inputs[e.index][1] if e.job.inputs is not None else ""  # none: entries made by the caller
-        answers: list[Span] = []
-        for s, x, score in spans:  # spans whose words read alike (case aside) are one answer, their scores summed
-            cut = self._cut(context, enc, s, x, score, p.align_to_words)
-            same = next((j for j, a in enumerate(answers) if a.answer.lower() == cut.answer.lower()), None)
-            if same is None:
-                answers.append(cut)
-            else:
-                answers[same] = Span(answers[same].answer, answers[same].score + score, answers[same].start,
-                                     answers[same].end)
-        if p.handle_impossible_answer:
-            answers.append(Span("", null, 0, 0))
-        answers = sorted(answers, key=lambda a: a.score, reverse=True)[: p.top_k]
         att = attention_payload(weights, t, p.attention) if weights is not None else None
-        return Spans(enc, answers, att)
+        return Spans(enc, gathered(context, [window], p), att)
 
     @staticmethod
-    def _cut(context: str, enc: Encoded, s: int, e: int, score: float, words: bool) -> Span:
-        """Tokens s..e as characters of the context, widened to their words with `words` (a token
-        of no word keeps its own characters, as in the pipeline's get_indices)."""
-        start, end = enc.offsets[s][0], enc.offsets[e][1]
+    def _chars(enc: Encoded, s: int, e: int, words: bool) -> tuple[int, int]:
+        """Tokens s..e as characters [start, end) of the context, widened to their words with
+        `words` (a token of no word keeps its own characters, as in the pipeline's get_indices)."""
         if words and enc.words is not None and (a := enc.words[s]) is not None and (b := enc.words[e]) is not None:
-            start, end = a[0], b[1]
-        return Span(context[start:end], score, start, end)
+            return a[0], b[1]
+        return enc.offsets[s][0], enc.offsets[e][1]

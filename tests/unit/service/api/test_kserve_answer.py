@@ -10,20 +10,37 @@ import pytest
 
 from headwise.service.api.compat import kserve
 from headwise.service.api.routers.kserve_answer import _bound, _outputs, arrays, span_params
-from headwise.service.engine.heads.extractive import Span, Spans
-from headwise.service.errors import InvalidRequest
+from headwise.service.engine.heads.extractive import Span, Spans, Windows
+from headwise.service.errors import InvalidRequest, Validation
 
 
 def test_parameters_are_v1_answers_options_with_its_bounds():
-    p = span_params({"top_k": 3, "max_answer_len": 30, "handle_impossible_answer": True, "truncate": True})
+    p = span_params({"top_k": 3, "max_answer_len": 30, "handle_impossible_answer": True, "truncate": True}, 512)
     assert (p.top_k, p.max_answer_len, p.handle_impossible_answer, p.align_to_words, p.truncate) == (3, 30, True,
                                                                                                     True, True)
-    assert span_params({}).truncate is False and span_params({}).top_k == 1
-    for bad in ({"top_k": 0}, {"top_k": 33}, {"top_k": 2.0}, {"top_k": True}, {"max_answer_len": 513}):
+    assert span_params({}, 512).truncate is False and span_params({}, 512).top_k == 1
+    assert span_params({}, 512).windows is None
+    for bad in ({"top_k": 0}, {"top_k": 33}, {"top_k": 2.0}, {"top_k": True}, {"max_answer_len": 513},
+                {"doc_stride": -1}, {"max_seq_len": 0}, {"doc_stride": 1.5}):
         with pytest.raises(InvalidRequest, match="must be an integer in"):
-            span_params(bad)
+            span_params(bad, 512)
     with pytest.raises(InvalidRequest, match="must be a boolean"):
-        span_params({"truncate": "yes"})
+        span_params({"truncate": "yes"}, 512)
+
+
+def test_window_parameters_take_the_pipelines_defaults_and_the_models_limit():
+    assert span_params({"doc_stride": 64}, 512).windows == Windows(384, 64)
+    assert span_params({"max_seq_len": 100}, 512).windows == Windows(100, 50)
+    assert span_params({"doc_stride": 10}, 64).windows == Windows(64, 10)
+    assert span_params({"max_seq_len": 512}, 512).windows == Windows(512, 128)
+    with pytest.raises(Validation, match="over this model's limit of 64") as e:
+        span_params({"max_seq_len": 65}, 64)
+    assert e.value.field == "parameters.max_seq_len"
+    with pytest.raises(Validation, match="larger than max_seq_len") as e:
+        span_params({"doc_stride": 33, "max_seq_len": 32}, 64)
+    assert e.value.field == "parameters.doc_stride"
+    with pytest.raises(Validation, match="not both"):
+        span_params({"doc_stride": 8, "truncate": True}, 64)
 
 
 def test_all_four_outputs_unless_named_and_no_classification():

@@ -89,3 +89,20 @@ def test_a_word_the_cut_goes_through_ends_with_its_last_kept_piece(tmp_path):
         last = max(i for i, s in enumerate(enc.segments) if s == 1)
         assert enc.words[last][1] == enc.offsets[last][1] < len(context)  # the cut went through a word
         assert span_size(SpanParams(), enc).chars == enc.offsets[last][1]
+
+
+def test_windows_are_gathered_as_the_pipelines_postprocess_gathers_them():
+    """Candidates in the windows' order: alike texts (case aside) are one answer at its first
+    span's characters with the scores summed, across windows too; the empty answer is scored by
+    the lowest window's; then best first, top_k, so a window's weaker spans still count."""
+    from headwise.service.engine.heads.extractive import Span, Window, gathered
+
+    context = "The cat sat. the Cat ran. A dog sat."
+    first = Window([(0, 7, 0.30), (4, 7, 0.20)], null=0.40)  # "The cat", "cat"
+    second = Window([(13, 20, 0.25), (26, 31, 0.22)], null=0.05)  # "the Cat" (as the first's), "A dog"
+    p = SpanParams(top_k=3, handle_impossible_answer=True)
+    assert gathered(context, [first, second], p) == [
+        Span("The cat", pytest.approx(0.55), 0, 7), Span("A dog", 0.22, 26, 31), Span("cat", 0.20, 4, 7)]
+    p = SpanParams(top_k=4, handle_impossible_answer=True)
+    assert gathered(context, [first, second], p)[-1] == Span("", 0.05, 0, 0)  # the lowest window's
+    assert gathered(context, [first], SpanParams(top_k=1, handle_impossible_answer=True)) == [Span("", 0.40, 0, 0)]

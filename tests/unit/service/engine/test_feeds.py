@@ -1,11 +1,11 @@
-"""EncoderRuntime.feeds: a batch's graph inputs, each row its entry's ids and type ids then
+"""service.engine.feeds: a batch's graph inputs, each row its entry's ids and type ids then
 pad_id and 0, its mask 1 on its real tokens less its holes, whatever lengths share the batch."""
 
 from types import SimpleNamespace
 
 import numpy as np
 
-from headwise.service.engine.encoder import EncoderRuntime
+from headwise.service.engine.feeds import batch_feeds
 
 
 def entry(ids: list[int], types: list[int] | None = None, holes: tuple[int, ...] = ()):
@@ -14,10 +14,10 @@ def entry(ids: list[int], types: list[int] | None = None, holes: tuple[int, ...]
 
 
 def test_rows_are_each_entrys_own():
-    runtime = SimpleNamespace(package=SimpleNamespace(pad_id=7))
+    package = SimpleNamespace(pad_id=7)
     entries = [entry([101, 5, 102]), entry([101, 1, 2, 3, 4, 102], [0, 0, 0, 1, 1, 1], holes=(2, 4)),
                entry([101, 102]), entry([101, 9, 9, 9, 9, 9, 102])]
-    got = EncoderRuntime.feeds(runtime, entries, 8)
+    got = batch_feeds(package, entries, 8)
     for i, e in enumerate(entries):
         n = e.length
         assert got["input_ids"][i].tolist() == e.ids.tolist() + [7] * (8 - n)
