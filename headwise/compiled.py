@@ -98,6 +98,10 @@ class Compiled:
             mend(tokens, offsets, compress(range(len(ids)), map(self.later.__contains__, ids)))
         return wp.framed(ids, tokens, offsets, special_tokens)
 
+    def count(self, text: str) -> int:
+        """How many pieces `text` (lowered by the path) is read as, special tokens aside."""
+        return len(self.tok.encode(text, add_special_tokens=False).ids)
+
     def reading(self, text: str, special_tokens: bool, max_tokens: int) -> Reading:
         """`encode`'s answer as a Reading: what an Encoded read by `ids` builds its strings and
         offsets from, when its answer needs them."""

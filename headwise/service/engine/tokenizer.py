@@ -92,8 +92,8 @@ class TextTokenizer:
     def _wordpiece(self, texts: list[str], truncate: bool, special_tokens: bool, out: list, fast: bool) -> list[int]:
         """Into `out`, the texts headwise.wordpiece reads (the ASCII path's, with a WordPiece
         tokenizer), each read as far as its answer needs: a long one as a prefix of over max_len +
-        CUT_MARGIN tokens (truncated, the first max_len read to see so are its answer; else it
-        shows the text too long), or whole, by the compiled reader where there is one
+        CUT_MARGIN tokens (truncated, its first max_len are its answer; else it shows the text too
+        long), or whole. The compiled reader reads and counts them where there is one
         (headwise.compiled: the same answers; with `fast`, its ids alone, the strings and offsets
         read again if asked for); → the indices of the others."""
         wp = self.ascii.wordpiece if self.ascii is not None else None
@@ -103,11 +103,14 @@ class TextTokenizer:
         read = (self.ascii.compiled or wp).encode
         todo, enough = [], self.max_len + CUT_MARGIN
         limit, added = (self.max_len if truncate else 1 << 62), (wp.added if special_tokens else 0)
+        count = self.ascii.compiled.count if self.ascii.compiled is not None else None
         for i, text in enumerate(texts):
             chars, first = PREFIX_TOKENS * self.max_len, None
             while (low := self.ascii.text(text[:chars])) is not None and chars < len(text):
-                first = wp.pieces(low, enough + 1)
-                if len(first[0]) + added > enough:
+                if count is not None:  # counted by the compiled reader, in a fraction of the time
+                    if count(low) + added > enough:
+                        break
+                elif len((first := wp.pieces(low, enough + 1))[0]) + added > enough:
                     break
                 chars, first = chars * 4, None
             if low is None:

@@ -162,3 +162,31 @@ def test_a_later_piece_starts_where_the_last_ended_and_spans_its_token_less_the_
     shifted = [(0, 0), (0, 3), (4, 6), (6, 11), (11, 14), (10, 11), (0, 0)]  # tokie's, "the cougar."
     compiled.mend(tokens, shifted, [3, 4])
     assert shifted == [(0, 0), (0, 3), (4, 6), (6, 9), (9, 10), (10, 11), (0, 0)]
+
+
+@pytest.mark.parametrize("max_len", [16, 64])
+def test_a_long_text_is_counted_and_read_by_it_as_the_tokenizer_reads_it(monkeypatch, max_len):
+    """A text past PREFIX_TOKENS × max_len characters is read as a prefix whose pieces the
+    compiled reader counts (headwise.wordpiece reads none of it, but for a prefix holding an
+    [UNK], whose offsets it reads); truncated, its answer is the tokenizer's, however the
+    answer is read; untruncated, it is longer than max_len."""
+    tok = TextTokenizer(MINILM, max_len)
+    pieces = tok.ascii.wordpiece.pieces
+    texts = ["the unaffable cat sat on the encyclopedic mat " * 80,
+             "a" * 400 + " the cat " * 300,  # an over-long word ([UNK]) within the cut
+             "the cat sat " * 200 + "b" * 400]  # ... and past it
+
+    def read_by_headwise_wordpiece(text, limit):
+        assert text.startswith("a" * 400), text[:40]
+        return pieces(text, limit)
+
+    monkeypatch.setattr(tok.ascii.wordpiece, "pieces", read_by_headwise_wordpiece)
+    usual = Tokenizer.from_file(str(MINILM))
+    usual.no_padding()
+    usual.enable_truncation(max_length=max_len)
+    for lazy, strings in ((True, False), (True, True), (False, True)):
+        for got, want in zip(tok.encode_unchecked(texts, lazy=lazy, strings=strings), usual.encode_batch(texts),
+                             strict=True):
+            assert (got.ids.tolist(), got.type_ids.tolist(), got.tokens, got.offsets) == (
+                want.ids, want.type_ids, want.tokens, want.offsets)
+        assert all(e.length > max_len for e in tok.encode_unchecked(texts, truncate=False, lazy=lazy, strings=strings))
