@@ -94,19 +94,24 @@ class EncoderRuntime:
         batcher = self._batcher(params)
         job = Job(len(inputs), inputs=inputs, params=params, inputs_field=field, is_disconnected=is_disconnected,
                   trace=tracing.current())
-        try:
-            data = await batcher.submit(job)
-        except Exception:
-            if job.enqueued_at:  # queued, then failed (a refused input, a failed batch, a disconnect)
-                self.stats.request(None, time.perf_counter() - job.enqueued_at)
-            raise
-        self.stats.request(job.timing, time.perf_counter() - job.enqueued_at)
+        data = await self._answered(batcher, job)
         spec = params.attention
         if spec is not None:
             self.series.attention_bytes.inc(sum(self.head.returned_bytes(spec, d.encoding) for d in data))
             if spec.aggregate != "none":
                 self.series.aggregate(spec.aggregate).inc()
         return data, job.answer_bytes, job.timing
+
+    async def _answered(self, batcher: Batcher, job: Job, entries: list[Entry] | None = None) -> list:
+        """A plain job's answers through `batcher`, counted in the model's request statistics."""
+        try:
+            data = await batcher.submit(job, entries)
+        except Exception:
+            if job.enqueued_at:  # queued, then failed (a refused input, a failed batch, a disconnect)
+                self.stats.request(None, time.perf_counter() - job.enqueued_at)
+            raise
+        self.stats.request(job.timing, time.perf_counter() - job.enqueued_at)
+        return data
 
     def _batcher(self, params: RequestParams) -> Batcher:
         """The batcher a plain request's `params` ask for: the analysis variant's for hidden
@@ -139,7 +144,7 @@ class EncoderRuntime:
         for e, h in zip(encs, holes, strict=True):
             if not h:
                 self.series.input_tokens.observe(e.length)
-        return await batcher.submit(job, entries)
+        return await (self._answered(batcher, job, entries) if plain else batcher.submit(job, entries))
 
     def _no_analysis(self, what: str) -> Validation:
         if self.settings.analysis == "off":

@@ -288,7 +288,9 @@ class Engine:
         w = params.windows
         read = partial(rt.tokenizer.encode_windows, pairs, w.max_seq_len, w.stride, self.settings.max_client_batch,
                        field)
+        t0 = time.perf_counter()
         rows = await asyncio.get_running_loop().run_in_executor(self._tok_pool, read)
+        self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
         data, nbytes = await windows.answer(answerer, pairs, rows, params, self.measure,
                                             self.settings.max_response_bytes, is_disconnected)
         return HeadResult(answerer.name, answerer.package.version, list(answerer.package.labels), data, nbytes)

@@ -57,25 +57,29 @@ def from_the_left(segments: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return np.flatnonzero(out)
 
 
+def window_count(segments: np.ndarray, max_len: int, stride: int) -> int:
+    """How many windows `windows` reads a pair in, without making them. ValueError (with the
+    room) where the pair does not fit and room ≤ stride, which tokenizers refuses."""
+    if len(segments) <= max_len:
+        return 1
+    n_b = int((segments == 1).sum())
+    room = max_len - (len(segments) - n_b)  # the second text's tokens per window (n_b > room: it does not fit)
+    if room <= stride:
+        raise ValueError(room)
+    return 1 + -(-(n_b - room) // (room - stride))
+
+
 def windows(segments: np.ndarray, max_len: int, stride: int) -> list[np.ndarray]:
     """Positions (ascending) of each window a pair is read in when its second text is cut with
     `stride` (tokenizers' OnlySecond cut and its overflowing encodings, transformers'
     `return_overflowing_tokens`): every special token and the whole first text, and the
     second's tokens [start, start + room) for start = 0, room − stride, … until one reaches its
-    end, `room` being max_len less the others; one window where the pair fits. ValueError
-    (with the room) where it does not fit and room ≤ stride, which tokenizers refuses."""
-    second = segments == 1
-    n_b = int(second.sum())
-    room = max_len - (len(segments) - n_b)
+    end, `room` being max_len less the others; one window where the pair fits. ValueError as
+    `window_count`."""
+    n = window_count(segments, max_len, stride)
     if len(segments) <= max_len:
         return [np.arange(len(segments))]
-    if room <= stride:
-        raise ValueError(room)
-    place = np.cumsum(second) - 1  # per position, its place among the second text's tokens
-    out = []
-    for start in range(0, n_b, room - stride):
-        stop = min(start + room, n_b)
-        out.append(np.flatnonzero(~second | (second & (place >= start) & (place < stop))))
-        if stop == n_b:
-            break
-    return out
+    second, others = np.flatnonzero(segments == 1), np.flatnonzero(segments != 1)
+    room = max_len - len(others)
+    step = room - stride
+    return [np.sort(np.concatenate([others, second[k * step:k * step + room]])) for k in range(n)]

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from headwise import ascii_path
 from headwise.service.engine import tails
 from headwise.service.engine.encoded import Encoded
-from headwise.service.engine.pair_cut import Cut, from_the_left, kept, windows
+from headwise.service.engine.pair_cut import Cut, from_the_left, kept, window_count, windows
 from headwise.service.errors import FIELD, TooLarge, Validation
 
 # A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
@@ -201,31 +201,29 @@ class TextTokenizer:
 
     def encode_windows(self, pairs: list[tuple[str, str]], max_tokens: int, stride: int, max_rows: int,
                        field: str = "inputs") -> list[list[Encoded]]:
-        """Each (question, context) pair in the overlapping windows transformers' fast tokenizer
-        reads it in with truncation="only_second", max_length=max_tokens, stride=stride and
-        return_overflowing_tokens (the question-answering pipeline's max_seq_len and doc_stride):
-        chosen from the whole pair's encoding (pair_cut.windows), as `encode_items` cuts a
-        pair, each with its word spans. Validation where a question leaves its context no more
-        room than `stride`, TooLarge past `max_rows` windows in all."""
-        encs = self._full.encode_batch(pairs)  # whole: the request's characters bound them
-        parts, rows = [], 0
-        for i, e in enumerate(encs):
+        """Each (question, context) pair in the windows transformers' fast tokenizer reads it in
+        with truncation="only_second", max_length=max_tokens, stride and return_overflowing_tokens
+        (the question-answering pipeline's max_seq_len and doc_stride), with word spans: chosen
+        from the whole pair's encoding (pair_cut.windows). Validation where a question leaves its
+        context no more room than `stride`, TooLarge past `max_rows` windows in all."""
+        read, rows = [], 0
+        for i, pair in enumerate(pairs):  # one at a time: a request is refused at the pair that passes max_rows
+            (e,) = self._full.encode_batch([pair])  # whole: the request's characters bound it
             segments = np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8)
             try:
-                parts.append((segments, windows(segments, max_tokens, stride)))
+                rows += window_count(segments, max_tokens, stride)
             except ValueError as room:
-                raise Validation(f"{FIELD}[{i}]'s question and special tokens leave its context {room} of the "
-                                 f"{max_tokens} tokens of a window, not more than doc_stride={stride}: send a "
-                                 "smaller doc_stride, a larger max_seq_len or a shorter question", field=field) from None
-            rows += len(parts[-1][1])
-        if rows > max_rows:
-            raise TooLarge(f"the contexts take {rows} windows of {max_tokens} tokens, over the limit of {max_rows} "
-                           "rows per request: send shorter contexts, fewer inputs or a smaller doc_stride", field=field)
+                raise Validation(_no_room(i, int(str(room)), max_tokens, stride), field=field) from None
+            if rows > max_rows:
+                raise TooLarge(f"the contexts take {rows} windows of {max_tokens} tokens or more, over the limit of "
+                               f"{max_rows} rows per request: send shorter contexts, fewer inputs or a smaller "
+                               "doc_stride", field=field)
+            read.append((e, segments))
         out = []
-        for e, (segments, keeps) in zip(encs, parts, strict=True):
+        for e, segments in read:
             ids, types, tokens, offsets = np.asarray(e.ids, np.int64), np.asarray(e.type_ids, np.int64), e.tokens, e.offsets
             out.append([Encoded(ids[k], types[k], [tokens[j] for j in k], [offsets[j] for j in k], segments[k],
-                                words=_word_chars(e, k)) for k in keeps])
+                                words=_word_chars(e, k)) for k in windows(segments, max_tokens, stride)])
         return out
 
     def _enough(self, whole: tuple[bool, bool], counts: tuple[int, int], truncate: bool) -> bool:
@@ -389,4 +387,14 @@ def _processor_ids(node) -> set[int]:
 
 
 def _types(type_ids: list[int]) -> np.ndarray:
-    return np.zeros(len(type_ids), np.int64) if not any(type_ids) else np.array(type_ids, dtype=np.int64)
+    return np.array(type_ids, dtype=np.int64) if any(type_ids) else np.zeros(len(type_ids), np.int64)
+
+
+def _no_room(i: int, room: int, max_tokens: int, stride: int) -> str:
+    """Why pair i cannot be read in windows: its question leaves its context `room` tokens."""
+    if room <= 0:
+        return (f"{FIELD}[{i}]'s question and special tokens take {max_tokens - room} tokens, a whole window of "
+                f"max_seq_len={max_tokens} or more: send a larger max_seq_len or a shorter question")
+    return (f"{FIELD}[{i}]'s question and special tokens leave its context {room} of the {max_tokens} tokens of a "
+            f"window, not more than doc_stride={stride}: send a smaller doc_stride, a larger max_seq_len or a "
+            "shorter question")

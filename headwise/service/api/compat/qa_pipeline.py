@@ -25,17 +25,18 @@ PIPELINE_SEQ_LEN, PIPELINE_STRIDE = 384, 128  # the pipeline's defaults: at most
 
 
 def windows(doc_stride: int | None, max_seq_len: int | None, max_len: int, truncate: bool,
-            prefix: str = "") -> Windows | None:
+            prefix: str = "", truncate_field: str = "truncate") -> Windows | None:
     """The windows the pipeline reads a context in for its `doc_stride` and `max_seq_len` (one
     given, the pipeline's default for the other: max_seq_len min(384, max_len), doc_stride
     min(max_seq_len // 2, 128)); None where neither is given (a context past max_len is
-    refused, or cut with truncate). Validation naming the field (after `prefix`) for a window
-    past the model's max_len, a stride over the window, or windows asked with truncate."""
+    refused, or cut with truncate). Validation naming the field (after `prefix`; `truncate_field`
+    for truncate) for a window past the model's max_len, a stride over the window, or windows
+    asked with truncate."""
     if doc_stride is None and max_seq_len is None:
         return None
     if truncate:
         raise Validation(f"{FIELD}: send either truncate (cut the context) or doc_stride/max_seq_len (read it in "
-                         "windows), not both", field=prefix + "truncate")
+                         "windows), not both", field=truncate_field)
     seq = min(PIPELINE_SEQ_LEN, max_len) if max_seq_len is None else max_seq_len
     if seq > max_len:
         raise Validation(f"{FIELD} is {seq}, over this model's limit of {max_len} tokens", field=prefix + "max_seq_len")

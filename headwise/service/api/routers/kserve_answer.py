@@ -59,7 +59,7 @@ def span_params(params: dict, max_len: int) -> SpanParams:
                       handle_impossible_answer=v2.flag(params, "handle_impossible_answer", False),
                       align_to_words=v2.flag(params, "align_to_words", True),
                       windows=windows(_count(params, "doc_stride", None), _count(params, "max_seq_len", None), max_len,
-                                      truncate, "parameters."))
+                                      truncate, "parameters.", "parameters.truncate"))
 
 
 def _outputs(header: dict, binary_default: bool) -> dict[str, bool]:

@@ -97,15 +97,13 @@ def gathered(context: str, windows: list[Window], p: SpanParams) -> list[Span]:
     postprocess gathers them: spans that read alike but for case are one answer, at its first
     span's characters, their scores summed (`get_answer`); with handle_impossible_answer the
     empty answer, scored by the lowest of the windows' empty answers; best first, top_k."""
-    answers: list[Span] = []
+    found: dict[str, Span] = {}  # by the lowered text, in the order first found
     for w in windows:
         for start, end, score in w.spans:
             text = context[start:end]
-            same = next((j for j, a in enumerate(answers) if a.answer.lower() == text.lower()), None)
-            if same is None:
-                answers.append(Span(text, score, start, end))
-            else:
-                answers[same] = replace(answers[same], score=answers[same].score + score)
+            same = found.get(key := text.lower())
+            found[key] = Span(text, score, start, end) if same is None else replace(same, score=same.score + score)
+    answers = list(found.values())
     if p.handle_impossible_answer:
         answers.append(Span("", min(w.null for w in windows), 0, 0))
     return sorted(answers, key=lambda a: a.score, reverse=True)[: p.top_k]
