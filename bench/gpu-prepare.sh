@@ -6,7 +6,8 @@
 #     file name in ORT_WHEEL, the part count in ORT_PARTS);
 #   - the service's wheels that machine lacks (wheels/: fastapi, starlette, uvicorn, httptools,
 #     pydantic and its dependencies, pydantic-settings, python-dotenv, orjson, opentelemetry-api
-#     that fastapi imports, pyzmq and msgspec that process mode's transport uses), pinned;
+#     that fastapi imports, pyzmq and msgspec that process mode's transport uses, tokie that
+#     reads plain texts in the front-ends: headwise.compiled), pinned;
 #   - the all-MiniLM-L6-v2 checkpoint, tar cut into parts (ckpt.part.NN), exported there;
 #   - Debian's wrk and its libluajit (wrk/), if installed here.
 # The GPU machine (bench/README.md, section GPU) has Python 3.12, torch, onnx, onnxscript,
@@ -37,7 +38,7 @@ echo "onnxruntime-gpu ${ort:?no onnxruntime-gpu pin in constraints.txt} and the 
 python3 -m pip download -q --no-deps "${plat[@]}" -d "$G/ort" "onnxruntime-gpu==$ort"
 small=()
 for name in fastapi starlette uvicorn httptools pydantic pydantic-core annotated-types typing-inspection \
-            pydantic-settings python-dotenv orjson opentelemetry-api pyzmq msgspec; do
+            pydantic-settings python-dotenv orjson opentelemetry-api pyzmq msgspec tokie; do
   v=$(pin "$name"); [ -z "$v" ] && v=$(pin "${name//-/_}")
   small+=("$name${v:+==$v}")
 done

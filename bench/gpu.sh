@@ -76,12 +76,14 @@ import headwise.service.api.app, headwise.service.server.serve, headwise.service
 import headwise.service.server.supervisor, headwise.service.server.frontend, headwise.service.server.engine_process  # process mode: pyzmq, msgspec
 site = os.path.realpath(os.environ["SITE"])
 for m in ("onnxruntime", "fastapi", "starlette", "uvicorn", "httptools", "pydantic", "pydantic_core",
-          "pydantic_settings", "dotenv", "orjson", "opentelemetry", "uvloop", "zmq", "msgspec"):
+          "pydantic_settings", "dotenv", "orjson", "opentelemetry", "uvloop", "zmq", "msgspec", "tokie"):
     mod = importlib.import_module(m)
     where = os.path.realpath(getattr(mod, "__file__", None) or list(mod.__path__)[0])
     version, src = getattr(mod, "__version__", ""), "carried" if where.startswith(site) else where
     print(f"{m:18} {version:10} {src}")
 print("onnxruntime", o.__version__, o.get_available_providers())
+from headwise import compiled  # the front-ends read plain texts with tokie only at the tested version
+assert compiled.installed() == compiled.TESTED, f"tokie {compiled.installed()} is not {compiled.TESTED}"
 '
 
 install() {

@@ -37,20 +37,22 @@ from headwise.service.settings import Settings
 BATCH = 64
 
 
-def feeds_for(tok: TextTokenizer, texts: list[str], pad_id: int) -> dict[str, np.ndarray]:
+def feeds_for(tok: TextTokenizer, texts: list[str], pkg) -> dict[str, np.ndarray]:
+    """Every input either graph reads: the analysis graph's head mask too (every head kept)."""
     encs = tok.encode_unchecked(texts)
     n = max(e.length for e in encs)
-    ids = np.full((len(encs), n), pad_id, np.int64)
+    ids = np.full((len(encs), n), pkg.pad_id, np.int64)
     mask = np.zeros((len(encs), n), np.int64)
     for i, e in enumerate(encs):
         ids[i, : e.length], mask[i, : e.length] = e.ids, 1
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids),
+            "head_mask": np.ones((len(encs), pkg.n_layers, pkg.n_heads), np.float32)}
 
 
 def embed(backend: OrtBackend, role: str, tok, pkg, texts: list[str]) -> np.ndarray:
     out = []
     for i in range(0, len(texts), BATCH):
-        f = feeds_for(tok, texts[i : i + BATCH], pkg.pad_id)
+        f = feeds_for(tok, texts[i : i + BATCH], pkg)
         out.append(backend.run(role, f, ["sentence_embedding"])["sentence_embedding"].astype(np.float32))
     return np.concatenate(out)
 
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         few = texts[:32]
         together = embed(backend, role, tok, pkg, few)
         alone = np.concatenate([embed(backend, role, tok, pkg, [t]) for t in few])
-        f = feeds_for(tok, few, pkg.pad_id)
+        f = feeds_for(tok, few, pkg)
         bound = backend.run(role, f, ["sentence_embedding"])["sentence_embedding"]
         plain = sess.run(["sentence_embedding"], {k: f[k] for k in backend.input_names(role)})[0]
         variant = pkg.variants[name]
