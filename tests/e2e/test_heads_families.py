@@ -75,6 +75,21 @@ def test_answers_equal_transformers(srv, heads, family):
         np.testing.assert_allclose([a["score"] for a in got], [a["score"] for a in want], rtol=1e-3, atol=1e-6)
 
 
+@pytest.mark.parametrize("family", fam.ANSWERER_FAMILIES)
+def test_windows_equal_the_pipelines_on_every_family(srv, heads, family):
+    """doc_stride on each family's template (RoBERTa's `<s> q </s></s> c </s>` among them): the
+    windows the tokenizer's overflow gives, and the answers gathered from them."""
+    name = f"qa-{family}"
+    q, c = "two dogs", " ".join(["one red fox and two dogs, hello world"] * 8)
+    r = srv.post("/v1/answer", {"model": name, "inputs": {"question": q, "context": c}, "top_k": 3,
+                                "handle_impossible_answer": True, "doc_stride": 6, "max_seq_len": 24})
+    assert r.status_code == 200, r.text
+    want, _ = reference(heads[1][name], q, c, 3, True, windows=(24, 6))
+    got = r.json()["data"][0]["answers"]
+    assert [(a["answer"], a["start"], a["end"]) for a in got] == [(a["answer"], a["start"], a["end"]) for a in want]
+    np.testing.assert_allclose([a["score"] for a in got], [a["score"] for a in want], rtol=1e-3, atol=1e-6)
+
+
 def test_distilbert_sentiment_scores_equal_transformers(srv, heads):
     import torch
 
