@@ -7,6 +7,7 @@
 #   bash bench/gpu.sh setup    # the last call: take, install, export, checks (about 3 minutes)
 #   bash bench/gpu.sh bench    # the benchmark, within BUDGET (9 minutes)
 #   bash bench/gpu.sh process  # inproc:8 / process:8 / process:12 alternating, within BUDGET (7 minutes)
+#                              # (… process --route openai: OpenAI's shape, vectors alone, not the native one)
 #   bash bench/gpu.sh all      # setup and bench in one command (within BUDGET too)
 #   bash bench/gpu.sh --check  # HERE, before a GPU is lent: the whole recipe on this CPU
 #

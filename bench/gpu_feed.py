@@ -7,6 +7,7 @@ client counts, against the in-process ceiling measured in the same repetition.
         [--tokens 20,128] [--inputs 1,32] [--clients 1,64,256] [--seconds 3] [--reps 3] [--out DIR]
     python -m bench.gpu_feed PACKAGE --layouts inproc:8,process:8,process:12 \\
         --cells 20x1x256,20x32x64,128x1x256,128x32x64,128x1x1 --reps 3 --max-minutes 6   # issue 37
+        [--route native|openai]   # /v1/embed (vectors, tokens and offsets; the default) or /v1/embeddings
 
 A configuration is NAME=KEY=VALUE,... (HEADWISE_* settings; empty: the defaults); a layout
 (`--layouts`) is `inproc:W` (HEADWISE_ENGINE=inproc, W whole-server workers) or `process:F`
@@ -42,7 +43,7 @@ from bench.http import load, sample_from, server_stats
 from bench.noise import TICK, proc_ticks
 from bench.server import start_headwise
 from bench.stats import median
-from bench.workload import Workload
+from bench.workload import ROUTES, Workload
 
 CEILING_BATCHES = (1, 8, 32, 64)
 MIB = 2**20
@@ -145,10 +146,11 @@ def nearest_ceiling(ceiling: dict, tokens: int, batch: float) -> tuple[int, floa
 
 
 def cell(server, w: Workload, tokens: int, n: int, clients: int, seconds: float, warm: float = 0,
-         settle: float = 0) -> dict:
-    """One repetition of one cell; `settle` seconds first, so that requests a previous load left
-    in flight do not count in this one's batches and CPU."""
-    url, body = server.url + "/v1/embed", w.body(tokens, inputs=n)
+         settle: float = 0, route: str = "native") -> dict:
+    """One repetition of one cell, its requests in `route`'s shape (ROUTES); `settle` seconds
+    first, so that requests a previous load left in flight do not count in this one's batches
+    and CPU."""
+    url, body = server.url + ROUTES[route], w.body(tokens, inputs=n, shape=route)
     if warm > 0:
         load(url, body, clients, warm)
     time.sleep(settle)
@@ -192,7 +194,7 @@ def run(args, on_rep=None) -> tuple[list[dict], dict]:
             try:
                 server.wait_ready()
                 for t, n, clients in args.cell_list:
-                    r = cell(server, w, t, n, clients, args.seconds, args.warm, args.settle)
+                    r = cell(server, w, t, n, clients, args.seconds, args.warm, args.settle, args.route)
                     b, ref = nearest_ceiling(ceiling, t, r["batch"])
                     best = max(ceiling[(t, x)] for x in CEILING_BATCHES)
                     r.update(config=name, rep=rep, tokens=t, inputs=n, clients=clients, ceiling_batch=b,
@@ -224,7 +226,7 @@ def report(args, rows: list[dict], memory: dict) -> str:
     lines = [f"# How well headwise feeds the device: {args.name}", "",
              f"Command: `python -m bench.gpu_feed {' '.join(args.argv)}`", "",
              f"- CPU: {facts.get('cpu', '?')}; cores usable: {facts.get('cores usable (affinity, cgroup)', '?')}",
-             f"- GPU: {gpu_name()}; provider {args.provider}, {args.precision}",
+             f"- GPU: {gpu_name()}; provider {args.provider}, {args.precision}; requests to {ROUTES[args.route]}",
              f"- git commit: {facts.get('git commit', '?')}; date (UTC): {time.strftime('%Y-%m-%d %H:%M', time.gmtime())}",
              f"- {reps} of {args.reps} repetitions, configurations alternating; medians. Configurations: "
              + "; ".join(f"`{n}` ({','.join(f'{k}={v}' for k, v in env.items()) or 'defaults'})"
@@ -283,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--inputs", type=ints, default=[1, 32])
     p.add_argument("--clients", type=ints, default=[1, 64, 256])
     p.add_argument("--cells", type=parse_cells, default=None, help="TxIxC,...: instead of tokens × inputs × clients")
+    p.add_argument("--route", choices=sorted(ROUTES), default="native",
+                   help="native /v1/embed (vectors, tokens and offsets) or OpenAI /v1/embeddings (vectors)")
     p.add_argument("--seconds", type=float, default=3)
     p.add_argument("--warm", type=float, default=0, help="seconds of load before each cell, not measured")
     p.add_argument("--settle", type=float, default=0.5, help="seconds idle before each cell's measurement")

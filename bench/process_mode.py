@@ -39,10 +39,9 @@ from bench.server import HOST, Server, clean_env, free_port, http
 from bench.standin import COUNTERS_PATH, H100
 from bench.standin_engine import COUNTERS
 from bench.stats import median
-from bench.workload import Workload
+from bench.workload import ROUTES, Workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROUTES = {"native": "/v1/embed", "openai": "/v1/embeddings"}  # the native answer carries tokens and offsets too
 COLUMNS = [("requests_per_s", "requests/s", 0), ("inputs_per_s", "inputs/s", 0), ("p50_ms", "p50 ms", 2),
            ("p99_ms", "p99 ms", 2), ("fe_us_per_request", "front-end CPU µs/request", 0),
            ("fe_us_per_input", "front-end CPU µs/input", 0), ("engine_us_per_input", "engine CPU µs/input", 1),

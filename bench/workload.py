@@ -30,6 +30,11 @@ def find_package(path: str | Path) -> Path:
     raise ValueError(f"{p} holds several packages ({', '.join(f.name for f in found)}); name one")
 
 
+# a request shape's route: the native answer carries each input's tokens and offsets too, OpenAI's
+# its vector alone
+ROUTES = {"native": "/v1/embed", "openai": "/v1/embeddings"}
+
+
 class Workload:
     def __init__(self, package_dir: str | Path):
         from tokenizers import Tokenizer
