@@ -104,7 +104,8 @@ def test_report_side_by_side_and_memory(monkeypatch):
     monkeypatch.setattr(gpu_feed, "machine_facts", lambda provider: {"cpu": "X", "git commit": "abc"})
     monkeypatch.setattr(gpu_feed, "gpu_name", lambda: "H100")
     configs = [layout_config("inproc:8"), layout_config("process:8")]
-    args = argparse.Namespace(name="t", argv=["PKG"], provider="cuda", precision="fp16", reps=2, config_list=configs)
+    args = argparse.Namespace(name="t", argv=["PKG"], provider="cuda", precision="fp16", reps=2, config_list=configs,
+                              route="openai")
 
     def row(config, rep, rate, clients=256, errors=0):
         return {"config": config, "rep": rep, "tokens": 20, "inputs": 1, "clients": clients, "rate": rate, "p50": 5.0,
@@ -121,6 +122,7 @@ def test_report_side_by_side_and_memory(monkeypatch):
     assert "| 20 | 1 | 256 | 1,100 | 2,500 (2.27×) |" in text
     assert "| 20 | 1 | 1 | – | 50 |" in text  # a cell one layout lacks
     assert "| process8 | 1 | 1,500 | 2,100 |" in text and "2 of 2 repetitions" in text
+    assert "provider cuda, fp16; requests to /v1/embeddings" in text
     nan = {"server_mib": math.nan, "processes": 0, "device_mib": math.nan}
     assert "GPU memory" not in gpu_feed.report(args, rows, {"inproc8": [nan], "process8": [nan]})
 
