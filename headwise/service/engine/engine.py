@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import overload
+from typing import TypeVar, overload
 
 from headwise.service.backends import open_backend
 from headwise.service.backends.onnxruntime import check_precision
@@ -58,6 +58,7 @@ log = logging.getLogger("headwise.service")
 
 TOKENIZER_THREADS = 2  # the pool that tokenises /v1/tokenize, the analytics routes and generation prompts
 # (embed and classify batches tokenise on their batcher's threads)
+T = TypeVar("T")  # what tokenising on those threads gives back (Engine._tokenised)
 
 
 class Engine:
@@ -190,17 +191,20 @@ class Engine:
 
     async def _encode(self, rt: Runtime, texts: list[str], truncate: Truncate, special_tokens: bool = True,
                       whole: bool = False, field: str = "inputs") -> list[Encoded]:
-        t0 = time.perf_counter()
-        loop = asyncio.get_running_loop()
         if whole:
             def work():
                 _ = rt.tokenizer.special_ids  # TEI's /tokenize reads it next, on the loop: built here, once
                 return rt.tokenizer.encode_unchecked(texts, False, special_tokens)
         else:
             work = partial(rt.tokenizer.encode, texts, truncate, special_tokens, field)
-        encs = await loop.run_in_executor(self._tok_pool, work)
+        return await self._tokenised(rt, work)
+
+    async def _tokenised(self, rt: Runtime, work: Callable[[], T]) -> T:
+        """`work` on the tokenizer threads, timed in the model's tokenize metric."""
+        t0 = time.perf_counter()
+        out = await asyncio.get_running_loop().run_in_executor(self._tok_pool, work)
         self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
-        return encs
+        return out
 
     async def tokenize(self, rt: Runtime, texts: list[str], truncate: bool, special_tokens: bool = True,
                        whole: bool = False) -> list[Encoded]:
@@ -286,11 +290,8 @@ class Engine:
             raise Validation(f"{FIELD}: not served with doc_stride (each window has weights of its own)",
                              field="attention")
         w = params.windows
-        read = partial(rt.tokenizer.encode_windows, pairs, w.max_seq_len, w.stride, self.settings.max_client_batch,
-                       field)
-        t0 = time.perf_counter()
-        rows = await asyncio.get_running_loop().run_in_executor(self._tok_pool, read)
-        self.metrics.tokenize_duration.labels(model=rt.name).observe(time.perf_counter() - t0)
+        rows = await self._tokenised(rt, partial(rt.tokenizer.encode_windows, pairs, w.max_seq_len, w.stride,
+                                                 self.settings.max_client_batch, field))
         data, nbytes = await windows.answer(answerer, pairs, rows, params, self.measure,
                                             self.settings.max_response_bytes, is_disconnected)
         return HeadResult(answerer.name, answerer.package.version, list(answerer.package.labels), data, nbytes)
