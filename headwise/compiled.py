@@ -98,20 +98,22 @@ class Compiled:
             mend(tokens, offsets, compress(range(len(ids)), map(self.later.__contains__, ids)))
         return wp.framed(ids, tokens, offsets, special_tokens)
 
-    def count(self, text: str) -> int:
-        """How many pieces `text` (lowered by the path) is read as, special tokens aside."""
-        return len(self.tok.encode(text, add_special_tokens=False).ids)
+    def pieces(self, text: str) -> list[int]:
+        """The ids of the pieces `text` (lowered by the path) is read as, special tokens aside."""
+        return self.tok.encode(text, add_special_tokens=False).ids
 
     def reading(self, text: str, special_tokens: bool, max_tokens: int) -> Reading:
         """`encode`'s answer as a Reading: what an Encoded read by `ids` builds its strings and
         offsets from, when its answer needs them."""
         return Reading(*self.encode(text, special_tokens, max_tokens))
 
-    def ids(self, text: str, special_tokens: bool, max_tokens: int) -> tuple[list[int], list[int]] | None:
+    def ids(self, text: str, special_tokens: bool, max_tokens: int,
+            pieces: list[int] | None = None) -> tuple[list[int], list[int]] | None:
         """`encode`'s ids and type ids alone (tokie builds no offsets, and no token is looked
-        up), or None where `text` holds an [UNK] (`encode` reads it)."""
+        up), or None where `text` holds an [UNK] (`encode` reads it); `pieces`: the text's
+        `pieces()`, where they were read already."""
         wp = self.wp
-        ids = self.tok.encode(text, add_special_tokens=False).ids
+        ids = self.pieces(text) if pieces is None else pieces
         if wp.unk_id in ids:
             return None
         if len(ids) > (n := wp.room(special_tokens, max_tokens)):

@@ -103,23 +103,23 @@ class TextTokenizer:
         read = (self.ascii.compiled or wp).encode
         todo, enough = [], self.max_len + CUT_MARGIN
         limit, added = (self.max_len if truncate else 1 << 62), (wp.added if special_tokens else 0)
-        count = self.ascii.compiled.count if self.ascii.compiled is not None else None
+        pieces = self.ascii.compiled.pieces if self.ascii.compiled is not None else None
         for i, text in enumerate(texts):
-            chars, first = PREFIX_TOKENS * self.max_len, None
+            chars, first, counted = PREFIX_TOKENS * self.max_len, None, None
             while (low := self.ascii.text(text[:chars])) is not None and chars < len(text):
-                if count is not None:  # counted by the compiled reader, in a fraction of the time
-                    if count(low) + added > enough:
+                if pieces is not None:  # counted by the compiled reader, in a fraction of the time
+                    if len(counted := pieces(low)) + added > enough:
                         break
                 elif len((first := wp.pieces(low, enough + 1))[0]) + added > enough:
                     break
-                chars, first = chars * 4, None
+                chars, first, counted = chars * 4, None, None
             if low is None:
                 todo.append(i)
                 continue
             if first is not None and truncate and (n := wp.room(special_tokens, limit)) < len(first[0]):
                 # a long text: the prefix's first pieces, read once to see it is long, are its answer
                 ids, type_ids, tokens, offsets = wp.framed(first[0][:n], first[1][:n], first[2][:n], special_tokens)
-            elif compiled is not None and (framed := compiled.ids(low, special_tokens, limit)) is not None:
+            elif compiled is not None and (framed := compiled.ids(low, special_tokens, limit, counted)) is not None:
                 ids, type_ids = framed
                 out[i] = Encoded(np.array(ids, dtype=np.int64), _types(type_ids),
                                  source=partial(compiled.reading, low, special_tokens, limit))
