@@ -237,8 +237,9 @@ def test_errors_in_vllms_shape_name_the_field(srv):
                                                413, "input")
     r = srv.post("/classify", {"model": "tiny-classifier", "input": ["a", mark * 300]})
     assert vllm_error(r, 413, "input").startswith("input[1] has 5700 characters") and "zebra" not in r.text
-    # truncation: null, -1 or max_len (64 for the tiny models); others refused
-    vllm_error(srv.post("/score", {**rr, "text_1": "a", "text_2": "b", "truncate_prompt_tokens": 10}), 422,
+    # truncation: over max_len (64 for the tiny models), or under a pair's special tokens, refused
+    # (tests/e2e/test_truncate_prompt_tokens.py: the cuts themselves)
+    vllm_error(srv.post("/score", {**rr, "text_1": "a", "text_2": "b", "truncate_prompt_tokens": 2}), 422,
                "truncate_prompt_tokens")
     vllm_error(srv.post("/classify", {**rr, "input": "a", "truncate_prompt_tokens": 65}), 400, "truncate_prompt_tokens")
     vllm_error(srv.post("/classify", {**rr, "input": "a", "truncate_prompt_tokens": -2}), 422, None)

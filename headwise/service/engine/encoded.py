@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 
@@ -54,3 +56,21 @@ class Encoded:
     @property
     def length(self) -> int:
         return len(self.ids)
+
+    def picked(self, keep: np.ndarray) -> Encoded:
+        """The tokens at positions `keep` (ascending, int), as one encoding: its strings and
+        offsets still built on first use where this one's are."""
+        segments = None if self.segments is None else self.segments[keep]
+        words = None if self.words is None else [self.words[k] for k in keep]
+        if self._source is None:
+            return Encoded(self.ids[keep], self.type_ids[keep], [self._tokens[k] for k in keep],
+                           [self._offsets[k] for k in keep], segments, words=words)
+        return Encoded(self.ids[keep], self.type_ids[keep], segments=segments, words=words,
+                       source=lambda: _Read([self.tokens[k] for k in keep], [self.offsets[k] for k in keep]))
+
+
+class _Read(NamedTuple):
+    """What an encoding source gives (Encoded.tokens, Encoded.offsets)."""
+
+    tokens: list[str]
+    offsets: list[tuple[int, int]]

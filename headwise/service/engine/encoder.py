@@ -269,16 +269,15 @@ class EncoderRuntime:
         for i, job in enumerate(jobs):
             if head.pretokenised(job.inputs):
                 out[i] = self._entries_or_error(job, lambda j=job: self.tokenizer.from_ids(j.inputs))
-        # Read per truncation and per whether token strings are answered: without them, the
-        # tokenizer's fast read (no offsets; the same ids).
-        reads = dict.fromkeys((j.params.truncate, bool(j.params.token_strings)) for i, j in enumerate(jobs)
-                              if out[i] is None)
-        for truncate, strings in reads:
-            group = [i for i, j in enumerate(jobs)
-                     if out[i] is None and j.params.truncate == truncate and bool(j.params.token_strings) is strings]
+        # Read per truncation (and its length) and per whether token strings are answered:
+        # without them, the tokenizer's fast read (no offsets; the same ids).
+        reads = dict.fromkeys(_read(j.params) for i, j in enumerate(jobs) if out[i] is None)
+        for read in reads:
+            group = [i for i, j in enumerate(jobs) if out[i] is None and _read(j.params) == read]
             texts = [t for i in group for t in jobs[i].inputs]
+            truncate, max_tokens, strings = read
             t0 = time.perf_counter()
-            encs = head.encode(self.tokenizer, texts, truncate, strings)
+            encs = head.encode(self.tokenizer, texts, truncate, strings, max_tokens)
             took = time.perf_counter() - t0
             self.series.tokenize.observe(took)
             at = 0
@@ -301,7 +300,7 @@ class EncoderRuntime:
 
     def entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
         """Checks a job's inputs and answer against the limits, and counts its answer's bound once."""
-        self.tokenizer.check(encs, job.inputs_field, job.params.truncate, self.head.cut)
+        self.tokenizer.check(encs, job.inputs_field, job.params.truncate, self.head.cut, job.params.max_tokens)
         params = job.params
         if params.attention is not None:
             need, what = self.head.attention_need(params, encs)
@@ -382,3 +381,9 @@ class EncoderRuntime:
                                  yield_to=list(self.batchers.values()))
         self.analytics.shared = shared_queue(self.backend, "analytics")
         self.analytics.start(self.lane.serve(role, self.analytics))
+
+
+def _read(params: RequestParams) -> tuple:
+    """How a job's texts are read, the jobs read alike being read together: truncation, its
+    length, and whether token strings are answered (without them, the fast read: no offsets)."""
+    return params.truncate, params.max_tokens, bool(params.token_strings)

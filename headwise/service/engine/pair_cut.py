@@ -1,5 +1,11 @@
-"""Which tokens of a pair's encoding a cut to max_len keeps, as `tokenizers` cuts (LongestFirst,
-OnlySecond) and transformers asks by `truncation`, at the end of each side or at its start."""
+"""Which tokens of an encoding a cut keeps, as `tokenizers` cuts (LongestFirst, OnlySecond) and
+transformers asks by `truncation`, at the end of each side or at its start: a pair's at max_len or
+shorter, and a single text's cut shorter than max_len (vLLM's `truncate_prompt_tokens`).
+
+A single text cut to k keeps its special tokens and its first k − (those) tokens, which begin
+what a cut at max_len keeps: so its cut to k is chosen from its encoding cut at max_len. A
+pair's is not: longest_first at k does not follow from longest_first at max_len (the side that
+is longer decides), so a pair is cut at k from its whole encoding."""
 
 from __future__ import annotations
 
@@ -28,7 +34,10 @@ def longest_first(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
 
 def only_second(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
     """The tokens each side keeps when cut to `budget` off the second text only (tokenizers'
-    OnlySecond); uncut where the first text leaves the second no token."""
+    OnlySecond); uncut where the first text leaves the second no token, but a budget of 0
+    keeps no token of either (tokenizers' truncate_encodings, whatever the strategy)."""
+    if budget == 0:
+        return 0, 0
     if n_a + n_b <= budget or n_a >= budget:
         return n_a, n_b
     return n_a, budget - n_a
@@ -55,6 +64,17 @@ def from_the_left(segments: np.ndarray, keep: np.ndarray) -> np.ndarray:
         from_end = np.cumsum(mine[::-1])[::-1]  # per position, this side's tokens from it to the end
         out |= mine & (from_end <= int(mine[keep].sum()))
     return np.flatnonzero(out)
+
+
+def single_kept(n: int, lead: int, trail: int, k: int, left: bool = False) -> np.ndarray:
+    """Positions (ascending) a cut to k keeps of a single text's n tokens framed by `lead` and
+    `trail` special tokens (service.engine.specials.Frame): all of them where n ≤ k, else the
+    specials and the text's first k − lead − trail tokens (`left`: its last ones)."""
+    if n <= k:
+        return np.arange(n)
+    room = max(k - lead - trail, 0)
+    start = n - trail - room if left else lead
+    return np.concatenate([np.arange(lead), np.arange(start, start + room), np.arange(n - trail, n)])
 
 
 def window_count(segments: np.ndarray, max_len: int, stride: int) -> int:

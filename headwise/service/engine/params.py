@@ -101,6 +101,9 @@ class RequestParams(Protocol):
     def truncate(self) -> Truncate: ...
 
     @property
+    def max_tokens(self) -> int | None: ...  # with truncate: the cut's length, at most max_len (None: max_len)
+
+    @property
     def attention(self) -> AttentionSpec | None: ...
 
     @property
@@ -122,6 +125,7 @@ class EmbedParams:
     tokens: bool = False  # the last hidden state, [T, d_model]
     normalize: bool = True
     truncate: Truncate = True  # False: 422 when too long; "left": keep the last tokens
+    max_tokens: int | None = None  # with truncate: cut at this many tokens (vLLM's truncate_prompt_tokens)
     attention: AttentionSpec | None = None
     # The attention budget counts the request's inputs padded to its longest ([N, L, H, T, T],
     # as KServe returns them) rather than each input at its own length.

@@ -13,7 +13,16 @@ from tokenizers import Tokenizer
 from headwise import ascii_path
 from headwise.service.engine import tails
 from headwise.service.engine.encoded import Encoded
-from headwise.service.engine.pair_cut import Cut, from_the_left, kept, window_count, windows
+from headwise.service.engine.pair_cut import (
+    Cut,
+    from_the_left,
+    kept,
+    single_kept,
+    window_count,
+    windows,
+)
+from headwise.service.engine.pair_spans import shifted, word_chars
+from headwise.service.engine.specials import Frame, frame, processor_ids
 from headwise.service.errors import FIELD, TooLarge, Validation
 
 # A text is first tokenised as a prefix of PREFIX_TOKENS characters per token of max_len (a
@@ -44,7 +53,7 @@ class TextTokenizer:
         self._plain = full
 
     def encode_unchecked(self, texts: list[str], truncate: Truncate = True, special_tokens: bool = True,
-                         lazy: bool = False, strings: bool = True) -> list[Encoded]:
+                         lazy: bool = False, strings: bool = True, max_tokens: int | None = None) -> list[Encoded]:
         """Encode, reading each text only as far as its answer needs: the tokenizer keeps
         every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
         with its string and offsets) and truncates only afterwards. So each text is first given
@@ -58,10 +67,22 @@ class TextTokenizer:
         the texts with `encode_batch_fast`, which tracks no offsets (a fifth less CPU at 128 tokens; the
         same ids and type ids, bench/results/tokenizers.md); a string or offset read after all
         is built by encoding that text again. `truncate="left"` keeps each text's last tokens
-        (service.engine.tails, read from its end)."""
+        (service.engine.tails, read from its end). `max_tokens` (with truncate; at most max_len):
+        each text cut to that many tokens (pair_cut.single_kept), as the tokenizer's truncation
+        at max_length=max_tokens cuts it."""
         if truncate == LEFT:
-            return [Encoded(*cut) for cut in tails.singles(self._left, texts, self.max_len, special_tokens,
-                                                           PREFIX_TOKENS * self.max_len, CUT_MARGIN)]
+            out = [Encoded(*cut) for cut in tails.singles(self._left, texts, self.max_len, special_tokens,
+                                                          PREFIX_TOKENS * self.max_len, CUT_MARGIN)]
+        else:
+            out = self._singles(texts, truncate, special_tokens, lazy, strings)
+        if max_tokens is None or not truncate:
+            return out
+        lead, trail = (self.frame.lead, self.frame.trail) if special_tokens else (0, 0)
+        return [e if e.length <= max_tokens else e.picked(single_kept(e.length, lead, trail, max_tokens, truncate == LEFT))
+                for e in out]
+
+    def _singles(self, texts: list[str], truncate: bool, special_tokens: bool, lazy: bool,
+                 strings: bool) -> list[Encoded]:
         tok = self._truncating if truncate else self._full
         fast = lazy and not strings
         batch = tok.encode_batch_fast if fast else tok.encode_batch
@@ -138,34 +159,36 @@ class TextTokenizer:
         return tok
 
     def encode_items(self, items: list, truncate: Truncate = True, words: bool = False,
-                     cut: Cut = "longest_first") -> list[Encoded]:
+                     cut: Cut = "longest_first", max_tokens: int | None = None) -> list[Encoded]:
         """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the
         tokenizer's pair encoding (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to
         max_len as transformers cuts it with `truncation=cut`: "longest_first" (its default) a
         token at a time off the end of whichever text is then longer, "only_second" off the
         second text only (a pair whose first text leaves the second no room stays uncut, and
         `check` refuses it). With `words`, a pair's tokens carry their words' characters
-        (`Encoded.words`)."""
+        (`Encoded.words`). `max_tokens` (with truncate): cut to that many tokens, not max_len."""
         out: list[Encoded | None] = [None] * len(items)
         singles = [i for i, x in enumerate(items) if isinstance(x, str)]
         if singles:
-            for i, e in zip(singles, self.encode_unchecked([items[i] for i in singles], truncate), strict=True):
+            for i, e in zip(singles, self.encode_unchecked([items[i] for i in singles], truncate,
+                                                           max_tokens=max_tokens), strict=True):
                 out[i] = e
         pairs = [i for i, x in enumerate(items) if not isinstance(x, str)]
         if pairs:
-            for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate, words, cut),
-                            strict=True):
+            for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate, words, cut,
+                                                      max_tokens or self.max_len), strict=True):
                 out[i] = e
         return out  # type: ignore[return-value]
 
     def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: Truncate, words: bool = False,
-                      cut: Cut = "longest_first") -> list[Encoded]:
+                      cut: Cut = "longest_first", max_tokens: int | None = None) -> list[Encoded]:
         """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
         given as prefixes, measured untruncated, four times longer while `_enough` says the whole
         pair could answer otherwise. With truncate, the settled pair's encoding is then cut as
         the tokenizer's own `encode(a, b)` cuts by `cut` (pair_cut.kept): by choosing its
         tokens, not by encoding again, since the tokenizer's cut keeps every overflowing
-        combination of the two sides (memory and time in the product of their lengths). Pairs go
+        combination of the two sides (memory and time in the product of their lengths), at
+        `max_tokens` (max_len when None; what is read for max_len is enough for less). Pairs go
         to the tokenizer in groups of at most PAIR_CHARS characters. `truncate="left"` reads
         each side from its end and keeps as many of its tokens, its last ones (the library's ids;
         a RobertaProcessing with add_prefix_space and trim_offsets trims a side's first kept
@@ -190,13 +213,13 @@ class TextTokenizer:
         out = []
         for e, shift in full:
             segments = np.asarray([-1 if s is None else s for s in e.sequence_ids], dtype=np.int8)
-            keep = kept(segments, self.max_len, cut) if truncate else np.arange(len(segments))
+            keep = kept(segments, max_tokens or self.max_len, cut) if truncate else np.arange(len(segments))
             if left:
                 keep = from_the_left(segments, keep)
-            tokens, offsets = e.tokens, _shifted(e.offsets, segments, shift)
+            tokens, offsets = e.tokens, shifted(e.offsets, segments, shift)
             out.append(Encoded(np.asarray(e.ids, dtype=np.int64)[keep], np.asarray(e.type_ids, dtype=np.int64)[keep],
                                [tokens[k] for k in keep], [offsets[k] for k in keep], segments[keep],
-                               words=_shifted(_word_chars(e, keep), segments[keep], shift) if words else None))
+                               words=shifted(word_chars(e, keep), segments[keep], shift) if words else None))
         return out
 
     def encode_windows(self, pairs: list[tuple[str, str]], max_tokens: int, stride: int, max_rows: int,
@@ -223,7 +246,7 @@ class TextTokenizer:
         for e, segments in read:
             ids, types, tokens, offsets = np.asarray(e.ids, np.int64), np.asarray(e.type_ids, np.int64), e.tokens, e.offsets
             out.append([Encoded(ids[k], types[k], [tokens[j] for j in k], [offsets[j] for j in k], segments[k],
-                                words=_word_chars(e, k)) for k in windows(segments, max_tokens, stride)])
+                                words=word_chars(e, k)) for k in windows(segments, max_tokens, stride)])
         return out
 
     def _enough(self, whole: tuple[bool, bool], counts: tuple[int, int], truncate: bool) -> bool:
@@ -249,17 +272,20 @@ class TextTokenizer:
         return False
 
     def check(self, encs: list[Encoded], field: str = "inputs", truncated: bool = False,
-              cut: Cut = "longest_first") -> None:
+              cut: Cut = "longest_first", max_tokens: int | None = None) -> None:
         """An input over max_len raises Validation (422) naming `field`[i]: one not cut
         (`truncated` false: cutting would answer it), or a pair whose first text leaves the
-        second no room, which cutting only the second (`cut`) cannot answer."""
+        second no room, which cutting only the second (`cut`) cannot answer (within
+        `max_tokens` where it is the cut's length)."""
+        limit = max_tokens or self.max_len
+        within = f"this model's limit of {limit}" if max_tokens is None else f"the {limit} tokens asked for"
         for i, e in enumerate(encs):
-            if e.length > self.max_len:
+            if e.length > limit:
                 if e.segments is not None and (truncated or cut == "only_second") and int(
-                        (e.segments != 1).sum()) >= self.max_len:
+                        (e.segments != 1).sum()) >= limit:
                     raise Validation(f"{FIELD}[{i}]'s first text has {int((e.segments == 0).sum())} tokens or more, "
-                                     f"which leaves its second no room within this model's limit of "
-                                     f"{self.max_len} (only the second is cut): send a shorter one", field=field)
+                                     f"which leaves its second no room within {within} (only the second is cut): "
+                                     "send a shorter one", field=field)
                 raise Validation(
                     f"{FIELD}[{i}] has {e.length} tokens or more, over this model's limit of "
                     f"{self.max_len} (send truncate: true to cut it)", field=field)
@@ -301,7 +327,12 @@ class TextTokenizer:
         """Ids of the special tokens: the added ones marked special ([PAD], [MASK], ...) and
         those the post-processor adds ([CLS], [SEP])."""
         added = {i for i, t in self._full.get_added_tokens_decoder().items() if t.special}
-        return frozenset(added | _processor_ids(json.loads(self._full.to_str()).get("post_processor")))
+        return frozenset(added | processor_ids(json.loads(self._full.to_str()).get("post_processor")))
+
+    @cached_property
+    def frame(self) -> Frame | None:
+        """Where the post-processor's special tokens sit around a text (None: not only around it)."""
+        return frame(self._plain)
 
     @cached_property
     def word_aware(self) -> bool:
@@ -332,29 +363,6 @@ class TextTokenizer:
         return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
 
 
-def _word_chars(e, positions) -> list[tuple[int, int] | None]:
-    """Per token of encoding `e` at `positions`, the characters [start, end) in its own text of
-    the word it is a piece of, as far as the word's pieces at `positions` reach: what the
-    tokenizer's word_to_chars reads of the encoding cut to them (a word the cut goes through
-    ends with its last kept piece); None for a token of no word (a special token)."""
-    word_ids, sequence_ids, offsets = e.word_ids, e.sequence_ids, e.offsets
-    reach: dict[tuple[int, int], tuple[int, int]] = {}
-    for i in positions:
-        if (w := word_ids[i]) is not None:
-            start, end = offsets[i]
-            a, b = reach.get((sequence_ids[i], w), (start, end))
-            reach[(sequence_ids[i], w)] = (min(a, start), max(b, end))
-    return [None if word_ids[i] is None else reach[(sequence_ids[i], word_ids[i])] for i in positions]
-
-
-def _shifted(spans: list, segments: np.ndarray, shift: tuple[int, int]) -> list:
-    """A pair's per-token spans, each side's moved by `shift`, where its text was read from."""
-    if not any(shift):
-        return spans
-    return [s if s is None or side < 0 else (s[0] + shift[side], s[1] + shift[side])
-            for s, side in zip(spans, segments.tolist(), strict=True)]
-
-
 def _groups(items, sizes: list[int], budget: int = PAIR_CHARS):
     """`items` in order, in groups whose `sizes` sum to at most `budget` (or of one item)."""
     group, n = [], 0
@@ -366,24 +374,6 @@ def _groups(items, sizes: list[int], budget: int = PAIR_CHARS):
         n += size
     if group:
         yield group
-
-
-def _processor_ids(node) -> set[int]:
-    """The token ids a post-processor's JSON names: TemplateProcessing's special_tokens' "ids",
-    BertProcessing's and RobertaProcessing's "cls"/"sep" [token, id], within Sequence too."""
-    out: set[int] = set()
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "ids" and isinstance(value, list) and all(isinstance(i, int) for i in value):
-                out.update(value)
-            elif key in ("cls", "sep") and isinstance(value, list) and len(value) == 2 and isinstance(value[1], int):
-                out.add(value[1])
-            else:
-                out |= _processor_ids(value)
-    elif isinstance(node, list):
-        for value in node:
-            out |= _processor_ids(value)
-    return out
 
 
 def _types(type_ids: list[int]) -> np.ndarray:

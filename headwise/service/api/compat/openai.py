@@ -30,6 +30,9 @@ class EmbeddingsRequest(BaseModel):
     dimensions: StrictInt | None = Field(
         None, description="keep the first n dimensions and re-normalise; 1..d_model")
     user: StrictStr | None = Field(None, description="accepted and ignored")
+    truncate_prompt_tokens: StrictInt | None = Field(
+        None, ge=-1, description="vLLM's: k cuts each text to k tokens, special tokens included, as the "
+                                 "tokenizer's truncation at max_length=k; null or -1: at the model's max_len")
 
 
 class EmbeddingItem(BaseModel):

@@ -3,9 +3,9 @@ ClassificationResponse): request and response bodies with vLLM's field names, an
 shaping the /score and /classify routes share, and their writers (no HTTP, no engine calls here).
 
 A field that would change the answer and that headwise cannot honour is refused, never
-ignored: `truncate_prompt_tokens` other than null, -1 or max_len (inputs are cut at max_len
-only), `priority` other than 0 (as vLLM without priority scheduling), activation flags that
-disagree. Unknown fields are refused (422), where vLLM logs and ignores them.
+ignored: `truncate_prompt_tokens` under the special tokens each input takes, `priority` other
+than 0 (as vLLM without priority scheduling), activation flags that disagree. Unknown fields are
+refused (422), where vLLM logs and ignores them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from headwise.service.api.sizes import CHAR_BYTES
 from headwise.service.api.writer import Writer
 from headwise.service.engine.analytics.cosine import cosine
+from headwise.service.engine.specials import Frame
 from headwise.service.errors import InvalidRequest, TooLarge, Validation
 
 Texts = StrictStr | list[StrictStr]
@@ -37,8 +38,9 @@ class VllmBody(BaseModel):
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
     user: StrictStr | None = Field(None, description="accepted and ignored")
     truncate_prompt_tokens: StrictInt | None = Field(
-        None, ge=-1, description="null or -1: cut each input (a pair: longest text first) at the model's "
-                                 "max_len; max_len: the same; any other value is refused")
+        None, ge=-1, description="k: cut each input (a pair: longest text first) to k tokens, special tokens "
+                                 "included, as the tokenizer's truncation at max_length=k; null or -1: at the "
+                                 "model's max_len")
     priority: StrictInt = Field(0, description="0 only: no priority scheduling (vLLM's default refuses others too)")
     use_activation: StrictBool | None = Field(
         None, description="null/true: the cross-encoder's sigmoid, the classifier's softmax; false: raw logits")
@@ -193,16 +195,35 @@ def check_texts(inputs: ScoreInputs, max_chars: int, max_inputs: int, embedded: 
                                field=name)
 
 
-def check_options(body: VllmBody, max_len: int) -> bool:
-    """The truncation and priority asked for, checked; returns whether scores are activated
-    (use_activation, or its older names, which must agree)."""
-    k = body.truncate_prompt_tokens
-    if k is not None and k > max_len:
+def max_tokens(k: int | None, max_len: int, frame: Frame | None, pair: bool = False, ids: bool = False) -> int | None:
+    """`truncate_prompt_tokens` as the length inputs are cut to (EmbedParams.max_tokens): None for
+    null, -1 or max_len (the cut at max_len), else k. Over max_len: 400, as vLLM. 422: under the
+    special tokens each input takes (`frame`'s, of a pair or of a text; at least one token), where
+    the tokenizer puts special tokens inside a text (`frame` None), and with token ids (`ids`),
+    which are used as they are."""
+    field = "truncate_prompt_tokens"
+    if k is None or k in (-1, max_len):
+        return None
+    if k > max_len:
         raise InvalidRequest(f"truncate_prompt_tokens ({k}) is over this model's max_len ({max_len}); "
-                             f"send -1 or at most {max_len}", field="truncate_prompt_tokens")
-    if k is not None and k not in (-1, max_len):
-        raise Validation(f"truncate_prompt_tokens: inputs are cut at max_len ({max_len}) only; send -1, {max_len} "
-                         "or null", field="truncate_prompt_tokens")
+                             f"send -1 or at most {max_len}", field=field)
+    if ids:
+        raise Validation(f"truncate_prompt_tokens ({k}): token ids are used as they are, at most max_len "
+                         f"({max_len}) of them; cut them yourself, or send -1 or null", field=field)
+    if frame is None:
+        raise Validation(f"truncate_prompt_tokens: this model's tokenizer puts special tokens within a text, so "
+                         f"inputs are cut at max_len ({max_len}) only; send -1, {max_len} or null", field=field)
+    least = max(frame.pair if pair else frame.single, 1)
+    if k < least:
+        raise Validation(f"truncate_prompt_tokens ({k}) is under the {least} tokens this model needs for each "
+                         f"{'pair' if pair else 'input'} (its special tokens included); send at least {least}",
+                         field=field)
+    return k
+
+
+def check_options(body: VllmBody) -> bool:
+    """The priority asked for, checked; returns whether scores are activated (use_activation,
+    or its older names, which must agree)."""
     if body.priority != 0:
         raise InvalidRequest("priority: there is no priority scheduling; send 0", field="priority")
     flags = {name: v for name in ("use_activation", "activation", "softmax") if (v := getattr(body, name)) is not None}

@@ -3,6 +3,7 @@
 The same inference as POST /v1/embed with its defaults (pooled, normalised, truncated at
 max_len), so a float result equals /v1/embed's. Token-id inputs are used as they are, as TEI
 and vLLM do: no special tokens added, 1..max_len ids each in the vocabulary (no truncation).
+vLLM's `truncate_prompt_tokens` cuts texts shorter than max_len (service.api.compat.vllm.max_tokens).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from headwise.service.api.body import Json
 from headwise.service.api.compat import openai as compat
 from headwise.service.api.compat.openai import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
+from headwise.service.api.compat.vllm import max_tokens
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -36,13 +38,15 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
     model with Matryoshka dimensions only (service.engine.matryoshka)."""
     rt = model_for(request, engine, body.model)
     inputs = body.input
+    ids = not isinstance(inputs, str) and bool(inputs) and not isinstance(inputs[0], str)
     if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
         inputs = [inputs]
     d = rt.package.embedding_dim
     if body.dimensions is not None and not 1 <= body.dimensions <= d:
         raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", field="dimensions")
     cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
+    k = max_tokens(body.truncate_prompt_tokens, rt.package.max_len, rt.tokenizer.frame, ids=ids)
     inputs = prompts.apply(inputs, prompts.default(rt.package, engine.settings.default_prompt_name))
-    result = await engine.embed(rt, inputs, EmbedParams(), probe)
+    result = await engine.embed(rt, inputs, EmbedParams(max_tokens=k), probe)
 
     return await answer(engine, compat.EMBEDDINGS, result, compat.Embeddings(cut, body.encoding_format == "base64"))

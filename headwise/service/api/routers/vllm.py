@@ -48,18 +48,20 @@ async def score(request: Request, body: Json[vllm.ScoreRequest],
     cosine of an embedding model's embeddings; `data[i]` is pair i's."""
     rt = _model(request, engine, body.model)
     Capability.RERANK.of(rt, "/score", also=(Capability.EMBED,), error=WrongModelKind, field="model")
-    activated = vllm.check_options(body, rt.package.max_len)
+    activated = vllm.check_options(body)
+    cross = Capability.RERANK in rt.capabilities
+    k = vllm.max_tokens(body.truncate_prompt_tokens, rt.package.max_len, rt.tokenizer.frame, pair=cross)
     inputs = vllm.score_inputs(body)
     s = engine.settings
-    cross = Capability.RERANK in rt.capabilities
     vllm.check_texts(inputs, s.max_input_chars, s.max_client_batch,
                      None if cross else len(inputs.firsts) + len(inputs.seconds))
     if cross:
-        result = await engine.classify(rt, inputs.pairs(), ClassifyParams(raw_scores=not activated), probe)
+        result = await engine.classify(rt, inputs.pairs(), ClassifyParams(max_tokens=k, raw_scores=not activated),
+                                       probe)
         scores = [float(c.scores[0]) for c in result.data]
     else:  # the single first text is embedded once (vLLM's too); cosines ignore the activation (normalising)
         texts = prompts.apply(inputs.firsts + inputs.seconds, prompts.default(rt.package, s.default_prompt_name))
-        result = await engine.embed(rt, texts, EmbedParams(), probe)
+        result = await engine.embed(rt, texts, EmbedParams(max_tokens=k), probe)
         scores = vllm.cosines([e.sentence for e in result.data], inputs)
     return await answer(engine, vllm.SCORE, result, scores)
 
@@ -72,7 +74,8 @@ async def classify(request: Request, body: Json[vllm.ClassifyRequest],
     logit, as /v1/predict), in id2label order, and the likeliest label."""
     rt = Capability.CLASSIFY.of(_model(request, engine, body.model), "/classify", error=WrongModelKind,
                                 field="model")
-    activated = vllm.check_options(body, rt.package.max_len)
+    activated = vllm.check_options(body)
+    k = vllm.max_tokens(body.truncate_prompt_tokens, rt.package.max_len, rt.tokenizer.frame)
     texts = [body.input] if isinstance(body.input, str) else body.input
-    result = await engine.classify(rt, texts, ClassifyParams(raw_scores=not activated), probe)
+    result = await engine.classify(rt, texts, ClassifyParams(max_tokens=k, raw_scores=not activated), probe)
     return await answer(engine, vllm.CLASSIFY, result)

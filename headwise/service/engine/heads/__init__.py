@@ -40,8 +40,10 @@ class Head(Protocol):
     # on the tokenising thread
     def pretokenised(self, inputs: Inputs) -> bool: ...  # token-id lists, used as they are
 
-    # strings=False: no input's answer carries token strings or offsets (a head may read faster)
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]: ...
+    # strings=False: no input's answer carries token strings or offsets (a head may read faster);
+    # max_tokens: cut at that many tokens rather than max_len (with truncate)
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
+               max_tokens: int | None = None) -> list[Encoded]: ...
 
     def attention_need(self, params: RequestParams, encs: list[Encoded]) -> tuple[int, str]: ...
 

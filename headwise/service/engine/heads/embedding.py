@@ -51,11 +51,12 @@ class EmbeddingHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return token_ids(inputs)
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
+               max_tokens: int | None = None) -> list[Encoded]:
         """Unchecked (the encoder checks); strings and offsets built later, for the jobs whose
         answer carries them. `strings=False`: no input's answer carries them, and the texts are
         read without offsets (TextTokenizer.encode_unchecked)."""
-        return tokenizer.encode_unchecked(inputs, truncate, lazy=True, strings=strings)
+        return tokenizer.encode_unchecked(inputs, truncate, lazy=True, strings=strings, max_tokens=max_tokens)
 
     def attention_need(self, params: EmbedParams, encs: list[Encoded]) -> tuple[int, str]:
         spec = params.attention

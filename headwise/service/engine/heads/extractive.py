@@ -60,6 +60,7 @@ class SpanParams:
     ablate: Ablation | None = None  # heads removed (service.engine.internals)
     padded_attention: ClassVar[bool] = False
     token_strings: ClassVar[bool] = False  # a pair is encoded with its strings, offsets and words anyway
+    max_tokens: ClassVar[None] = None  # cut at max_len only
 
     @property
     def analysis(self) -> bool:
@@ -173,8 +174,9 @@ class SpanHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
-        return tokenizer.encode_items(inputs, truncate, words=True, cut=self.cut)  # with offsets and words
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
+               max_tokens: int | None = None) -> list[Encoded]:
+        return tokenizer.encode_items(inputs, truncate, words=True, cut=self.cut, max_tokens=max_tokens)  # with offsets and words
 
     def attention_need(self, params: SpanParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

@@ -41,8 +41,9 @@ class LogitsHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
-        return tokenizer.encode_items(inputs, truncate, cut=self.cut)  # with strings always (ClassifyParams.token_strings)
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
+               max_tokens: int | None = None) -> list[Encoded]:
+        return tokenizer.encode_items(inputs, truncate, cut=self.cut, max_tokens=max_tokens)  # with strings always (ClassifyParams.token_strings)
 
     def attention_need(self, params: ClassifyParams, encs: list[Encoded]) -> tuple[int, str]:
         spec = params.attention

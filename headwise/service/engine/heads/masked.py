@@ -42,6 +42,7 @@ class FillParams:
     ablate: Ablation | None = None  # heads removed (service.engine.internals)
     padded_attention: ClassVar[bool] = False
     token_strings: ClassVar[bool] = False  # encoded with its strings anyway (answer_size reads them)
+    max_tokens: ClassVar[None] = None  # cut at max_len only
 
     @property
     def analysis(self) -> bool:
@@ -122,8 +123,9 @@ class MaskHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
-        return tokenizer.encode_unchecked(inputs, truncate)  # with strings: the answer's bound reads them
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
+               max_tokens: int | None = None) -> list[Encoded]:
+        return tokenizer.encode_unchecked(inputs, truncate, max_tokens=max_tokens)  # with strings: the answer's bound reads them
 
     def attention_need(self, params: FillParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

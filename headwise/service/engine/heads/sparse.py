@@ -37,6 +37,7 @@ class SparseParams:
     ablate: Ablation | None = None  # heads removed (service.engine.internals)
     padded_attention: ClassVar[bool] = False
     token_strings: ClassVar[bool] = False  # the answer carries vocabulary entries, not the text's tokens
+    max_tokens: ClassVar[None] = None  # cut at max_len only
 
     @property
     def analysis(self) -> bool:
@@ -69,8 +70,9 @@ class SparseHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return token_ids(inputs)  # TEI's inputs may be token ids
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
-        return tokenizer.encode_unchecked(inputs, truncate, lazy=True, strings=strings)
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
+               max_tokens: int | None = None) -> list[Encoded]:
+        return tokenizer.encode_unchecked(inputs, truncate, lazy=True, strings=strings, max_tokens=max_tokens)
 
     def attention_need(self, params: SparseParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

@@ -66,8 +66,9 @@ class TokenHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True) -> list[Encoded]:
-        return tokenizer.encode_unchecked(inputs, truncate)  # with strings and offsets: every answer names them
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
+               max_tokens: int | None = None) -> list[Encoded]:
+        return tokenizer.encode_unchecked(inputs, truncate, max_tokens=max_tokens)  # with strings and offsets: every answer names them
 
     def attention_need(self, params: TagParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from headwise.service.api.compat import vllm
+from headwise.service.engine.specials import Frame
 from headwise.service.errors import InvalidRequest, TooLarge, Validation
 from tests.unit.fakes import FakeClassifierBackend, client_for, make_package, wait_ready
 
@@ -70,21 +71,32 @@ def test_counts_and_characters_by_the_clients_names():
 
 def test_options_honoured_or_refused():
     body = vllm.ClassifyRequest
-    assert vllm.check_options(body(input="a"), 64) is True
-    for k in (-1, 64):
-        assert vllm.check_options(body(input="a", truncate_prompt_tokens=k), 64) is True
-    assert "over this model's max_len (64)" in refused(InvalidRequest, "truncate_prompt_tokens", vllm.check_options,
-                                                       body(input="a", truncate_prompt_tokens=65), 64)
-    for k in (0, 10):
-        refused(Validation, "truncate_prompt_tokens", vllm.check_options, body(input="a", truncate_prompt_tokens=k), 64)
-    refused(InvalidRequest, "priority", vllm.check_options, body(input="a", priority=-1), 64)
-    assert vllm.check_options(body(input="a", use_activation=False), 64) is False
-    assert vllm.check_options(body(input="a", softmax=False, activation=False), 64) is False
-    refused(Validation, "use_activation", vllm.check_options, body(input="a", use_activation=True, softmax=False), 64)
+    assert vllm.check_options(body(input="a")) is True
+    refused(InvalidRequest, "priority", vllm.check_options, body(input="a", priority=-1))
+    assert vllm.check_options(body(input="a", use_activation=False)) is False
+    assert vllm.check_options(body(input="a", softmax=False, activation=False)) is False
+    refused(Validation, "use_activation", vllm.check_options, body(input="a", use_activation=True, softmax=False))
     with pytest.raises(ValueError):
         body(input="a", truncate_prompt_tokens=-2)
     with pytest.raises(ValueError):
         body(input="a", messages=[])
+
+
+def test_truncate_prompt_tokens_is_the_cuts_length_or_refused():
+    bert, field = Frame(1, 1, 3), "truncate_prompt_tokens"
+    for k in (None, -1, 64):
+        assert vllm.max_tokens(k, 64, bert) is None  # the cut at max_len
+    assert [vllm.max_tokens(k, 64, bert) for k in (2, 10, 63)] == [2, 10, 63]
+    assert vllm.max_tokens(3, 64, bert, pair=True) == 3
+    assert "over this model's max_len (64)" in refused(InvalidRequest, field, vllm.max_tokens, 65, 64, bert)
+    assert "under the 2 tokens this model needs for each input" in refused(Validation, field, vllm.max_tokens,
+                                                                           1, 64, bert)
+    assert "under the 3 tokens this model needs for each pair" in refused(Validation, field, vllm.max_tokens,
+                                                                          2, 64, bert, pair=True)
+    assert "under the 1 tokens" in refused(Validation, field, vllm.max_tokens, 0, 64, Frame(0, 0, 0))
+    assert "special tokens within a text" in refused(Validation, field, vllm.max_tokens, 10, 64, None)
+    assert "token ids are used as they are" in refused(Validation, field, vllm.max_tokens, 10, 64, bert, ids=True)
+    assert vllm.max_tokens(-1, 64, None, ids=True) is None
 
 
 # -- answers --------------------------------------------------------------------------------------
