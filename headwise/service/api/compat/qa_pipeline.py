@@ -25,14 +25,15 @@ PIPELINE_SEQ_LEN, PIPELINE_STRIDE = 384, 128  # the pipeline's defaults: at most
 
 
 def windows(doc_stride: int | None, max_seq_len: int | None, max_len: int, truncate: bool,
-            prefix: str = "", truncate_field: str = "truncate") -> Windows | None:
+            prefix: str = "", truncate_field: str = "truncate", by_default: bool = False) -> Windows | None:
     """The windows the pipeline reads a context in for its `doc_stride` and `max_seq_len` (one
     given, the pipeline's default for the other: max_seq_len min(384, max_len), doc_stride
-    min(max_seq_len // 2, 128)); None where neither is given (a context past max_len is
-    refused, or cut with truncate). Validation naming the field (after `prefix`; `truncate_field`
-    for truncate) for a window past the model's max_len, a stride over the window, or windows
-    asked with truncate."""
-    if doc_stride is None and max_seq_len is None:
+    min(max_seq_len // 2, 128)). Where neither is given: both defaults `by_default` (as the
+    pipeline reads every context) unless truncate is asked, else None (a context past max_len
+    is refused, or cut with truncate). Validation naming the field (after `prefix`;
+    `truncate_field` for truncate) for a window past the model's max_len, a stride over the
+    window, or windows asked with truncate."""
+    if doc_stride is None and max_seq_len is None and (truncate or not by_default):
         return None
     if truncate:
         raise Validation(f"{FIELD}: send either truncate (cut the context) or doc_stride/max_seq_len (read it in "
@@ -61,7 +62,7 @@ class QuestionAnsweringParameters(BaseModel):
     handle_impossible_answer: StrictBool | None = None
     align_to_words: StrictBool | None = None
     doc_stride: DocStride | None = Field(None, description="context tokens each window shares with the one "
-                                         "before; given (or max_seq_len), the context is read in windows")
+                                         "before (default min(max_seq_len // 2, 128))")
     max_question_len: conint(strict=True, ge=1) | None = Field(
         None, description="no effect, as in the pipeline with a fast tokenizer (the question is kept whole)")
     max_seq_len: SeqLength | None = Field(None, description="tokens per window (default min(384, max_len))")
@@ -74,7 +75,8 @@ class QuestionAnsweringRequest(TeiBody):
     inputs: QuestionAnsweringInput
     parameters: QuestionAnsweringParameters | None = None
     truncate: StrictBool | None = Field(None, description="cut the context of a pair longer than max_len tokens "
-                                        "(as TEI's truncate on its other routes); false or null: 422")
+                                        "(as TEI's truncate on its other routes) instead of reading it in the "
+                                        "pipeline's windows (false or null)")
 
 
 def params(body: QuestionAnsweringRequest, max_len: int) -> SpanParams:
@@ -83,7 +85,8 @@ def params(body: QuestionAnsweringRequest, max_len: int) -> SpanParams:
     given = {k: v for k, v in p.model_dump(include={"top_k", "max_answer_len", "handle_impossible_answer",
                                                    "align_to_words"}).items() if v is not None}
     return SpanParams(truncate=bool(body.truncate), **given,
-                      windows=windows(p.doc_stride, p.max_seq_len, max_len, bool(body.truncate), "parameters."))
+                      windows=windows(p.doc_stride, p.max_seq_len, max_len, bool(body.truncate), "parameters.",
+                                      by_default=True))
 
 
 def _answers(result, _) -> dict | list[dict]:
