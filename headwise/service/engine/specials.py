@@ -3,11 +3,13 @@ their ids, and where they sit around a text (what a cut shorter than max_len kee
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 from tokenizers import Tokenizer
 
-PROBE = "a"  # a text every tokenizer reads as ordinary tokens
+PROBES = ("a", "the", "1")  # texts a tokenizer reads as ordinary tokens; then words of its vocabulary
+VOCABULARY_PROBES = 16
 
 
 class Frame(NamedTuple):
@@ -24,16 +26,30 @@ class Frame(NamedTuple):
 
 
 def frame(tok: Tokenizer) -> Frame | None:
-    """The tokenizer's frame, read from its encoding of PROBE; None where its special tokens are
-    not all before and after the text, so that a cut cannot be chosen from the text's tokens."""
-    bare = len(tok.encode(PROBE, add_special_tokens=False))
-    mask = tok.encode(PROBE).special_tokens_mask
-    lead = next((i for i, m in enumerate(mask) if not m), len(mask))
-    trail = len(mask) - lead - bare
-    if trail < 0 or mask != [1] * lead + [0] * bare + [1] * trail:
-        return None
+    """The tokenizer's frame, read from its encoding of the first probe it reads as tokens:
+    the tokens of no sequence (`sequence_ids` None: the post-processor's) before and after
+    them. None where no probe is read (a cut could not be told from the text's tokens), or
+    where the special tokens are not all before and after the text."""
     processor = tok.post_processor
-    return Frame(lead, trail, processor.num_special_tokens_to_add(True) if processor is not None else 0)
+    added = processor.num_special_tokens_to_add(False) if processor is not None else 0
+    for text in _probes(tok):
+        try:
+            seq = tok.encode(text).sequence_ids
+        except Exception:  # a text it cannot read (a word-level vocabulary without its unknown token)
+            continue
+        mine = [i for i, s in enumerate(seq) if s is not None]
+        if not mine:
+            continue
+        lead, trail = mine[0], len(seq) - 1 - mine[-1]
+        if len(mine) != len(seq) - lead - trail or lead + trail != added:
+            return None
+        return Frame(lead, trail, processor.num_special_tokens_to_add(True) if processor is not None else 0)
+    return None
+
+
+def _probes(tok: Tokenizer):
+    yield from PROBES
+    yield from itertools.islice((t for t in tok.get_vocab(with_added_tokens=False) if t.isalnum()), VOCABULARY_PROBES)
 
 
 def processor_ids(node) -> set[int]:

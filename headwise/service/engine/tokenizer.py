@@ -69,7 +69,9 @@ class TextTokenizer:
         is built by encoding that text again. `truncate="left"` keeps each text's last tokens
         (service.engine.tails, read from its end). `max_tokens` (with truncate; at most max_len):
         each text cut to that many tokens (pair_cut.single_kept), as the tokenizer's truncation
-        at max_length=max_tokens cuts it."""
+        at max_length=max_tokens cuts it (from the start, the same ids; a RobertaProcessing that
+        trims offsets trims the first kept token's, where the library leaves its first token's:
+        no route cuts at the start to fewer tokens than max_len)."""
         if truncate == LEFT:
             out = [Encoded(*cut) for cut in tails.singles(self._left, texts, self.max_len, special_tokens,
                                                           PREFIX_TOKENS * self.max_len, CUT_MARGIN)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer, processors
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from headwise.model.sentence import default_checkpoint
 from headwise.service.engine.encoded import Encoded
@@ -61,6 +61,29 @@ def test_frames(files):
     assert TextTokenizer(files["bert"], 64).frame == Frame(1, 1, 3)
     assert TextTokenizer(files["qwen"], 64).frame == Frame(0, 1, 2)
     assert TextTokenizer(files["roberta"], 64).frame == Frame(1, 1, 4)
+
+
+def odd(folder: Path, model, single: str = "[CLS] $A [SEP]") -> Path:
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single=single, pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 0), ("[SEP]", 1)])
+    tok.save(str(folder / "tokenizer.json"))
+    return folder / "tokenizer.json"
+
+
+def test_frames_of_odd_tokenizers(tmp_path):
+    """A vocabulary without "a" (read as no token), one that cannot read "a" at all (a word-level
+    unknown token missing from it): framed from a text of their vocabulary. Special tokens
+    within a text: no frame, so no cut shorter than max_len."""
+    vocab = {"[CLS]": 0, "[SEP]": 1, "b": 2, "c": 3}
+    for i, model in enumerate((models.BPE(vocab=vocab, merges=[]), models.WordLevel(vocab=vocab, unk_token="[UNK]"))):
+        (folder := tmp_path / str(i)).mkdir()
+        tok = TextTokenizer(odd(folder, model), 16)
+        assert tok.frame == Frame(1, 1, 3)
+        assert tok.encode_unchecked(["b c b c"], True, max_tokens=3)[0].tokens == ["[CLS]", "b", "[SEP]"]
+    (folder := tmp_path / "middle").mkdir()
+    assert TextTokenizer(odd(folder, models.BPE(vocab=vocab, merges=[]), "[CLS] $A [SEP] $A"), 16).frame is None
 
 
 @pytest.mark.parametrize("which", ["minilm", "bert", "qwen", "roberta"])
