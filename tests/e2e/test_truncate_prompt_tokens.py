@@ -1,7 +1,8 @@
 """vLLM's `truncate_prompt_tokens` below max_len against a real `headwise serve` (in process, and
 with the engine in its own process): each input is cut to k tokens, special tokens included, as
 the tokenizer's truncation at max_length=k cuts it. /score's cross-encoder scores and /classify's
-probabilities equal transformers' on pairs and texts cut so; /v1/embeddings (through the
+probabilities equal transformers' on pairs and texts cut so, and Jina's rerank body (vLLM's
+/rerank) scores as /score does; /v1/embeddings (through the
 `openai` client's extra_body) and /score's cosines equal sentence-transformers' with
 max_seq_length=k; usage counts the cut tokens; what cannot be cut is refused naming the field."""
 
@@ -67,6 +68,19 @@ def test_cross_encoder_scores_of_pairs_cut_to_k(srv, classifier_packages, k):
     np.testing.assert_allclose([d["score"] for d in answer["data"]], torch.sigmoid(torch.from_numpy(want[:, 0])),
                                atol=1e-5, rtol=0)
     assert max(lengths) == k and answer["usage"]["prompt_tokens"] == sum(lengths)
+
+
+def test_jinas_rerank_body_takes_vllms_cut_too(srv):
+    """vLLM's /rerank takes Jina's body with truncate_prompt_tokens: on /v1/rerank and TEI's
+    /rerank, the scores of /score at the same k."""
+    want = [d["score"] for d in ok(srv.post("/score", {"model": "tiny-reranker", "text_1": QUERY, "text_2": DOCS,
+                                                        "truncate_prompt_tokens": 9}))["data"]]
+    assert want != [d["score"] for d in ok(srv.post("/score", {"model": "tiny-reranker", "text_1": QUERY,
+                                                                "text_2": DOCS}))["data"]]
+    for path in ("/v1/rerank", "/rerank"):
+        got = ok(srv.post(path, {"model": "tiny-reranker", "query": QUERY, "documents": DOCS,
+                                 "return_documents": False, "truncate_prompt_tokens": 9}))
+        assert sorted((r["index"], r["relevance_score"]) for r in got["results"]) == list(enumerate(want)), path
 
 
 @pytest.mark.parametrize("k", [2, 7, 33])

@@ -60,6 +60,9 @@ class JinaRerankRequest(BaseModel):
     documents: Documents = Field(..., description="texts, or {\"text\": ...} objects")
     top_n: StrictInt | None = Field(None, ge=1, description="return only the n best results")
     return_documents: StrictBool = Field(True, description="echo each document as {\"text\"} (Jina's default: true)")
+    truncate_prompt_tokens: StrictInt | None = Field(
+        None, ge=-1, description="vLLM's (its /rerank takes this body): k cuts each pair to k tokens, special "
+                                 "tokens included, longest text first; null or -1: at the model's max_len")
 
 
 class DocumentText(BaseModel):

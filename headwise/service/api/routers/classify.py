@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from headwise.service.api import native
 from headwise.service.api.body import Json, json_body
 from headwise.service.api.compat import rerank as compat
+from headwise.service.api.compat.vllm import max_tokens
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -158,8 +159,9 @@ async def jina_rerank(rt: Runtime, body: compat.JinaRerankRequest, engine: Engin
     """Jina's body (on /v1/rerank and TEI's /rerank): the same engine call and scores as the
     route's own body, answered in Jina's shape."""
     texts, echo = compat.document_texts(body.documents), body.return_documents
+    k = max_tokens(body.truncate_prompt_tokens, rt.package.max_len, rt.tokenizer.frame, pair=True)
     with compat.fields_named({"texts": "documents"}):
-        r = await rank(engine, rt, body.query, texts, ClassifyParams(), probe, echo=texts if echo else None,
+        r = await rank(engine, rt, body.query, texts, ClassifyParams(max_tokens=k), probe, echo=texts if echo else None,
                        top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=compat.ITEM_BYTES,
                        too_large=compat.JINA_RERANK.advice)
     return await answer(engine, compat.JINA_RERANK, r, texts if echo else None)
