@@ -79,6 +79,8 @@ class TextTokenizer:
             out = self._singles(texts, truncate, special_tokens, lazy, strings)
         if max_tokens is None or not truncate:
             return out
+        if special_tokens and self.frame is None:  # the routes refuse such a cut first (compat.vllm.max_tokens)
+            raise Validation("this model's tokenizer puts special tokens within a text: it cuts at max_len only")
         lead, trail = (self.frame.lead, self.frame.trail) if special_tokens else (0, 0)
         return [e if e.length <= max_tokens else e.picked(single_kept(e.length, lead, trail, max_tokens, truncate == LEFT))
                 for e in out]
