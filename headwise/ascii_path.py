@@ -47,14 +47,16 @@ class AsciiPath:
         self.lowercase = lowercase
         # every added token's content, lowered (and normalized, for one matched after the
         # normalizer): a text holding one, in any case, goes the usual way
-        usual = Tokenizer.from_str(json.dumps(config))
+        usual = _load(config, file)
         norm = usual.normalizer
         added = config.get("added_tokens") or ()
         self.added = tuple({t["content"].lower() for t in added}
                            | {norm.normalize_str(t["content"]).lower() for t in added if t.get("normalized")})
         # one search for any of them, instead of one `in` each
         self._holds_added = re.compile("|".join(map(re.escape, self.added))) if self.added else None
-        self.bare = json.dumps({**config, "normalizer": None})  # the twin's tokenizer.json
+        twin = _load(config, file)
+        twin.normalizer = None
+        self.bare = twin.to_str()  # the twin's tokenizer.json (its own writer: json.dumps of a vocabulary is slower)
         self.wordpiece = wordpiece.WordPiece.of(config)
         self.compiled: compiled.Compiled | None = None
         if self.wordpiece is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK)):
@@ -159,6 +161,11 @@ class Reader:
         for i, e in zip(bare, getattr(self.twin, call)([plain[i] for i in bare], **kw), strict=True):
             out[i] = e
         return out
+
+
+def _load(config: dict, file: str | Path | None) -> Tokenizer:
+    """The tokenizer `config` describes, from `file` where it was read from."""
+    return Tokenizer.from_file(str(file)) if file is not None else Tokenizer.from_str(json.dumps(config))
 
 
 def reader(tok: Tokenizer, path: AsciiPath | None):
