@@ -54,9 +54,10 @@ class AsciiPath:
                            | {norm.normalize_str(t["content"]).lower() for t in added if t.get("normalized")})
         # one search for any of them, instead of one `in` each
         self._holds_added = re.compile("|".join(map(re.escape, self.added))) if self.added else None
-        twin = _load(config, file)
-        twin.normalizer = None
-        self.bare = twin.to_str()  # the twin's tokenizer.json (its own writer: json.dumps of a vocabulary is slower)
+        # the twin's tokenizer.json, written by tokenizers (json.dumps of a vocabulary is slower)
+        usual.normalizer = None
+        self.bare = usual.to_str()
+        usual.normalizer = norm
         self.wordpiece = wordpiece.WordPiece.of(config)
         self.compiled: compiled.Compiled | None = None
         if self.wordpiece is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK)):

@@ -271,11 +271,12 @@ class EncoderRuntime:
                 out[i] = self._entries_or_error(job, lambda j=job: self.tokenizer.from_ids(j.inputs))
         # Read per truncation (and its length) and per whether token strings are answered:
         # without them, the tokenizer's fast read (no offsets; the same ids).
-        reads = dict.fromkeys(_read(j.params) for i, j in enumerate(jobs) if out[i] is None)
-        for read in reads:
-            group = [i for i, j in enumerate(jobs) if out[i] is None and _read(j.params) == read]
+        reads: dict[tuple, list[int]] = {}
+        for i, job in enumerate(jobs):
+            if out[i] is None:
+                reads.setdefault(_read(job.params), []).append(i)
+        for (truncate, max_tokens, strings), group in reads.items():
             texts = [t for i in group for t in jobs[i].inputs]
-            truncate, max_tokens, strings = read
             t0 = time.perf_counter()
             encs = head.encode(self.tokenizer, texts, truncate, strings, max_tokens)
             took = time.perf_counter() - t0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
@@ -195,13 +195,22 @@ def check_texts(inputs: ScoreInputs, max_chars: int, max_inputs: int, embedded: 
                                field=name)
 
 
-def max_tokens(k: int | None, max_len: int, frame: Frame | None, pair: bool = False, ids: bool = False) -> int | None:
+class Cuts(Protocol):
+    """What `max_tokens` reads of the model's tokenizer (service.engine.tokenizer.TextTokenizer)."""
+
+    max_len: int
+
+    @property
+    def frame(self) -> Frame | None: ...
+
+
+def max_tokens(k: int | None, tokenizer: Cuts, pair: bool = False, ids: bool = False) -> int | None:
     """`truncate_prompt_tokens` as the length inputs are cut to (EmbedParams.max_tokens): None for
-    null, -1 or max_len (the cut at max_len), else k. Over max_len: 400, as vLLM. 422: under the
-    special tokens each input takes (`frame`'s, of a pair or of a text; at least one token), where
-    the tokenizer puts special tokens inside a text (`frame` None), and with token ids (`ids`),
-    which are used as they are."""
-    field = "truncate_prompt_tokens"
+    null, -1 or the tokenizer's max_len (the cut at max_len), else k. Over max_len: 400, as vLLM.
+    422: under the special tokens each input takes (its frame's, of a pair or of a text; at least
+    one token), where the tokenizer puts special tokens inside a text (no frame), and with token
+    ids (`ids`), which are used as they are. The frame is read only where k needs it."""
+    field, max_len = "truncate_prompt_tokens", tokenizer.max_len
     if k is None or k in (-1, max_len):
         return None
     if k > max_len:
@@ -210,7 +219,7 @@ def max_tokens(k: int | None, max_len: int, frame: Frame | None, pair: bool = Fa
     if ids:
         raise Validation(f"truncate_prompt_tokens ({k}): token ids are used as they are, at most max_len "
                          f"({max_len}) of them; cut them yourself, or send -1 or null", field=field)
-    if frame is None:
+    if (frame := tokenizer.frame) is None:
         raise Validation(f"truncate_prompt_tokens: this model's tokenizer puts special tokens within a text, so "
                          f"inputs are cut at max_len ({max_len}) only; send -1, {max_len} or null", field=field)
     least = max(frame.pair if pair else frame.single, 1)

@@ -159,7 +159,7 @@ async def jina_rerank(rt: Runtime, body: compat.JinaRerankRequest, engine: Engin
     """Jina's body (on /v1/rerank and TEI's /rerank): the same engine call and scores as the
     route's own body, answered in Jina's shape."""
     texts, echo = compat.document_texts(body.documents), body.return_documents
-    k = max_tokens(body.truncate_prompt_tokens, rt.package.max_len, rt.tokenizer.frame, pair=True)
+    k = max_tokens(body.truncate_prompt_tokens, rt.tokenizer, pair=True)
     with compat.fields_named({"texts": "documents"}):
         r = await rank(engine, rt, body.query, texts, ClassifyParams(max_tokens=k), probe, echo=texts if echo else None,
                        top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=compat.ITEM_BYTES,

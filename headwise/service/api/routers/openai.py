@@ -23,6 +23,7 @@ from headwise.service.api.dependencies import (
 from headwise.service.api.errors import OPENAI, route_class
 from headwise.service.api.responses import answer
 from headwise.service.engine import Engine, matryoshka, prompts
+from headwise.service.engine.heads.embedding import token_ids
 from headwise.service.engine.params import EmbedParams
 from headwise.service.errors import InvalidRequest
 
@@ -38,14 +39,13 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
     model with Matryoshka dimensions only (service.engine.matryoshka)."""
     rt = model_for(request, engine, body.model)
     inputs = body.input
-    ids = not isinstance(inputs, str) and bool(inputs) and not isinstance(inputs[0], str)
     if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
         inputs = [inputs]
     d = rt.package.embedding_dim
     if body.dimensions is not None and not 1 <= body.dimensions <= d:
         raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", field="dimensions")
     cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
-    k = max_tokens(body.truncate_prompt_tokens, rt.package.max_len, rt.tokenizer.frame, ids=ids)
+    k = max_tokens(body.truncate_prompt_tokens, rt.tokenizer, ids=token_ids(inputs))
     inputs = prompts.apply(inputs, prompts.default(rt.package, engine.settings.default_prompt_name))
     result = await engine.embed(rt, inputs, EmbedParams(max_tokens=k), probe)
 

@@ -50,7 +50,7 @@ async def score(request: Request, body: Json[vllm.ScoreRequest],
     Capability.RERANK.of(rt, "/score", also=(Capability.EMBED,), error=WrongModelKind, field="model")
     activated = vllm.check_options(body)
     cross = Capability.RERANK in rt.capabilities
-    k = vllm.max_tokens(body.truncate_prompt_tokens, rt.package.max_len, rt.tokenizer.frame, pair=cross)
+    k = vllm.max_tokens(body.truncate_prompt_tokens, rt.tokenizer, pair=cross)
     inputs = vllm.score_inputs(body)
     s = engine.settings
     vllm.check_texts(inputs, s.max_input_chars, s.max_client_batch,
@@ -75,7 +75,7 @@ async def classify(request: Request, body: Json[vllm.ClassifyRequest],
     rt = Capability.CLASSIFY.of(_model(request, engine, body.model), "/classify", error=WrongModelKind,
                                 field="model")
     activated = vllm.check_options(body)
-    k = vllm.max_tokens(body.truncate_prompt_tokens, rt.package.max_len, rt.tokenizer.frame)
+    k = vllm.max_tokens(body.truncate_prompt_tokens, rt.tokenizer)
     texts = [body.input] if isinstance(body.input, str) else body.input
     result = await engine.classify(rt, texts, ClassifyParams(max_tokens=k, raw_scores=not activated), probe)
     return await answer(engine, vllm.CLASSIFY, result)

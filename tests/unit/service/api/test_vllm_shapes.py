@@ -5,6 +5,7 @@ field, the routes in the OpenAPI schema."""
 
 import json
 import re
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -83,20 +84,27 @@ def test_options_honoured_or_refused():
 
 
 def test_truncate_prompt_tokens_is_the_cuts_length_or_refused():
-    bert, field = Frame(1, 1, 3), "truncate_prompt_tokens"
+    bert, field = Tokenizer(64, Frame(1, 1, 3)), "truncate_prompt_tokens"
     for k in (None, -1, 64):
-        assert vllm.max_tokens(k, 64, bert) is None  # the cut at max_len
-    assert [vllm.max_tokens(k, 64, bert) for k in (2, 10, 63)] == [2, 10, 63]
-    assert vllm.max_tokens(3, 64, bert, pair=True) == 3
-    assert "over this model's max_len (64)" in refused(InvalidRequest, field, vllm.max_tokens, 65, 64, bert)
+        assert vllm.max_tokens(k, bert) is None  # the cut at max_len
+    assert [vllm.max_tokens(k, bert) for k in (2, 10, 63)] == [2, 10, 63]
+    assert vllm.max_tokens(3, bert, pair=True) == 3
+    assert "over this model's max_len (64)" in refused(InvalidRequest, field, vllm.max_tokens, 65, bert)
     assert "under the 2 tokens this model needs for each input" in refused(Validation, field, vllm.max_tokens,
-                                                                           1, 64, bert)
+                                                                           1, bert)
     assert "under the 3 tokens this model needs for each pair" in refused(Validation, field, vllm.max_tokens,
-                                                                          2, 64, bert, pair=True)
-    assert "under the 1 tokens" in refused(Validation, field, vllm.max_tokens, 0, 64, Frame(0, 0, 0))
-    assert "special tokens within a text" in refused(Validation, field, vllm.max_tokens, 10, 64, None)
-    assert "token ids are used as they are" in refused(Validation, field, vllm.max_tokens, 10, 64, bert, ids=True)
-    assert vllm.max_tokens(-1, 64, None, ids=True) is None
+                                                                          2, bert, pair=True)
+    assert "under the 1 tokens" in refused(Validation, field, vllm.max_tokens, 0, Tokenizer(64, Frame(0, 0, 0)))
+    assert "special tokens within a text" in refused(Validation, field, vllm.max_tokens, 10, Tokenizer(64, None))
+    assert "token ids are used as they are" in refused(Validation, field, vllm.max_tokens, 10, bert, ids=True)
+    assert vllm.max_tokens(-1, Tokenizer(64, None), ids=True) is None
+
+
+class Tokenizer(NamedTuple):
+    """What vllm.max_tokens reads of a TextTokenizer."""
+
+    max_len: int
+    frame: Frame | None
 
 
 # -- answers --------------------------------------------------------------------------------------
