@@ -4,7 +4,9 @@ the tokenizer's truncation at max_length=k cuts it. /score's cross-encoder score
 probabilities equal transformers' on pairs and texts cut so, and Jina's rerank body (vLLM's
 /rerank) scores as /score does; /v1/embeddings (through the
 `openai` client's extra_body) and /score's cosines equal sentence-transformers' with
-max_seq_length=k; usage counts the cut tokens; what cannot be cut is refused naming the field."""
+max_seq_length=k; usage counts the cut tokens; what cannot be cut is refused naming the field.
+vLLM's `truncation_side: "left"` keeps each input's last tokens, as transformers' tokenizer with
+truncation_side="left" cuts it, with k and at max_len."""
 
 from __future__ import annotations
 
@@ -43,12 +45,12 @@ def refused(r, status: int) -> str:
     return error["message"]
 
 
-def logits(package, items: list, k: int) -> tuple[np.ndarray, list[int]]:
-    """transformers' logits of each text or pair cut to k tokens (one at a time), and their lengths."""
+def logits(package, items: list, k: int, side: str = "right") -> tuple[np.ndarray, list[int]]:
+    """transformers' logits of each text or pair cut to k tokens (one at a time) at `side`, and their lengths."""
     from transformers import PreTrainedTokenizerFast
 
     ckpt, ref = package
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"), pad_token="[PAD]")
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"), pad_token="[PAD]", truncation_side=side)
     out, lengths = [], []
     with torch.no_grad():
         for item in items:
@@ -92,13 +94,14 @@ def test_classify_of_texts_cut_to_k(srv, classifier_packages, k):
     assert answer["usage"]["prompt_tokens"] == sum(lengths)
 
 
-def sentence_transformer(k: int):
+def sentence_transformer(k: int, side: str = "right"):
     from sentence_transformers import SentenceTransformer
 
     from headwise.model.sentence import default_checkpoint
 
     st = SentenceTransformer(str(default_checkpoint()), device="cpu")
     st.max_seq_length = k  # its tokenizer then truncates at max_length=k
+    st.tokenizer.truncation_side = side
     return st
 
 
@@ -136,3 +139,51 @@ def test_what_cannot_be_cut_is_refused_naming_the_field(srv):
     assert "under the 2 tokens" in refused(
         srv.post("/v1/embeddings", {"model": MINILM, "input": "a", "truncate_prompt_tokens": 0}), 422)
     ok(srv.post("/v1/embeddings", {"model": MINILM, "input": [101, 7592, 102], "truncate_prompt_tokens": -1}))
+
+
+def test_left_side_cuts_pairs_and_texts_at_their_start(srv, classifier_packages):
+    """truncation_side "left": /score's pairs and /classify's texts keep their last tokens, as
+    transformers' truncation_side="left" cuts them; Jina's rerank body scores as /score."""
+    body = {"model": "tiny-reranker", "text_1": QUERY, "text_2": DOCS, "truncate_prompt_tokens": 9}
+    answer = ok(srv.post("/score", {**body, "truncation_side": "left"}))
+    want, lengths = logits(classifier_packages["tiny-reranker"], [(QUERY, d) for d in DOCS], 9, "left")
+    scores = [d["score"] for d in answer["data"]]
+    np.testing.assert_allclose(scores, torch.sigmoid(torch.from_numpy(want[:, 0])), atol=1e-5, rtol=0)
+    assert answer["usage"]["prompt_tokens"] == sum(lengths)
+    assert scores != [d["score"] for d in ok(srv.post("/score", body))["data"]]
+    assert ok(srv.post("/score", {**body, "truncation_side": "right"}))["data"] == ok(srv.post("/score", body))["data"]
+    for path in ("/v1/rerank", "/rerank"):
+        got = ok(srv.post(path, {"model": "tiny-reranker", "query": QUERY, "documents": DOCS, "return_documents": False,
+                                 "truncate_prompt_tokens": 9, "truncation_side": "left"}))
+        assert sorted((r["index"], r["relevance_score"]) for r in got["results"]) == list(enumerate(scores)), path
+    answer = ok(srv.post("/classify", {"model": "tiny-classifier", "input": TEXTS, "truncate_prompt_tokens": 7,
+                                       "truncation_side": "left"}))
+    want, lengths = logits(classifier_packages["tiny-classifier"], TEXTS, 7, "left")
+    np.testing.assert_allclose([d["probs"] for d in answer["data"]], torch.softmax(torch.from_numpy(want), -1),
+                               atol=1e-5, rtol=0)
+    assert answer["usage"]["prompt_tokens"] == sum(lengths)
+
+
+def test_left_side_embeddings_with_k_and_at_max_len(srv):
+    """/v1/embeddings with truncation_side "left" (the openai client's extra_body) equals
+    sentence-transformers with its tokenizer cutting at the start: at k, and at max_len with no k."""
+    import openai
+
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    got = client.embeddings.create(model=MINILM, input=TEXTS, extra_body={"truncate_prompt_tokens": 10,
+                                                                          "truncation_side": "left"})
+    np.testing.assert_allclose([d.embedding for d in got.data], sentence_transformer(10, "left").encode(TEXTS),
+                               atol=1e-5, rtol=0)
+    long = "a very long text about cats and dogs " * 60 + "ending in something else entirely"
+    got = client.embeddings.create(model=MINILM, input=long, extra_body={"truncation_side": "left"})
+    np.testing.assert_allclose(got.data[0].embedding, sentence_transformer(256, "left").encode(long), atol=1e-5)
+    assert got.usage.prompt_tokens == 256
+    assert not np.allclose(got.data[0].embedding, sentence_transformer(256).encode(long), atol=1e-3)
+
+
+def test_a_side_that_is_not_left_or_right_is_refused(srv):
+    for path, body in (("/classify", {"model": "tiny-classifier", "input": "a"}),
+                       ("/v1/embeddings", {"model": MINILM, "input": "a"}),
+                       ("/v1/rerank", {"model": "tiny-reranker", "query": "a", "documents": ["b"]})):
+        r = srv.post(path, {**body, "truncation_side": "middle"})
+        assert r.status_code == 422 and "truncation_side" in r.text, (path, r.text)

@@ -71,7 +71,7 @@ class TextTokenizer:
         each text cut to that many tokens (pair_cut.single_kept), as the tokenizer's truncation
         at max_length=max_tokens cuts it (from the start, the same ids; a RobertaProcessing that
         trims offsets trims the first kept token's, where the library leaves its first token's:
-        no route cuts at the start to fewer tokens than max_len)."""
+        the routes that cut at the start to fewer tokens than max_len, vLLM's, answer no offsets)."""
         if truncate == LEFT:
             out = [Encoded(*cut) for cut in tails.singles(self._left, texts, self.max_len, special_tokens,
                                                           PREFIX_TOKENS * self.max_len, CUT_MARGIN)]

@@ -9,6 +9,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from headwise.service.api.compat.vllm import CUT_SIDE, Side
 from headwise.service.api.schemas import Usage
 from headwise.service.api.writer import Writer, counted
 
@@ -33,6 +34,7 @@ class EmbeddingsRequest(BaseModel):
     truncate_prompt_tokens: StrictInt | None = Field(
         None, ge=-1, description="vLLM's: k cuts each text to k tokens, special tokens included, as the "
                                  "tokenizer's truncation at max_length=k; null or -1: at the model's max_len")
+    truncation_side: Side = Field(None, description=CUT_SIDE)
 
 
 class EmbeddingItem(BaseModel):

@@ -28,6 +28,7 @@ from pydantic import (
     Tag,
 )
 
+from headwise.service.api.compat.vllm import CUT_SIDE, Side
 from headwise.service.api.writer import Writer, ranked
 from headwise.service.errors import ServiceError
 
@@ -63,6 +64,7 @@ class JinaRerankRequest(BaseModel):
     truncate_prompt_tokens: StrictInt | None = Field(
         None, ge=-1, description="vLLM's (its /rerank takes this body): k cuts each pair to k tokens, special "
                                  "tokens included, longest text first; null or -1: at the model's max_len")
+    truncation_side: Side = Field(None, description=CUT_SIDE)
 
 
 class DocumentText(BaseModel):

@@ -22,9 +22,13 @@ from headwise.service.api.sizes import CHAR_BYTES
 from headwise.service.api.writer import Writer
 from headwise.service.engine.analytics.cosine import cosine
 from headwise.service.engine.specials import Frame
+from headwise.service.engine.tokenizer import LEFT, Truncate
 from headwise.service.errors import InvalidRequest, TooLarge, Validation
 
 Texts = StrictStr | list[StrictStr]
+Side = Literal["left", "right"] | None
+CUT_SIDE = ("vLLM's: the end each input is cut at (to truncate_prompt_tokens, or to max_len): right (null: the "
+        "default) keeps its first tokens, left its last ones")
 
 # vLLM's names for the two sides of /score, first side first; its ScoreRequest is the union
 # of these bodies (text_1/text_2 the oldest, queries/documents the documented one).
@@ -41,6 +45,7 @@ class VllmBody(BaseModel):
         None, ge=-1, description="k: cut each input (a pair: longest text first) to k tokens, special tokens "
                                  "included, as the tokenizer's truncation at max_length=k; null or -1: at the "
                                  "model's max_len")
+    truncation_side: Side = Field(None, description=CUT_SIDE)
     priority: StrictInt = Field(0, description="0 only: no priority scheduling (vLLM's default refuses others too)")
     use_activation: StrictBool | None = Field(
         None, description="null/true: the cross-encoder's sigmoid, the classifier's softmax; false: raw logits")
@@ -228,6 +233,12 @@ def max_tokens(k: int | None, tokenizer: Cuts, pair: bool = False, ids: bool = F
                          f"{'pair' if pair else 'input'} (its special tokens included); send at least {least}",
                          field=field)
     return k
+
+
+def truncate(side: Side) -> Truncate:
+    """`truncation_side` as EmbedParams' and ClassifyParams' `truncate`: "left" cuts at the start
+    (a pair: longest text first, each at its start), as transformers' truncation_side="left"."""
+    return LEFT if side == "left" else True
 
 
 def check_options(body: VllmBody) -> bool:

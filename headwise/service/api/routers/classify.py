@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from headwise.service.api import native
 from headwise.service.api.body import Json, json_body
 from headwise.service.api.compat import rerank as compat
-from headwise.service.api.compat.vllm import max_tokens
+from headwise.service.api.compat.vllm import max_tokens, truncate
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -161,7 +161,8 @@ async def jina_rerank(rt: Runtime, body: compat.JinaRerankRequest, engine: Engin
     texts, echo = compat.document_texts(body.documents), body.return_documents
     k = max_tokens(body.truncate_prompt_tokens, rt.tokenizer, pair=True)
     with compat.fields_named({"texts": "documents"}):
-        r = await rank(engine, rt, body.query, texts, ClassifyParams(max_tokens=k), probe, echo=texts if echo else None,
+        params = ClassifyParams(truncate=truncate(body.truncation_side), max_tokens=k)
+        r = await rank(engine, rt, body.query, texts, params, probe, echo=texts if echo else None,
                        top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=compat.ITEM_BYTES,
                        too_large=compat.JINA_RERANK.advice)
     return await answer(engine, compat.JINA_RERANK, r, texts if echo else None)

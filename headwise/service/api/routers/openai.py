@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from headwise.service.api.body import Json
 from headwise.service.api.compat import openai as compat
 from headwise.service.api.compat.openai import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
-from headwise.service.api.compat.vllm import max_tokens
+from headwise.service.api.compat.vllm import max_tokens, truncate
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -47,6 +47,6 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
     cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
     k = max_tokens(body.truncate_prompt_tokens, rt.tokenizer, ids=token_ids(inputs))
     inputs = prompts.apply(inputs, prompts.default(rt.package, engine.settings.default_prompt_name))
-    result = await engine.embed(rt, inputs, EmbedParams(max_tokens=k), probe)
+    result = await engine.embed(rt, inputs, EmbedParams(truncate=truncate(body.truncation_side), max_tokens=k), probe)
 
     return await answer(engine, compat.EMBEDDINGS, result, compat.Embeddings(cut, body.encoding_format == "base64"))

@@ -56,12 +56,13 @@ async def score(request: Request, body: Json[vllm.ScoreRequest],
     vllm.check_texts(inputs, s.max_input_chars, s.max_client_batch,
                      None if cross else len(inputs.firsts) + len(inputs.seconds))
     if cross:
-        result = await engine.classify(rt, inputs.pairs(), ClassifyParams(max_tokens=k, raw_scores=not activated),
-                                       probe)
+        params = ClassifyParams(truncate=vllm.truncate(body.truncation_side), max_tokens=k, raw_scores=not activated)
+        result = await engine.classify(rt, inputs.pairs(), params, probe)
         scores = [float(c.scores[0]) for c in result.data]
     else:  # the single first text is embedded once (vLLM's too); cosines ignore the activation (normalising)
         texts = prompts.apply(inputs.firsts + inputs.seconds, prompts.default(rt.package, s.default_prompt_name))
-        result = await engine.embed(rt, texts, EmbedParams(max_tokens=k), probe)
+        result = await engine.embed(rt, texts, EmbedParams(truncate=vllm.truncate(body.truncation_side), max_tokens=k),
+                                    probe)
         scores = vllm.cosines([e.sentence for e in result.data], inputs)
     return await answer(engine, vllm.SCORE, result, scores)
 
@@ -77,5 +78,6 @@ async def classify(request: Request, body: Json[vllm.ClassifyRequest],
     activated = vllm.check_options(body)
     k = vllm.max_tokens(body.truncate_prompt_tokens, rt.tokenizer)
     texts = [body.input] if isinstance(body.input, str) else body.input
-    result = await engine.classify(rt, texts, ClassifyParams(max_tokens=k, raw_scores=not activated), probe)
+    params = ClassifyParams(truncate=vllm.truncate(body.truncation_side), max_tokens=k, raw_scores=not activated)
+    result = await engine.classify(rt, texts, params, probe)
     return await answer(engine, vllm.CLASSIFY, result)
