@@ -187,3 +187,54 @@ def test_a_side_that_is_not_left_or_right_is_refused(srv):
                        ("/v1/rerank", {"model": "tiny-reranker", "query": "a", "documents": ["b"]})):
         r = srv.post(path, {**body, "truncation_side": "middle"})
         assert r.status_code == 422 and "truncation_side" in r.text, (path, r.text)
+
+
+def mean_pooled_without_specials(texts: list[str], k: int | None = None) -> np.ndarray:
+    """MiniLM's normalised mean pooling of each text read with add_special_tokens=False (cut to k)."""
+    st = sentence_transformer(256)
+    out = []
+    with torch.no_grad():
+        for text in texts:
+            enc = st.tokenizer([text], add_special_tokens=False, truncation=True, max_length=k or 256,
+                               return_tensors="pt")
+            hidden = st[0].auto_model(**enc).last_hidden_state[0]
+            out.append(torch.nn.functional.normalize(hidden.mean(0), dim=0).numpy())
+    return np.stack(out)
+
+
+def test_texts_read_without_special_tokens(srv, classifier_packages):
+    """vLLM's add_special_tokens: false on /v1/embeddings (extra_body) and /classify: each text
+    without [CLS] and [SEP], as transformers' tokenizer reads it with add_special_tokens=False,
+    cut to k tokens of the text itself; a text of no tokens so read is refused."""
+    import openai
+
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    got = client.embeddings.create(model=MINILM, input=TEXTS, extra_body={"add_special_tokens": False})
+    np.testing.assert_allclose([d.embedding for d in got.data], mean_pooled_without_specials(TEXTS), atol=1e-5)
+    assert got.usage.prompt_tokens == sum(len(sentence_transformer(256).tokenizer(t, add_special_tokens=False)
+                                              ["input_ids"]) for t in TEXTS)
+    got = client.embeddings.create(model=MINILM, input=TEXTS, extra_body={"add_special_tokens": False,
+                                                                          "truncate_prompt_tokens": 1})
+    np.testing.assert_allclose([d.embedding for d in got.data], mean_pooled_without_specials(TEXTS, 1), atol=1e-5)
+    assert got.usage.prompt_tokens == len(TEXTS)
+
+    ckpt, ref = classifier_packages["tiny-classifier"]
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(ckpt / "tokenizer.json"), pad_token="[PAD]")
+    encs = [tok([t], add_special_tokens=False, truncation=True, max_length=7, return_token_type_ids=True,
+                return_tensors="pt") for t in TEXTS]
+    with torch.no_grad():
+        want = np.stack([ref(**enc).logits[0].numpy() for enc in encs])
+    answer = ok(srv.post("/classify", {"model": "tiny-classifier", "input": TEXTS, "add_special_tokens": False,
+                                       "truncate_prompt_tokens": 7}))
+    np.testing.assert_allclose([d["probs"] for d in answer["data"]], torch.softmax(torch.from_numpy(want), -1),
+                               atol=1e-5, rtol=0)
+    assert answer["usage"]["prompt_tokens"] == sum(enc["input_ids"].shape[1] for enc in encs)
+
+    for path, body in (("/classify", {"model": "tiny-classifier"}), ("/v1/embeddings", {"model": MINILM})):
+        r = srv.post(path, {**body, "input": ["a text", " "], "add_special_tokens": False})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["param"] == "input" and "input[1] has no tokens" in r.json()["error"]["message"]
+    r = srv.post("/score", {"model": "tiny-reranker", "text_1": "a", "text_2": "b", "add_special_tokens": False})
+    assert r.status_code == 422 and "add_special_tokens" in r.text  # vLLM's /score has no such field

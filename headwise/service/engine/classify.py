@@ -21,6 +21,7 @@ from headwise.service.engine.values import INDEX_DTYPE
 class ClassifyParams:
     truncate: Truncate = True
     max_tokens: int | None = None  # with truncate: cut at this many tokens (vLLM's truncate_prompt_tokens)
+    special_tokens: bool = True  # false: texts without [CLS]/[SEP] (vLLM's add_special_tokens; not pairs)
     raw_scores: bool = False  # logits as they are; otherwise sigmoid (1 label) or softmax (n labels)
     attention: AttentionSpec | None = None  # with pairs: the query↔document blocks (pair_attention)
     padded_attention: ClassVar[bool] = False  # the attention budget counts each input at its own length

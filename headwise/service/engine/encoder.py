@@ -22,7 +22,7 @@ from headwise.service.engine.heads import Head, head_for
 from headwise.service.engine.heads.embedding import EmbeddingHead
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.lane import Lane, overlap, shared_queue
-from headwise.service.engine.params import AttentionSpec, RequestParams
+from headwise.service.engine.params import AttentionSpec, Read, RequestParams
 from headwise.service.engine.runtime import Capability, base_card
 from headwise.service.engine.size import Measure
 from headwise.service.engine.stats import ModelStats, Timing
@@ -269,16 +269,16 @@ class EncoderRuntime:
         for i, job in enumerate(jobs):
             if head.pretokenised(job.inputs):
                 out[i] = self._entries_or_error(job, lambda j=job: self.tokenizer.from_ids(j.inputs))
-        # Read per truncation (and its length) and per whether token strings are answered:
-        # without them, the tokenizer's fast read (no offsets; the same ids).
-        reads: dict[tuple, list[int]] = {}
+        # Read per truncation (its length, special tokens) and per whether token strings are
+        # answered: without them, the tokenizer's fast read (no offsets; the same ids).
+        reads: dict[Read, list[int]] = {}
         for i, job in enumerate(jobs):
             if out[i] is None:
-                reads.setdefault(_read(job.params), []).append(i)
-        for (truncate, max_tokens, strings), group in reads.items():
+                reads.setdefault(Read.of(job.params), []).append(i)
+        for read, group in reads.items():
             texts = [t for i in group for t in jobs[i].inputs]
             t0 = time.perf_counter()
-            encs = head.encode(self.tokenizer, texts, truncate, strings, max_tokens)
+            encs = head.encode(self.tokenizer, texts, read)
             took = time.perf_counter() - t0
             self.series.tokenize.observe(took)
             at = 0
@@ -382,9 +382,3 @@ class EncoderRuntime:
                                  yield_to=list(self.batchers.values()))
         self.analytics.shared = shared_queue(self.backend, "analytics")
         self.analytics.start(self.lane.serve(role, self.analytics))
-
-
-def _read(params: RequestParams) -> tuple:
-    """How a job's texts are read, the jobs read alike being read together: truncation, its
-    length, and whether token strings are answered (without them, the fast read: no offsets)."""
-    return params.truncate, params.max_tokens, bool(params.token_strings)

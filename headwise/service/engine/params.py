@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -104,6 +104,9 @@ class RequestParams(Protocol):
     def max_tokens(self) -> int | None: ...  # with truncate: the cut's length, at most max_len (None: max_len)
 
     @property
+    def special_tokens(self) -> bool: ...  # the post-processor's special tokens around each text
+
+    @property
     def attention(self) -> AttentionSpec | None: ...
 
     @property
@@ -119,6 +122,20 @@ class RequestParams(Protocol):
     def ablate(self) -> Ablation | None: ...
 
 
+class Read(NamedTuple):
+    """How a job's texts are read (service.engine.heads' `encode`); the jobs read alike are read
+    together."""
+
+    truncate: Truncate = True  # False: refuse what is too long; True: cut at the end; "left": at the start
+    max_tokens: int | None = None  # with truncate: the cut's length (None: max_len)
+    strings: bool = True  # token strings and offsets answered (without: the fast read, no offsets)
+    special_tokens: bool = True  # the post-processor's special tokens added
+
+    @classmethod
+    def of(cls, params: RequestParams) -> Read:
+        return cls(params.truncate, params.max_tokens, bool(params.token_strings), params.special_tokens)
+
+
 @dataclass(frozen=True)
 class EmbedParams:
     sentence: bool = True  # the pooled [d_model] embedding
@@ -126,6 +143,7 @@ class EmbedParams:
     normalize: bool = True
     truncate: Truncate = True  # False: 422 when too long; "left": keep the last tokens
     max_tokens: int | None = None  # with truncate: cut at this many tokens (vLLM's truncate_prompt_tokens)
+    special_tokens: bool = True  # false: each text without [CLS]/[SEP] (vLLM's add_special_tokens)
     attention: AttentionSpec | None = None
     # The attention budget counts the request's inputs padded to its longest ([N, L, H, T, T],
     # as KServe returns them) rather than each input at its own length.

@@ -163,22 +163,26 @@ class TextTokenizer:
         return tok
 
     def encode_items(self, items: list, truncate: Truncate = True, words: bool = False,
-                     cut: Cut = "longest_first", max_tokens: int | None = None) -> list[Encoded]:
+                     cut: Cut = "longest_first", max_tokens: int | None = None,
+                     special_tokens: bool = True) -> list[Encoded]:
         """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the
         tokenizer's pair encoding (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to
         max_len as transformers cuts it with `truncation=cut`: "longest_first" (its default) a
         token at a time off the end of whichever text is then longer, "only_second" off the
         second text only (a pair whose first text leaves the second no room stays uncut, and
         `check` refuses it). With `words`, a pair's tokens carry their words' characters
-        (`Encoded.words`). `max_tokens` (with truncate): cut to that many tokens, not max_len."""
+        (`Encoded.words`). `max_tokens` (with truncate): cut to that many tokens, not max_len.
+        `special_tokens=False`: texts without them (pairs always have theirs)."""
         out: list[Encoded | None] = [None] * len(items)
         singles = [i for i, x in enumerate(items) if isinstance(x, str)]
         if singles:
-            for i, e in zip(singles, self.encode_unchecked([items[i] for i in singles], truncate,
+            for i, e in zip(singles, self.encode_unchecked([items[i] for i in singles], truncate, special_tokens,
                                                            max_tokens=max_tokens), strict=True):
                 out[i] = e
         pairs = [i for i, x in enumerate(items) if not isinstance(x, str)]
         if pairs:
+            if not special_tokens:
+                raise ValueError("pairs are encoded with their special tokens")
             for i, e in zip(pairs, self._encode_pairs([tuple(items[i]) for i in pairs], truncate, words, cut,
                                                       max_tokens or self.max_len), strict=True):
                 out[i] = e
@@ -277,13 +281,15 @@ class TextTokenizer:
 
     def check(self, encs: list[Encoded], field: str = "inputs", truncated: bool = False,
               cut: Cut = "longest_first", max_tokens: int | None = None) -> None:
-        """An input over max_len raises Validation (422) naming `field`[i]: one not cut
+        """An input of no tokens, or over max_len, raises Validation (422) naming `field`[i]: one not cut
         (`truncated` false: cutting would answer it), or a pair whose first text leaves the
         second no room, which cutting only the second (`cut`) cannot answer (within
         `max_tokens` where it is the cut's length)."""
         limit = max_tokens or self.max_len
         within = f"this model's limit of {limit}" if max_tokens is None else f"the {limit} tokens asked for"
         for i, e in enumerate(encs):
+            if not e.length:  # a text of no tokens read without special tokens: nothing to pool
+                raise Validation(f"{FIELD}[{i}] has no tokens (without special tokens): send a text", field=field)
             if e.length > limit:
                 if e.segments is not None and (truncated or cut == "only_second") and int(
                         (e.segments != 1).sum()) >= limit:

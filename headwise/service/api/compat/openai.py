@@ -7,9 +7,9 @@ import base64
 from typing import Literal, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from headwise.service.api.compat.vllm import CUT_SIDE, Side
+from headwise.service.api.compat.vllm import CUT_SIDE, SPECIALS, Side
 from headwise.service.api.schemas import Usage
 from headwise.service.api.writer import Writer, counted
 
@@ -35,6 +35,7 @@ class EmbeddingsRequest(BaseModel):
         None, ge=-1, description="vLLM's: k cuts each text to k tokens, special tokens included, as the "
                                  "tokenizer's truncation at max_length=k; null or -1: at the model's max_len")
     truncation_side: Side = Field(None, description=CUT_SIDE)
+    add_special_tokens: StrictBool = Field(True, description=SPECIALS + " (token ids are used as they are either way)")
 
 
 class EmbeddingItem(BaseModel):

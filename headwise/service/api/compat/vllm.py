@@ -27,6 +27,8 @@ from headwise.service.errors import InvalidRequest, TooLarge, Validation
 
 Texts = StrictStr | list[StrictStr]
 Side = Literal["left", "right"] | None
+SPECIALS = ("vLLM's: false reads each text without the special tokens the tokenizer's post-processor puts "
+            "around it ([CLS], [SEP]); true: with them")
 CUT_SIDE = ("vLLM's: the end each input is cut at (to truncate_prompt_tokens, or to max_len): right (null: the "
         "default) keeps its first tokens, left its last ones")
 
@@ -75,6 +77,7 @@ class ClassifyRequest(VllmBody):
         {"input": "I loved this film."}, {"input": ["I loved this film.", "Dull."], "truncate_prompt_tokens": -1}]})
 
     input: Texts = Field(..., description="a text or a list of texts")
+    add_special_tokens: StrictBool = Field(True, description=SPECIALS)
 
 
 class VllmUsage(BaseModel):
@@ -209,12 +212,14 @@ class Cuts(Protocol):
     def frame(self) -> Frame | None: ...
 
 
-def max_tokens(k: int | None, tokenizer: Cuts, pair: bool = False, ids: bool = False) -> int | None:
+def max_tokens(k: int | None, tokenizer: Cuts, pair: bool = False, ids: bool = False,
+               special: bool = True) -> int | None:
     """`truncate_prompt_tokens` as the length inputs are cut to (EmbedParams.max_tokens): None for
     null, -1 or the tokenizer's max_len (the cut at max_len), else k. Over max_len: 400, as vLLM.
     422: under the special tokens each input takes (its frame's, of a pair or of a text; at least
     one token), where the tokenizer puts special tokens inside a text (no frame), and with token
-    ids (`ids`), which are used as they are. The frame is read only where k needs it."""
+    ids (`ids`), which are used as they are. Texts read without special tokens (`special` false)
+    take none. The frame is read only where k needs it."""
     field, max_len = "truncate_prompt_tokens", tokenizer.max_len
     if k is None or k in (-1, max_len):
         return None
@@ -224,10 +229,13 @@ def max_tokens(k: int | None, tokenizer: Cuts, pair: bool = False, ids: bool = F
     if ids:
         raise Validation(f"truncate_prompt_tokens ({k}): token ids are used as they are, at most max_len "
                          f"({max_len}) of them; cut them yourself, or send -1 or null", field=field)
-    if (frame := tokenizer.frame) is None:
+    if not special:
+        least = 1
+    elif (frame := tokenizer.frame) is None:
         raise Validation(f"truncate_prompt_tokens: this model's tokenizer puts special tokens within a text, so "
                          f"inputs are cut at max_len ({max_len}) only; send -1, {max_len} or null", field=field)
-    least = max(frame.pair if pair else frame.single, 1)
+    else:
+        least = max(frame.pair if pair else frame.single, 1)
     if k < least:
         raise Validation(f"truncate_prompt_tokens ({k}) is under the {least} tokens this model needs for each "
                          f"{'pair' if pair else 'input'} (its special tokens included); send at least {least}",

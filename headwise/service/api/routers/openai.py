@@ -45,8 +45,9 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
     if body.dimensions is not None and not 1 <= body.dimensions <= d:
         raise InvalidRequest(f"'dimensions' must be in 1..{d} for this model", field="dimensions")
     cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
-    k = max_tokens(body.truncate_prompt_tokens, rt.tokenizer, ids=token_ids(inputs))
+    k = max_tokens(body.truncate_prompt_tokens, rt.tokenizer, ids=token_ids(inputs), special=body.add_special_tokens)
     inputs = prompts.apply(inputs, prompts.default(rt.package, engine.settings.default_prompt_name))
-    result = await engine.embed(rt, inputs, EmbedParams(truncate=truncate(body.truncation_side), max_tokens=k), probe)
+    params = EmbedParams(truncate=truncate(body.truncation_side), max_tokens=k, special_tokens=body.add_special_tokens)
+    result = await engine.embed(rt, inputs, params, probe)
 
     return await answer(engine, compat.EMBEDDINGS, result, compat.Embeddings(cut, body.encoding_format == "base64"))

@@ -76,8 +76,9 @@ async def classify(request: Request, body: Json[vllm.ClassifyRequest],
     rt = Capability.CLASSIFY.of(_model(request, engine, body.model), "/classify", error=WrongModelKind,
                                 field="model")
     activated = vllm.check_options(body)
-    k = vllm.max_tokens(body.truncate_prompt_tokens, rt.tokenizer)
+    k = vllm.max_tokens(body.truncate_prompt_tokens, rt.tokenizer, special=body.add_special_tokens)
     texts = [body.input] if isinstance(body.input, str) else body.input
-    params = ClassifyParams(truncate=vllm.truncate(body.truncation_side), max_tokens=k, raw_scores=not activated)
+    params = ClassifyParams(truncate=vllm.truncate(body.truncation_side), max_tokens=k, raw_scores=not activated,
+                            special_tokens=body.add_special_tokens)
     result = await engine.classify(rt, texts, params, probe)
     return await answer(engine, vllm.CLASSIFY, result)

@@ -20,10 +20,10 @@ from headwise.service.engine.heads.logits import LogitsHead
 from headwise.service.engine.heads.masked import MaskHead
 from headwise.service.engine.heads.sparse import SparseHead
 from headwise.service.engine.heads.tokens import TokenHead
-from headwise.service.engine.params import AttentionSpec, RequestParams
+from headwise.service.engine.params import AttentionSpec, Read, RequestParams
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import GENERATION, ModelPackage, PackageError
 
@@ -40,10 +40,9 @@ class Head(Protocol):
     # on the tokenising thread
     def pretokenised(self, inputs: Inputs) -> bool: ...  # token-id lists, used as they are
 
-    # strings=False: no input's answer carries token strings or offsets (a head may read faster);
-    # max_tokens: cut at that many tokens rather than max_len (with truncate)
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
-               max_tokens: int | None = None) -> list[Encoded]: ...
+    # read.strings false: no input's answer carries token strings or offsets (a head may read
+    # faster); a head whose params fix a field (ClassVar) may leave it unread
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, read: Read) -> list[Encoded]: ...
 
     def attention_need(self, params: RequestParams, encs: list[Encoded]) -> tuple[int, str]: ...
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from headwise.service.engine.outputs import REPOOLED, attention_payload, pool
-from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams
+from headwise.service.engine.params import AttentionSpec, Embedded, EmbedParams, Read
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.errors import Validation
 from headwise.service.package import ModelPackage
@@ -51,12 +51,12 @@ class EmbeddingHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return token_ids(inputs)
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
-               max_tokens: int | None = None) -> list[Encoded]:
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, read: Read) -> list[Encoded]:
         """Unchecked (the encoder checks); strings and offsets built later, for the jobs whose
-        answer carries them. `strings=False`: no input's answer carries them, and the texts are
+        answer carries them. `read.strings` false: no input's answer carries them, and the texts are
         read without offsets (TextTokenizer.encode_unchecked)."""
-        return tokenizer.encode_unchecked(inputs, truncate, lazy=True, strings=strings, max_tokens=max_tokens)
+        return tokenizer.encode_unchecked(inputs, read.truncate, read.special_tokens, lazy=True, strings=read.strings,
+                                          max_tokens=read.max_tokens)
 
     def attention_need(self, params: EmbedParams, encs: list[Encoded]) -> tuple[int, str]:
         spec = params.attention

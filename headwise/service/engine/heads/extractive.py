@@ -28,10 +28,10 @@ import numpy as np
 
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.outputs import attention_payload
-from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.params import AttentionSpec, Read
 from headwise.service.engine.runtime import Batched, Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -61,6 +61,7 @@ class SpanParams:
     padded_attention: ClassVar[bool] = False
     token_strings: ClassVar[bool] = False  # a pair is encoded with its strings, offsets and words anyway
     max_tokens: ClassVar[None] = None  # cut at max_len only
+    special_tokens: ClassVar[bool] = True
 
     @property
     def analysis(self) -> bool:
@@ -174,9 +175,8 @@ class SpanHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
-               max_tokens: int | None = None) -> list[Encoded]:
-        return tokenizer.encode_items(inputs, truncate, words=True, cut=self.cut, max_tokens=max_tokens)  # with offsets and words
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, read: Read) -> list[Encoded]:
+        return tokenizer.encode_items(inputs, read.truncate, words=True, cut=self.cut)  # with offsets and words
 
     def attention_need(self, params: SpanParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

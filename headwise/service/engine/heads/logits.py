@@ -16,10 +16,10 @@ from headwise.service.engine.classify import (
     returned_bytes,
 )
 from headwise.service.engine.outputs import attention_payload, pair_attention
-from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.params import AttentionSpec, Read
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -41,9 +41,10 @@ class LogitsHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
-               max_tokens: int | None = None) -> list[Encoded]:
-        return tokenizer.encode_items(inputs, truncate, cut=self.cut, max_tokens=max_tokens)  # with strings always (ClassifyParams.token_strings)
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, read: Read) -> list[Encoded]:
+        # with strings always (ClassifyParams.token_strings)
+        return tokenizer.encode_items(inputs, read.truncate, cut=self.cut, max_tokens=read.max_tokens,
+                                      special_tokens=read.special_tokens)
 
     def attention_need(self, params: ClassifyParams, encs: list[Encoded]) -> tuple[int, str]:
         spec = params.attention

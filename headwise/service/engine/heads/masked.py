@@ -20,10 +20,10 @@ import numpy as np
 
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.outputs import attention_payload
-from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.params import AttentionSpec, Read
 from headwise.service.engine.runtime import Batched, Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.errors import FIELD, Validation
 from headwise.service.package import ModelPackage, PackageError
@@ -43,6 +43,7 @@ class FillParams:
     padded_attention: ClassVar[bool] = False
     token_strings: ClassVar[bool] = False  # encoded with its strings anyway (answer_size reads them)
     max_tokens: ClassVar[None] = None  # cut at max_len only
+    special_tokens: ClassVar[bool] = True
 
     @property
     def analysis(self) -> bool:
@@ -123,9 +124,8 @@ class MaskHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
-               max_tokens: int | None = None) -> list[Encoded]:
-        return tokenizer.encode_unchecked(inputs, truncate, max_tokens=max_tokens)  # with strings: the answer's bound reads them
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, read: Read) -> list[Encoded]:
+        return tokenizer.encode_unchecked(inputs, read.truncate)  # with strings: the answer's bound reads them
 
     def attention_need(self, params: FillParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

@@ -18,7 +18,7 @@ import numpy as np
 from headwise.service.engine.heads.embedding import token_ids
 from headwise.service.engine.internals import Ablation
 from headwise.service.engine.outputs import attention_payload
-from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.params import AttentionSpec, Read
 from headwise.service.engine.runtime import Batched, Capability
 from headwise.service.engine.size import Size
 from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
@@ -38,6 +38,7 @@ class SparseParams:
     padded_attention: ClassVar[bool] = False
     token_strings: ClassVar[bool] = False  # the answer carries vocabulary entries, not the text's tokens
     max_tokens: ClassVar[None] = None  # cut at max_len only
+    special_tokens: ClassVar[bool] = True
 
     @property
     def analysis(self) -> bool:
@@ -70,9 +71,8 @@ class SparseHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return token_ids(inputs)  # TEI's inputs may be token ids
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
-               max_tokens: int | None = None) -> list[Encoded]:
-        return tokenizer.encode_unchecked(inputs, truncate, lazy=True, strings=strings, max_tokens=max_tokens)
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, read: Read) -> list[Encoded]:
+        return tokenizer.encode_unchecked(inputs, read.truncate, lazy=True, strings=read.strings)
 
     def attention_need(self, params: SparseParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

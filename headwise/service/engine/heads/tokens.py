@@ -13,10 +13,10 @@ import numpy as np
 
 from headwise.service.engine.classify import ClassifyParams, HeadResult, activate
 from headwise.service.engine.outputs import attention_payload
-from headwise.service.engine.params import AttentionSpec
+from headwise.service.engine.params import AttentionSpec, Read
 from headwise.service.engine.runtime import Capability
 from headwise.service.engine.size import Size, total
-from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer, Truncate
+from headwise.service.engine.tokenizer import Cut, Encoded, TextTokenizer
 from headwise.service.engine.work import Entry, Inputs
 from headwise.service.package import ModelPackage
 
@@ -66,9 +66,9 @@ class TokenHead:
     def pretokenised(self, inputs: Inputs) -> bool:
         return False
 
-    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, truncate: Truncate, strings: bool = True,
-               max_tokens: int | None = None) -> list[Encoded]:
-        return tokenizer.encode_unchecked(inputs, truncate, max_tokens=max_tokens)  # with strings and offsets: every answer names them
+    def encode(self, tokenizer: TextTokenizer, inputs: Inputs, read: Read) -> list[Encoded]:
+        # with strings and offsets: every answer names them
+        return tokenizer.encode_unchecked(inputs, read.truncate, read.special_tokens, max_tokens=read.max_tokens)
 
     def attention_need(self, params: TagParams, encs: list[Encoded]) -> tuple[int, str]:
         return sum(params.attention.nbytes(e.length) for e in encs), "asked-for attention"

@@ -16,6 +16,7 @@ from headwise.export.stsb import BUNDLED, load_pairs
 from headwise.export.text_sets import hostile, multilingual
 from headwise.model.sentence import default_checkpoint  # the bundled all-MiniLM-L6-v2
 from headwise.service.engine.heads.embedding import EmbeddingHead
+from headwise.service.engine.params import Read
 from headwise.service.engine.tokenizer import PREFIX_TOKENS, TextTokenizer
 from tests.fixtures.tiny import tiny_tokenizer
 
@@ -113,12 +114,12 @@ def test_the_embedding_head_reads_with_strings_unless_told(tmp_path):
     head = EmbeddingHead.__new__(EmbeddingHead)
     texts = ["the cat sat on the mat", "hello world"]
 
-    with_strings = head.encode(tok, texts, True)
+    with_strings = head.encode(tok, texts, Read())
     assert calls == ["encode_batch"]
     assert [e.tokens for e in with_strings][1][0] == "[CLS]" and calls == ["encode_batch"]  # no second read
 
     calls.clear()
-    without = head.encode(tok, texts, True, strings=False)
+    without = head.encode(tok, texts, Read(strings=False))
     assert calls == ["encode_batch_fast"]
     for a, b in zip(with_strings, without, strict=True):
         assert np.array_equal(a.ids, b.ids) and np.array_equal(a.type_ids, b.type_ids)
