@@ -98,6 +98,18 @@ def test_truncate_prompt_tokens_is_the_cuts_length_or_refused():
     assert "special tokens within a text" in refused(Validation, field, vllm.max_tokens, 10, Tokenizer(64, None))
     assert "token ids are used as they are" in refused(Validation, field, vllm.max_tokens, 10, bert, ids=True)
     assert vllm.max_tokens(-1, Tokenizer(64, None), ids=True) is None
+    # texts read without special tokens take none: 1 is enough, and no frame is needed
+    assert vllm.max_tokens(1, bert, special=False) == 1 and vllm.max_tokens(5, Tokenizer(64, None), special=False) == 5
+    assert "under the 1 tokens" in refused(Validation, field, vllm.max_tokens, 0, bert, special=False)
+
+
+def test_truncation_side_is_the_params_truncate():
+    assert vllm.truncate(None) is True and vllm.truncate("right") is True and vllm.truncate("left") == "left"
+    for body in ({"input": "a"}, {"text_1": "a", "text_2": "b"}):
+        kind = vllm.ClassifyRequest if "input" in body else vllm.ScoreRequest
+        assert kind(**body, truncation_side="left").truncation_side == "left"
+        with pytest.raises(ValueError, match=r"1 validation error.*\n+truncation_side"):
+            kind(**body, truncation_side="middle")
 
 
 class Tokenizer(NamedTuple):

@@ -137,3 +137,21 @@ def test_a_cut_short_keeps_the_start_of_the_cut_at_max_len(files):
     short, whole = tok.encode_items(items, True, max_tokens=12), tok.encode_items(items, True)
     assert [e.length for e in short] == [12, 12] and [e.length for e in whole] == [256, 256]
     assert np.array_equal(short[0].ids[:11], whole[0].ids[:11]) and short[0].ids[-1] == whole[0].ids[-1]
+
+
+@pytest.mark.parametrize("which", ["minilm", "roberta"])
+def test_texts_without_special_tokens_from_the_start_and_of_no_tokens(files, which):
+    """vLLM's add_special_tokens false with truncation_side left: the library's ids; a text of no
+    tokens so read is refused by `check`, naming it; pairs keep their special tokens."""
+    tok = TextTokenizer(files[which], 64)
+    for k in (1, 17, None):
+        got = tok.encode_items(TEXTS, "left", max_tokens=k, special_tokens=False)
+        for g, text in zip(got, TEXTS, strict=True):
+            assert g.ids.tolist() == library(files[which], k or 64, direction="left").encode(
+                text, add_special_tokens=False).ids
+    with pytest.raises(Validation, match=r"\[0\] has no tokens") as e:
+        tok.check(got, "input")
+    assert e.value.field == "input"
+    tok.check(tok.encode_items(TEXTS[:1]), "input")  # with its special tokens, an empty text is not empty
+    with pytest.raises(ValueError, match="pairs"):
+        tok.encode_items([("a", "b")], special_tokens=False)
