@@ -42,12 +42,15 @@ UNSAFE = re.compile(r"[^\t\n\r -~]")  # anything but printable ASCII, tab, newli
 class AsciiPath:
     """A tokenizer's normalizer-free twin, and which texts it may read."""
 
-    def __init__(self, config: dict, lowercase: bool, file: str | Path | None = None):
-        """`file`: where `config` was read from, for the compiled reader (none without it)."""
+    def __init__(self, config: dict, lowercase: bool, file: str | Path | None = None,
+                 loaded: Tokenizer | None = None):
+        """`file`: where `config` was read from, for the compiled reader (none without it);
+        `loaded`: the tokenizer from it, where the caller has one (its normalizer is set aside
+        and put back; padding and truncation, if it has them, are not changed)."""
         self.lowercase = lowercase
         # every added token's content, lowered (and normalized, for one matched after the
         # normalizer): a text holding one, in any case, goes the usual way
-        usual = _load(config, file)
+        usual = loaded if loaded is not None else _load(config, file)
         norm = usual.normalizer
         added = config.get("added_tokens") or ()
         self.added = tuple({t["content"].lower() for t in added}
@@ -56,8 +59,11 @@ class AsciiPath:
         self._holds_added = re.compile("|".join(map(re.escape, self.added))) if self.added else None
         # the twin's tokenizer.json, written by tokenizers (json.dumps of a vocabulary is slower)
         usual.normalizer = None
-        self.bare = usual.to_str()
+        self.bare = usual.to_str()  # its padding and truncation: each Reader sets its twin's
         usual.normalizer = norm
+        if loaded is None:  # ours: the checks below read it without padding or truncation
+            usual.no_padding()
+            usual.no_truncation()
         self.wordpiece = wordpiece.WordPiece.of(config)
         self.compiled: compiled.Compiled | None = None
         if self.wordpiece is not None and (wrong := self.disagreements(usual, wordpiece.SELF_CHECK)):
@@ -80,12 +86,13 @@ class AsciiPath:
         given), with and without special tokens; a compiled reader's ids alone too (its `ids`)."""
         out, reader = [], reader or self.wordpiece
         label, cut = (", tokie" if reader is self.compiled else ""), (1 << 62 if max_len is None else max_len)
-        usual = Tokenizer.from_str(usual.to_str())
-        usual.no_padding()
-        if max_len is None:
-            usual.no_truncation()
-        else:
-            usual.enable_truncation(max_length=max_len)
+        if max_len is not None or usual.padding is not None or usual.truncation is not None:  # a copy set so
+            usual = Tokenizer.from_str(usual.to_str())
+            usual.no_padding()
+            if max_len is None:
+                usual.no_truncation()
+            else:
+                usual.enable_truncation(max_length=max_len)
         for text in texts:
             low = self.text(text)
             if low is None:
@@ -98,15 +105,15 @@ class AsciiPath:
         return out
 
     @classmethod
-    def of(cls, file: str | Path) -> AsciiPath | None:
-        """The path for the tokenizer in `file`, or None where its normalizer could do more to
-        ASCII than lower its case."""
+    def of(cls, file: str | Path, loaded: Tokenizer | None = None) -> AsciiPath | None:
+        """The path for the tokenizer in `file` (`loaded` from it, where the caller has it), or
+        None where its normalizer could do more to ASCII than lower its case."""
         config = json.loads(Path(file).read_text(encoding="utf-8"))
         norm, pre = config.get("normalizer"), config.get("pre_tokenizer")
         if not (isinstance(norm, dict) and norm.get("type") == "BertNormalizer"
                 and isinstance(pre, dict) and pre.get("type") == "BertPreTokenizer"):
             return None
-        return cls(config, bool(norm.get("lowercase", True)), file)
+        return cls(config, bool(norm.get("lowercase", True)), file, loaded)
 
     def text(self, text: str) -> str | None:
         """What the twin reads for `text` (lowered), or None: read it the usual way."""

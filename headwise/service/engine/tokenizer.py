@@ -48,7 +48,7 @@ class TextTokenizer:
         full.no_padding()
         full.no_truncation()
         # batches' printable ASCII read past BERT's normalizer, with the same answer (headwise.ascii_path)
-        self.ascii = ascii_path.AsciiPath.of(file) if ascii else None
+        self.ascii = ascii_path.AsciiPath.of(file, full) if ascii else None
         self._truncating, self._full = ascii_path.reader(truncating, self.ascii), ascii_path.reader(full, self.ascii)
         self._plain = full
 

@@ -88,8 +88,8 @@ def test_the_check_finds_a_path_that_reads_wrong(monkeypatch):
 
 
 def _without_added(init):
-    def without(self, config, lowercase, file=None):
-        init(self, config, lowercase, file)
+    def without(self, config, lowercase, file=None, loaded=None):
+        init(self, config, lowercase, file, loaded)
         self.added, self._holds_added = (), None
     return without
 
@@ -135,3 +135,21 @@ def test_the_package_tokenizer_is_verified(tmp_path):
     said = []
     check_ascii_path(Path(tmp_path / "tokenizer.json"), 32, said.append)
     assert said and "as the tokenizer does" in said[0]
+
+
+def test_a_tokenizer_lent_to_the_path_is_given_back_as_it_was(texts):
+    """TextTokenizer lends its untruncated tokenizer to the path (no second load): the path's
+    set-up puts its normalizer back and leaves its padding and truncation alone."""
+    lent = Tokenizer.from_file(str(MINILM))
+    lent.enable_truncation(max_length=16)
+    before = lent.to_str()
+    path = AsciiPath.of(MINILM, lent)
+    assert path is not None and path.wordpiece is not None and lent.to_str() == before
+    fresh = Tokenizer.from_file(str(MINILM))
+    fresh.enable_truncation(max_length=16)
+    for got, want in zip(lent.encode_batch(texts[:300]), fresh.encode_batch(texts[:300]), strict=True):
+        assert (got.ids, got.offsets) == (want.ids, want.offsets)
+    own = AsciiPath.of(MINILM)  # loaded by the path itself
+    for got, want in zip(Reader(fresh, path).encode_batch(texts[:300]), Reader(fresh, own).encode_batch(texts[:300]),
+                         strict=True):
+        assert (got.ids, got.offsets) == (want.ids, want.offsets)
