@@ -8,16 +8,16 @@ import numpy as np
 
 def word_chars(e, positions) -> list[tuple[int, int] | None]:
     """Per token of encoding `e` at `positions`, the characters [start, end) in its own text of
-    the word it is a piece of, as far as the word's pieces at `positions` reach: what the
-    tokenizer's word_to_chars reads of the encoding cut to them (a word the cut goes through
-    ends with its last kept piece); None for a token of no word (a special token)."""
+    the word it is a piece of, as far as the word's pieces at `positions` (ascending) reach: what
+    the tokenizer's word_to_chars reads of the encoding cut to them, its first piece's start and
+    its last piece's end (a word the cut goes through ends with its last kept piece); None for a
+    token of no word (a special token)."""
     word_ids, sequence_ids, offsets = e.word_ids, e.sequence_ids, e.offsets
     reach: dict[tuple[int, int], tuple[int, int]] = {}
     for i in positions:
         if (w := word_ids[i]) is not None:
             start, end = offsets[i]
-            a, b = reach.get((sequence_ids[i], w), (start, end))
-            reach[(sequence_ids[i], w)] = (min(a, start), max(b, end))
+            reach[(sequence_ids[i], w)] = (reach.get((sequence_ids[i], w), (start,))[0], end)
     return [None if word_ids[i] is None else reach[(sequence_ids[i], word_ids[i])] for i in positions]
 
 
