@@ -301,7 +301,7 @@ class EncoderRuntime:
 
     def entries(self, job: Job, encs: list[Encoded]) -> list[Entry]:
         """Checks a job's inputs and answer against the limits, and counts its answer's bound once."""
-        self.tokenizer.check(encs, job.inputs_field, job.params.truncate, self.head.cut, job.params.max_tokens)
+        self.tokenizer.check(encs, job.inputs_field, job.params.truncate, self.head.cut, job.params.max_tokens, run=True)
         params = job.params
         if params.attention is not None:
             need, what = self.head.attention_need(params, encs)

@@ -280,15 +280,15 @@ class TextTokenizer:
         return False
 
     def check(self, encs: list[Encoded], field: str = "inputs", truncated: bool = False,
-              cut: Cut = "longest_first", max_tokens: int | None = None) -> None:
-        """An input of no tokens, or over max_len, raises Validation (422) naming `field`[i]: one not cut
+              cut: Cut = "longest_first", max_tokens: int | None = None, run: bool = False) -> None:
+        """An input over max_len raises Validation (422) naming `field`[i]: one not cut
         (`truncated` false: cutting would answer it), or a pair whose first text leaves the
         second no room, which cutting only the second (`cut`) cannot answer (within
-        `max_tokens` where it is the cut's length)."""
+        `max_tokens` where it is the cut's length). With `run` (for the model), one of no tokens too."""
         limit = max_tokens or self.max_len
         within = f"this model's limit of {limit}" if max_tokens is None else f"the {limit} tokens asked for"
         for i, e in enumerate(encs):
-            if not e.length:  # a text of no tokens read without special tokens: nothing to pool
+            if run and not e.length:  # a text read without special tokens may have none: nothing to run
                 raise Validation(f"{FIELD}[{i}] has no tokens (without special tokens): send a text", field=field)
             if e.length > limit:
                 if e.segments is not None and (truncated or cut == "only_second") and int(
