@@ -369,7 +369,7 @@ class TextTokenizer:
         n = self.vocab_size
         for i, s in enumerate(seqs):
             if s and (min(s) < 0 or max(s) >= n):
-                raise Validation(f"ids[{i}]: token ids must be in 0..{n - 1}", field="ids")
+                raise Validation(f"{FIELD}[{i}]: token ids must be in 0..{n - 1}", field="ids")
         return self._full.decode_batch(seqs, skip_special_tokens=skip_special_tokens)
 
 

@@ -21,9 +21,14 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from headwise.service.api.body import Json, read_body
-from headwise.service.api.compat import fill_pipeline, qa_pipeline, tei, token_pipeline
+from headwise.service.api.compat import fill_pipeline, qa_pipeline, tei, token_pipeline, vllm_tokens
 from headwise.service.api.compat.openapi import inline_schema
-from headwise.service.api.compat.rerank import JinaRerankRequest, JinaRerankResponse, untag
+from headwise.service.api.compat.rerank import (
+    JinaRerankRequest,
+    JinaRerankResponse,
+    fields_named,
+    untag,
+)
 from headwise.service.api.dependencies import disconnect_probe, get_engine, require_api_key
 from headwise.service.api.errors import TEI, Empty, WrongModelKind, route_class
 from headwise.service.api.ranking import rank
@@ -196,10 +201,24 @@ async def predict(request: Request, body: Json[tei.PredictRequest], engine: Engi
                         headers=tei_headers(rt, result, started, characters(items)))
 
 
-@router.post("/tokenize", response_model=list[list[tei.SimpleToken]], responses=ERRORS)
-async def tokenize(request: Request, body: Json[tei.TokenizeRequest],
-                   engine: Engine = Depends(get_engine)):
-    """Every token of each text (not cut at max_len), with UTF-8 byte offsets into it."""
+TOKENIZE_BODIES = _schemas(tei.TokenizeRequest, vllm_tokens.TokenizeRequest)
+
+
+@router.post("/tokenize", response_model=list[list[tei.SimpleToken]] | vllm_tokens.TokenizeResponse,
+             openapi_extra=TOKENIZE_BODIES, responses=ERRORS)
+async def tokenize(request: Request, engine: Engine = Depends(get_engine)):
+    """Every token of each text (not cut at max_len), with UTF-8 byte offsets into it; vLLM's
+    body (`prompt`) is answered in vLLM's shape: the ids, their count, and the model's max_len."""
+    body = await _json_object(request)
+    if vllm_tokens.KEY in body:
+        ask = _parse(vllm_tokens.TokenizeRequest, body)
+        rt = pick(request, engine, ask.model, None, "/tokenize")
+        with fields_named({"inputs": "prompt"}):
+            (enc,) = await engine.tokenize(rt, [ask.prompt], truncate=False, special_tokens=ask.add_special_tokens,
+                                           whole=True)
+        return await answer(engine, vllm_tokens.TOKENIZE, enc, vllm_tokens.Tokenized(rt.package.max_len,
+                                                                                      ask.return_token_strs))
+    body = _parse(tei.TokenizeRequest, body)
     rt = pick(request, engine, body.model, None, "/tokenize")
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     if not texts:

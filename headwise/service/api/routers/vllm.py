@@ -1,5 +1,6 @@
-"""vLLM's pooling routes: POST /score, /v1/score, /classify, /v1/classify (docs/api.md, vLLM).
-Errors in vLLM's (OpenAI's) shape; bodies and shaping in service.api.compat.vllm.
+"""vLLM's pooling routes: POST /score, /v1/score, /classify, /v1/classify, and its /detokenize
+(docs/api.md, vLLM; its /tokenize body is served on TEI's /tokenize, routers/tei.py). Errors in
+vLLM's (OpenAI's) shape; bodies and shaping in service.api.compat.vllm and vllm_tokens.
 
 /score answers as vLLM does by the model's kind: a cross-encoder (a classification package with
 one label) scores each pair itself (its sigmoid, as /v1/rerank's score); an embedding model
@@ -12,8 +13,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from headwise.service.api.body import Json
-from headwise.service.api.compat import vllm
+from headwise.service.api.compat import vllm, vllm_tokens
 from headwise.service.api.compat.openai import OpenAIError
+from headwise.service.api.compat.rerank import fields_named
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -82,3 +84,12 @@ async def classify(request: Request, body: Json[vllm.ClassifyRequest],
                             special_tokens=body.add_special_tokens)
     result = await engine.classify(rt, texts, params, probe)
     return await answer(engine, vllm.CLASSIFY, result)
+
+
+@router.post("/detokenize", response_model=vllm_tokens.DetokenizeResponse, responses=ERRORS)
+async def detokenize(request: Request, body: Json[vllm_tokens.DetokenizeRequest], engine: Engine = Depends(get_engine)):
+    """Token ids back to text, special tokens kept (vLLM's /detokenize)."""
+    rt = _model(request, engine, body.model)
+    with fields_named({"ids": "tokens"}):
+        texts = await engine.decode(rt, [body.tokens], skip_special_tokens=False) if body.tokens else [""]
+    return await answer(engine, vllm_tokens.DETOKENIZE, texts)
