@@ -13,7 +13,9 @@ from tests.e2e.conftest import ENGINE_MODES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-PROMPTS = ["Hello world", "naïve café — 東京 🙂", "the unaffable cat sat on the mat " * 60, ""]
+# longer than max_len, and than the first prefix /v1/embed reads (8 characters per token of max_len)
+PROMPTS = ["Hello world", "naïve café — 東京 🙂", "the unaffable cat sat on the mat " * 100, "Zoë " * 1000,
+           " ".join(f"zed{i}" for i in range(400)), ""]
 
 
 @pytest.fixture(scope="module", params=list(ENGINE_MODES))
@@ -46,9 +48,11 @@ def test_tokenize_equals_the_tokenizer(srv, tok, special):
     assert ok(srv.post("/tokenize", {"model": "all-minilm-l6-v2", "prompt": "hi"}))["token_strs"] is None
 
 
-def test_teis_body_on_the_same_route_is_unchanged(srv):
+def test_teis_body_on_the_same_route_is_unchanged(srv, tok):
     got = ok(srv.post("/tokenize", {"inputs": "Hello world"}))
     assert [t["id"] for t in got[0]] == [101, 7592, 2088, 102] and got[0][1]["text"] == "Hello"
+    got = ok(srv.post("/tokenize", {"inputs": PROMPTS[2:5]}))  # every token of a long text too
+    assert [[t["id"] for t in x] for x in got] == [tok(p)["input_ids"] for p in PROMPTS[2:5]]
 
 
 def test_detokenize_equals_the_tokenizers_decode(srv, tok):
@@ -63,8 +67,8 @@ def test_bad_bodies_are_refused_naming_the_field(srv):
     assert r.status_code == 422 and r.json()["error"].startswith("messages"), r.text
     r = srv.post("/tokenize", {"prompt": "x" * 100_001})
     assert r.status_code == 413 and r.json()["error"].startswith("prompt"), r.text
-    r = srv.post("/detokenize", {"tokens": [10 ** 9]})
+    r = srv.post("/detokenize", {"tokens": [101, 10 ** 9]})
     assert r.status_code == 422 and r.json()["error"]["param"] == "tokens", r.text
-    assert r.json()["error"]["message"].startswith("tokens[0]: token ids must be in 0..30521")
+    assert r.json()["error"]["message"].startswith("tokens[1]: token ids must be in 0..30521")
     r = srv.post("/detokenize", {"model": "nope", "tokens": [101]})
     assert r.status_code == 404 and r.json()["error"]["param"] == "model", r.text

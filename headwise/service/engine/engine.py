@@ -194,7 +194,7 @@ class Engine:
         if whole:
             def work():
                 _ = rt.tokenizer.special_ids  # TEI's /tokenize reads it next, on the loop: built here, once
-                return rt.tokenizer.encode_unchecked(texts, False, special_tokens)
+                return rt.tokenizer.encode_whole(texts, special_tokens)
         else:
             work = partial(rt.tokenizer.encode, texts, truncate, special_tokens, field)
         return await self._tokenised(rt, work)

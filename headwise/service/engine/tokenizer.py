@@ -54,24 +54,21 @@ class TextTokenizer:
 
     def encode_unchecked(self, texts: list[str], truncate: Truncate = True, special_tokens: bool = True,
                          lazy: bool = False, strings: bool = True, max_tokens: int | None = None) -> list[Encoded]:
-        """Encode, reading each text only as far as its answer needs: the tokenizer keeps
-        every token of what it is given (a 15,000-character CJK input is 15,000 tokens, each
-        with its string and offsets) and truncates only afterwards. So each text is first given
-        as a prefix of PREFIX_TOKENS × max_len characters; a prefix whose tokens pass max_len by
-        CUT_MARGIN is enough (its first max_len tokens are the text's: what truncation keeps,
-        or what shows the text is too long), and the others are given again, four times
-        longer, until they are whole. Memory then follows the tokens kept, not the input.
-        `special_tokens=False` leaves out what the post-processor adds ([CLS], [SEP]). `lazy`:
-        each token's string and offsets are built when first read (Encoded.materialize).
-        `strings=False` (with `lazy`: for answers that carry no token strings or offsets) reads
-        the texts with `encode_batch_fast`, which tracks no offsets (a fifth less CPU at 128 tokens; the
-        same ids and type ids, bench/results/tokenizers.md); a string or offset read after all
-        is built by encoding that text again. `truncate="left"` keeps each text's last tokens
-        (service.engine.tails, read from its end). `max_tokens` (with truncate; at most max_len):
-        each text cut to that many tokens (pair_cut.single_kept), as the tokenizer's truncation
-        at max_length=max_tokens cuts it (from the start, the same ids; a RobertaProcessing that
-        trims offsets trims the first kept token's, where the library leaves its first token's:
-        the routes that cut at the start to fewer tokens than max_len, vLLM's, answer no offsets)."""
+        """Encode, reading each text only as far as its answer needs: the tokenizer keeps every token of what it is
+        given (a 15,000-character CJK input is 15,000 tokens, each with its string and offsets) and truncates only
+        afterwards. So each text is first given as a prefix of PREFIX_TOKENS × max_len characters; a prefix whose
+        tokens pass max_len by CUT_MARGIN is enough (its first max_len tokens are the text's: what truncation keeps,
+        or what shows the text is too long), and the others are given again, four times longer, until they are whole.
+        Memory then follows the tokens kept, not the input. `special_tokens=False` leaves out what the post-processor
+        adds ([CLS], [SEP]). `lazy`: each token's string and offsets are built when first read (Encoded.materialize).
+        `strings=False` (with `lazy`: for answers that carry no token strings or offsets) reads the texts with
+        `encode_batch_fast`, which tracks no offsets (a fifth less CPU at 128 tokens; the same ids and type ids,
+        bench/results/tokenizers.md); a string or offset read after all is built by encoding that text again.
+        `truncate="left"` keeps each text's last tokens (service.engine.tails, read from its end). `max_tokens` (with
+        truncate; at most max_len): each text cut to that many tokens (pair_cut.single_kept), as the tokenizer's
+        truncation at max_length=max_tokens cuts it (from the start, the same ids; a RobertaProcessing that trims
+        offsets trims the first kept token's, where the library leaves its first token's: the routes that cut at the
+        start to fewer tokens than max_len, vLLM's, answer no offsets)."""
         if truncate == LEFT:
             out = [Encoded(*cut) for cut in tails.singles(self._left, texts, self.max_len, special_tokens,
                                                           PREFIX_TOKENS * self.max_len, CUT_MARGIN)]
@@ -324,6 +321,12 @@ class TextTokenizer:
         tok = self._full
         return [Encoded(np.asarray(s, dtype=np.int64), np.zeros(len(s), dtype=np.int64),
                         [tok.id_to_token(i) or "" for i in s], [(0, 0)] * len(s)) for s in seqs]
+
+    def encode_whole(self, texts: list[str], special_tokens: bool = True) -> list[Encoded]:
+        """Every token of each text, not cut nor checked (/tokenize): read whole, where
+        encode_unchecked stops once a text shows itself over max_len."""
+        return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64), source=e).materialize()
+                for e in self._full.encode_batch(texts, add_special_tokens=special_tokens)]
 
     def encode(self, texts: list[str], truncate: Truncate = True, special_tokens: bool = True,
                field: str = "inputs") -> list[Encoded]:

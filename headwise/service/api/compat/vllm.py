@@ -30,7 +30,7 @@ Side = Literal["left", "right"] | None
 SPECIALS = ("vLLM's: false reads each text without the special tokens the tokenizer's post-processor puts "
             "around it ([CLS], [SEP]); true: with them")
 CUT_SIDE = ("vLLM's: the end each input is cut at (to truncate_prompt_tokens, or to max_len): right (null: the "
-        "default) keeps its first tokens, left its last ones")
+            "default) keeps its first tokens, left its last ones")
 
 # vLLM's names for the two sides of /score, first side first; its ScoreRequest is the union
 # of these bodies (text_1/text_2 the oldest, queries/documents the documented one).
@@ -237,9 +237,9 @@ def max_tokens(k: int | None, tokenizer: Cuts, pair: bool = False, ids: bool = F
     else:
         least = max(frame.pair if pair else frame.single, 1)
     if k < least:
+        what = ("pair" if pair else "input") + (" (its special tokens included)" if special else "")
         raise Validation(f"truncate_prompt_tokens ({k}) is under the {least} tokens this model needs for each "
-                         f"{'pair' if pair else 'input'} (its special tokens included); send at least {least}",
-                         field=field)
+                         f"{what}; send at least {least}", field=field)
     return k
 
 

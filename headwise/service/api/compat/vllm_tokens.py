@@ -1,7 +1,7 @@
 """vLLM's tokenizer routes' wire format (its TokenizeCompletionRequest, TokenizeResponse,
-DetokenizeRequest, DetokenizeResponse): `/tokenize` takes vLLM's body beside TEI's, told apart
-by `prompt` (routers/tei.py), and `/detokenize` is vLLM's alone (routers/vllm.py). Pure: bodies
-and writers. vLLM's chat form of /tokenize (`messages`) is not served: a body with it is refused.
+DetokenizeRequest and DetokenizeResponse, named Vllm… here): `/tokenize` takes vLLM's body
+beside TEI's, told apart by `prompt` (routers/tei.py), and `/detokenize` is vLLM's alone
+(routers/vllm.py). Pure: bodies and writers. vLLM's chat form of /tokenize (`messages`) is not served: a body with it is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from headwise.service.engine.encoded import Encoded
 KEY = "prompt"  # the key that makes a /tokenize body vLLM's
 
 
-class TokenizeRequest(BaseModel):
+class VllmTokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
         {"model": "all-minilm-l6-v2", "prompt": "Hello world", "return_token_strs": True}]})
 
@@ -28,7 +28,7 @@ class TokenizeRequest(BaseModel):
     return_token_strs: StrictBool = Field(False, description="also answer each token as the tokenizer names it")
 
 
-class TokenizeResponse(BaseModel):
+class VllmTokenizeResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "count": 4, "max_model_len": 256, "tokens": [101, 7592, 2088, 102],
         "token_strs": ["[CLS]", "hello", "world", "[SEP]"]}]})
@@ -39,7 +39,7 @@ class TokenizeResponse(BaseModel):
     token_strs: list[str] | None = None
 
 
-class DetokenizeRequest(BaseModel):
+class VllmDetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"tokens": [101, 7592, 2088, 102]}]})
 
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
@@ -47,7 +47,7 @@ class DetokenizeRequest(BaseModel):
                                                      "tokenizer.decode does; [] decodes to \"\"")
 
 
-class DetokenizeResponse(BaseModel):
+class VllmDetokenizeResponse(BaseModel):
     prompt: str
 
 

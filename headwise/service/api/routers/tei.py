@@ -201,17 +201,17 @@ async def predict(request: Request, body: Json[tei.PredictRequest], engine: Engi
                         headers=tei_headers(rt, result, started, characters(items)))
 
 
-TOKENIZE_BODIES = _schemas(tei.TokenizeRequest, vllm_tokens.TokenizeRequest)
+TOKENIZE_BODIES = _schemas(tei.TokenizeRequest, vllm_tokens.VllmTokenizeRequest)
 
 
-@router.post("/tokenize", response_model=list[list[tei.SimpleToken]] | vllm_tokens.TokenizeResponse,
+@router.post("/tokenize", response_model=list[list[tei.SimpleToken]] | vllm_tokens.VllmTokenizeResponse,
              openapi_extra=TOKENIZE_BODIES, responses=ERRORS)
 async def tokenize(request: Request, engine: Engine = Depends(get_engine)):
     """Every token of each text (not cut at max_len), with UTF-8 byte offsets into it; vLLM's
     body (`prompt`) is answered in vLLM's shape: the ids, their count, and the model's max_len."""
     body = await _json_object(request)
     if vllm_tokens.KEY in body:
-        ask = _parse(vllm_tokens.TokenizeRequest, body)
+        ask = _parse(vllm_tokens.VllmTokenizeRequest, body)
         rt = pick(request, engine, ask.model, None, "/tokenize")
         with fields_named({"inputs": "prompt"}):
             (enc,) = await engine.tokenize(rt, [ask.prompt], truncate=False, special_tokens=ask.add_special_tokens,

@@ -15,7 +15,6 @@ from fastapi import APIRouter, Depends, Request
 from headwise.service.api.body import Json
 from headwise.service.api.compat import vllm, vllm_tokens
 from headwise.service.api.compat.openai import OpenAIError
-from headwise.service.api.compat.rerank import fields_named
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -86,10 +85,13 @@ async def classify(request: Request, body: Json[vllm.ClassifyRequest],
     return await answer(engine, vllm.CLASSIFY, result)
 
 
-@router.post("/detokenize", response_model=vllm_tokens.DetokenizeResponse, responses=ERRORS)
-async def detokenize(request: Request, body: Json[vllm_tokens.DetokenizeRequest], engine: Engine = Depends(get_engine)):
+@router.post("/detokenize", response_model=vllm_tokens.VllmDetokenizeResponse, responses=ERRORS)
+async def detokenize(request: Request, body: Json[vllm_tokens.VllmDetokenizeRequest],
+                     engine: Engine = Depends(get_engine)):
     """Token ids back to text, special tokens kept (vLLM's /detokenize)."""
     rt = _model(request, engine, body.model)
-    with fields_named({"ids": "tokens"}):
-        texts = await engine.decode(rt, [body.tokens], skip_special_tokens=False) if body.tokens else [""]
+    n = rt.tokenizer.vocab_size
+    if (bad := next((j for j, t in enumerate(body.tokens) if not 0 <= t < n), None)) is not None:
+        raise Validation(f"tokens[{bad}]: token ids must be in 0..{n - 1}", field="tokens")
+    texts = await engine.decode(rt, [body.tokens], skip_special_tokens=False) if body.tokens else [""]
     return await answer(engine, vllm_tokens.DETOKENIZE, texts)

@@ -152,7 +152,8 @@ class DriftSampler:
     def offer(self, rt, inputs: Inputs, params: EmbedParams, data: list[Embedded]) -> None:
         """After a request's answer (event loop): a plain embedding of texts is drawn with
         probability `rate`, and its inputs buffered to be measured later. Returns at once."""
-        if self._draw() >= self.rate or params.attention is not None or params.analysis or token_ids(inputs):
+        if (self._draw() >= self.rate or params.attention is not None or params.analysis or token_ids(inputs)
+                or not params.special_tokens):  # its heads' special share would read 0: not the traffic's
             return
         if "attention" not in rt.batchers:  # a package without the attention variant
             return
