@@ -244,6 +244,7 @@ def test_offer_returns_at_once_and_skips_what_is_not_plain(package):
             spec = AttentionSpec.select(N_LAYERS, N_HEADS, None, None)
             engine.drift.offer(rt, [[2, 5, 3]], EmbedParams(), data)  # token ids: no special tokens added
             engine.drift.offer(rt, ["a dog"], EmbedParams(attention=spec), data)
+            engine.drift.offer(rt, ["a dog"], EmbedParams(special_tokens=False), data)  # no [CLS] nor [SEP]
             assert engine.drift.pending == 0
             t0 = time.perf_counter()
             engine.drift.offer(rt, ["a dog"], EmbedParams(), data)
