@@ -162,14 +162,13 @@ class TextTokenizer:
     def encode_items(self, items: list, truncate: Truncate = True, words: bool = False,
                      cut: Cut = "longest_first", max_tokens: int | None = None,
                      special_tokens: bool = True) -> list[Encoded]:
-        """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the
-        tokenizer's pair encoding (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to
-        max_len as transformers cuts it with `truncation=cut`: "longest_first" (its default) a
-        token at a time off the end of whichever text is then longer, "only_second" off the
-        second text only (a pair whose first text leaves the second no room stays uncut, and
-        `check` refuses it). With `words`, a pair's tokens carry their words' characters
-        (`Encoded.words`). `max_tokens` (with truncate): cut to that many tokens, not max_len.
-        `special_tokens=False`: texts without them (pairs always have theirs)."""
+        """Texts and (a, b) pairs, each in its order; unchecked (see `check`). A pair is the tokenizer's pair encoding
+        (BERT: `[CLS] a [SEP] b [SEP]`, type ids 0 then 1), cut to max_len as transformers cuts it with
+        `truncation=cut`: "longest_first" (its default) a token at a time off the end of whichever text is then
+        longer, "only_second" off the second text only (a pair whose first text leaves the second no room stays uncut,
+        and `check` refuses it). With `words`, a pair's tokens carry their words' characters (`Encoded.words`).
+        `max_tokens` (with truncate): cut to that many tokens, not max_len. `special_tokens=False`: texts without them
+        (pairs always have theirs)."""
         out: list[Encoded | None] = [None] * len(items)
         singles = [i for i, x in enumerate(items) if isinstance(x, str)]
         if singles:
@@ -187,17 +186,15 @@ class TextTokenizer:
 
     def _encode_pairs(self, pairs: list[tuple[str, str]], truncate: Truncate, words: bool = False,
                       cut: Cut = "longest_first", max_tokens: int | None = None) -> list[Encoded]:
-        """As `encode_unchecked`, each side read only as far as the answer needs: both sides are
-        given as prefixes, measured untruncated, four times longer while `_enough` says the whole
-        pair could answer otherwise. With truncate, the settled pair's encoding is then cut as
-        the tokenizer's own `encode(a, b)` cuts by `cut` (pair_cut.kept): by choosing its
-        tokens, not by encoding again, since the tokenizer's cut keeps every overflowing
-        combination of the two sides (memory and time in the product of their lengths), at
-        `max_tokens` (max_len when None; what is read for max_len is enough for less). Pairs go
-        to the tokenizer in groups of at most PAIR_CHARS characters. `truncate="left"` reads
-        each side from its end and keeps as many of its tokens, its last ones (the library's ids;
-        a RobertaProcessing with add_prefix_space and trim_offsets trims a side's first kept
-        token's offsets where it does not: no route cutting pairs at the start answers them)."""
+        """As `encode_unchecked`, each side read only as far as the answer needs: both sides are given as prefixes,
+        measured untruncated, four times longer while `_enough` says the whole pair could answer otherwise. With
+        truncate, the settled pair's encoding is then cut as the tokenizer's own `encode(a, b)` cuts by `cut`
+        (pair_cut.kept): by choosing its tokens, not by encoding again, since the tokenizer's cut keeps every
+        overflowing combination of the two sides (memory and time in the product of their lengths), at `max_tokens`
+        (max_len when None; what is read for max_len is enough for less). Pairs go to the tokenizer in groups of at
+        most PAIR_CHARS characters. `truncate="left"` reads each side from its end and keeps as many of its tokens,
+        its last ones (the library's ids; a RobertaProcessing with add_prefix_space and trim_offsets trims a side's
+        first kept token's offsets where it does not: no route cutting pairs at the start answers them)."""
         full: list = [None] * len(pairs)
         left = truncate == LEFT
         todo, chars = list(range(len(pairs))), PREFIX_TOKENS * self.max_len
