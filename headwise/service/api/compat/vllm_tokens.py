@@ -1,7 +1,8 @@
 """vLLM's tokenizer routes' wire format (its TokenizeCompletionRequest, TokenizeResponse,
 DetokenizeRequest and DetokenizeResponse, named Vllm… here): `/tokenize` takes vLLM's body
 beside TEI's, told apart by `prompt` (routers/tei.py), and `/detokenize` is vLLM's alone
-(routers/vllm.py). Pure: bodies and writers. vLLM's chat form of /tokenize (`messages`) is not served: a body with it is refused.
+(routers/vllm.py). Pure: bodies and writers. vLLM's chat form of /tokenize (`messages`) is not
+served: a body with it is refused.
 """
 
 from __future__ import annotations
