@@ -1,17 +1,22 @@
 """The engine process's core (process mode, docs/architecture.md#process-mode): it holds the
-only sessions and runs what every front-end sends, on threads of its own so that the device
-never waits on a socket:
+only sessions and runs what every front-end sends, on one thread that owns both the ROUTER
+socket the front-ends connect to and the device:
 
-- the IO thread owns the ROUTER socket the front-ends connect to: it reads their messages,
-  answers `Hello` and `Ping` at once and hands each `Run` and `Abort` to the run thread (a C
-  queue);
-- the run thread takes the oldest run (plain work before analytics rows, whose lane keeps its
-  priority here too) and, for the roles whose rows stack, every queued run of the same model,
-  role, outputs and padded length, up to the batch limits; runs them as one batch on the
-  backend; cuts each front-end's rows back out and pushes each answer to the socket its run
-  named (`reply_to`; ZMQ queues it and its own I/O thread writes it). An `Abort` that arrives
-  before its run starts takes the rows of clients that have gone out of it (a stacked run
-  runs without them and answers zeros in their place); a run left with no row is dropped.
+- between two device runs it reads every message that came meanwhile (ZMQ's own I/O thread,
+  in C and without the GIL, received them while the device ran), answers `Hello` and `Ping`,
+  and files each `Run` and `Abort`;
+- it takes the oldest run (plain work before analytics rows, whose lane keeps its priority
+  here too) and, for the roles whose rows stack, every queued run of the same model, role,
+  outputs and padded length, up to the batch limits; runs them as one batch on the backend;
+  cuts each front-end's rows back out and pushes each answer to the socket its run named
+  (`reply_to`; ZMQ queues it and its I/O thread writes it). An `Abort` that arrives before its
+  run starts takes the rows of clients that have gone out of it (a stacked run runs without
+  them and answers zeros in their place); a run left with no row is dropped.
+
+One thread, not a reading thread beside the running one: onnxruntime gives the GIL up while a
+graph runs and must take it back when the run ends, and a second Python thread reading small
+messages kept it from the running thread for milliseconds at a time (on the H200's host, a
+0.7 ms run took 10 ms at the median beside such a thread: bench/results/engine-runs-h200.md).
 
 Front-ends batch their own requests (service.engine.batching) and send each batch as one run;
 the core stacks the batches that F front-ends sent while the device was busy into one.
@@ -20,7 +25,6 @@ the core stacks the batches that F front-ends sent while the device was busy int
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -47,7 +51,7 @@ log = logging.getLogger("headwise.service")
 # Roles whose runs stack along the batch axis: no attention weights among their outputs, so
 # stacking stays within the attention budget each front-end cut its batch by.
 STACKED = ("embed", "analytics")
-STOP = None  # the run queue's last item
+IDLE_POLL_MS = 50  # how long an idle engine waits for a message before it looks whether it is stopping
 
 
 @dataclass(slots=True)
@@ -110,17 +114,14 @@ class EngineCore:
         self.on_run = on_run or (lambda *_: None)
         self.on_drop = on_drop or (lambda *_: None)
         self._ctx = zmq.Context()
-        self._inbox: queue.SimpleQueue[Pending | wire.Abort | None] = queue.SimpleQueue()
         self._stopping = False
-        self._run_done = threading.Event()
         self._bound = threading.Event()
         self._failed: BaseException | None = None
         self.welcome = wire.Welcome(pid=0, models={
             name: wire.ModelFacts(b.provider, b.precision, dict(b.variants)) for name, b in backends.items()})
         self.queues: QueueTable | None = None
         self.clock: RunClock | None = None
-        self._threads = [threading.Thread(target=self._io, name="headwise-engine-io", daemon=True),
-                         threading.Thread(target=self._runs, name="headwise-engine-run", daemon=True)]
+        self._thread = threading.Thread(target=self._serve, name="headwise-engine", daemon=True)
 
     def start(self, pid: int) -> None:
         """Bind and serve; returns once the socket is bound (raises what binding raised)."""
@@ -130,22 +131,19 @@ class EngineCore:
             self.queues = QueueTable.create(path, len(names))
             self.welcome.queue_table, self.welcome.queues = path, {n: i for i, n in enumerate(names)}
             self.clock = RunClock.create(beside(self.address, RUN_CLOCK_FILE))
-        for t in self._threads:
-            t.start()
+        self._thread.start()
         self._bound.wait()
         if self._failed is not None:
             raise self._failed
 
     def stop(self, timeout: float) -> None:
-        """Runs already received are finished and answered; later ones get `not_ready`."""
+        """Runs already read are finished and answered; those read from now on get `not_ready`."""
         self._stopping = True
-        self._inbox.put(STOP)
-        for t in self._threads:
-            t.join(timeout)
+        self._thread.join(timeout)
         self._ctx.destroy(linger=0)
 
-    # -- the IO thread ------------------------------------------------------------------------
-    def _io(self) -> None:
+    # -- the engine's thread --------------------------------------------------------------------
+    def _serve(self) -> None:
         router = self._ctx.socket(zmq.ROUTER)
         try:
             router.bind(self.address)
@@ -154,18 +152,40 @@ class EngineCore:
             self._bound.set()
             return
         self._bound.set()
-        while not self._run_done.is_set():
-            if not router.poll(50):
-                continue
+        replies: dict[str, zmq.Socket] = {}  # reply_to → a PUSH socket connected there
+        pending: deque[Pending] = deque()
+        read_stopping = False  # once the socket has been read since stop(), it is not read again
+        try:
             while True:
-                try:
-                    frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                self._receive(router, frames)
-        router.close(linger=200)
+                stopping = self._stopping  # read before the socket: what is read after it is refused
+                if not read_stopping:
+                    self._read(router, pending)  # everything received meanwhile, so that it can stack
+                    read_stopping = stopping
+                if not pending:
+                    if stopping:
+                        return
+                    router.poll(IDLE_POLL_MS)  # waits in ZMQ, the GIL let go
+                    continue
+                for p, frames in self._run(self._take(pending)):
+                    sock = replies.get(p.run.reply_to)
+                    if sock is None:
+                        sock = replies[p.run.reply_to] = self._ctx.socket(zmq.PUSH)
+                        sock.connect(p.run.reply_to)
+                    sock.send_multipart(frames, copy=False)
+        finally:
+            for sock in replies.values():
+                sock.close(linger=1000)
+            router.close(linger=200)
 
-    def _receive(self, router, frames: list) -> None:
+    def _read(self, router, pending: deque[Pending]) -> None:
+        while True:
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._receive(router, frames, pending)
+
+    def _receive(self, router, frames: list, pending: deque[Pending]) -> None:
         ident = frames[0].bytes
         try:
             msg, arrays = wire.decode(frames[1:])
@@ -177,9 +197,9 @@ class EngineCore:
             refusal = self._refusal(msg)
             first = next(iter(arrays.values()), None)
             rows, length = (first.shape[0], first.shape[1]) if first is not None and first.ndim > 1 else (0, 0)
-            self._inbox.put(Pending(msg, arrays, _key(msg, arrays), rows, length, refusal))
+            pending.append(Pending(msg, arrays, _key(msg, arrays), rows, length, refusal))
         elif isinstance(msg, wire.Abort):
-            self._inbox.put(msg)
+            self._abort(pending, msg)
         elif isinstance(msg, wire.Ping):
             router.send_multipart([ident, *wire.encode(wire.Pong())])
         elif isinstance(msg, wire.Hello):
@@ -192,44 +212,6 @@ class EngineCore:
         if backend is None or run.role not in backend.variants:
             return wire.Failure(run.seq, "unknown", f"the engine serves no {run.role!r} of model {run.model!r}")
         return None
-
-    # -- the run thread -----------------------------------------------------------------------
-    def _runs(self) -> None:
-        replies: dict[str, zmq.Socket] = {}  # reply_to → a PUSH socket connected there
-        pending: deque[Pending] = deque()
-        stopping = False
-        try:
-            while pending or not stopping:
-                if not pending:
-                    item = self._inbox.get()
-                    stopping = stopping or item is STOP
-                    self._file(pending, item)
-                while True:  # everything received meanwhile, so that it can stack
-                    try:
-                        item = self._inbox.get_nowait()
-                    except queue.Empty:
-                        break
-                    stopping = stopping or item is STOP
-                    self._file(pending, item)
-                if not pending:
-                    continue
-                group = self._take(pending)
-                for p, frames in self._run(group):
-                    sock = replies.get(p.run.reply_to)
-                    if sock is None:
-                        sock = replies[p.run.reply_to] = self._ctx.socket(zmq.PUSH)
-                        sock.connect(p.run.reply_to)
-                    sock.send_multipart(frames, copy=False)
-        finally:
-            for sock in replies.values():
-                sock.close(linger=1000)
-            self._run_done.set()
-
-    def _file(self, pending: deque[Pending], item: Pending | wire.Abort | None) -> None:
-        if isinstance(item, Pending):
-            pending.append(item)
-        elif isinstance(item, wire.Abort):
-            self._abort(pending, item)
 
     def _abort(self, pending: deque[Pending], abort: wire.Abort) -> None:
         """Take the gone clients' rows out of a run that has not started (one that has runs

@@ -279,3 +279,14 @@ def test_numbered_front_ends_share_the_engines_queue_table(engine):
     finally:
         for lk in links:
             lk.close()
+
+
+def test_one_engine_thread_reads_the_socket_and_runs_the_device(engine):
+    """No Python thread beside the one that runs the device: one that read messages took the GIL
+    from it for milliseconds after each run (bench/results/engine-feed-1129.md)."""
+    before = {t.name for t in threading.enumerate()}
+    _core, link, _backend = engine()
+    assert np.isfinite(link.run("tiny", "embed", feeds(2, 5), OUTPUTS)["sentence_embedding"]).all()
+    engines = [t.name for t in threading.enumerate() if t.name not in before
+               and t.name.startswith("headwise-engine") and t.name != "headwise-engine-watch"]  # the link's
+    assert engines == ["headwise-engine"]
