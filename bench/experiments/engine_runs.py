@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -196,16 +197,19 @@ def engine_child() -> None:
         groups.append((time.time(), len(group), time.perf_counter() - t0))
         return answers
 
-    def _receive(self, router, frames):
+    def _receive(self, router, frames, *rest):
         cpu["io"] = time.thread_time()
-        return real_receive(self, router, frames)
+        return real_receive(self, router, frames, *rest)
 
     core.EngineCore._run, core.EngineCore._receive = _run, _receive
 
     def dump() -> None:
-        Path(os.environ["PROBE_OUT"]).write_text(json.dumps({"runs": runs, "groups": groups, "cpu": cpu}))
+        out = Path(os.environ["PROBE_OUT"])
+        out.with_suffix(".tmp").write_text(json.dumps({"runs": runs, "groups": groups, "cpu": cpu}))
+        out.with_suffix(".tmp").replace(out)  # whole, or not there
 
     atexit.register(dump)
+    signal.signal(signal.SIGUSR1, lambda *_: dump())  # the harness asks before it stops the server
     engine_process.main()
 
 
@@ -215,6 +219,21 @@ def serve_child() -> None:
 
     sys.exit(supervisor.run(load_settings(), "warning", False,
                             engine_module=["bench.experiments.engine_runs", "--engine-child"]))
+
+
+def _engine_pid(pid: int) -> int | None:
+    """The engine child among `pid`'s descendants (process mode's children have sessions of their own)."""
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            if b"--engine-child" in Path(f"/proc/{p}/cmdline").read_bytes():
+                return p
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return None
 
 
 def served(w: Workload, provider: str, precision: str, name: str, env: dict, cells, seconds: float,
@@ -241,6 +260,13 @@ def served(w: Workload, provider: str, precision: str, name: str, env: dict, cel
             s = sample_from(res, n)
             windows.append({"cell": f"{tokens}x{n}x{clients}", "t0": t0, "t1": t1, "inputs_per_s": s.throughput,
                             "p50_ms": s.p50, "errors": s.errors})
+        engine = _engine_pid(server.proc.pid)
+        if engine is not None:  # its runs, written now: a CUDA engine's exit need not reach atexit
+            os.kill(engine, signal.SIGUSR1)
+            for _ in range(50):
+                time.sleep(0.1)
+                if probe.exists():
+                    break
     finally:
         server.stop()
     data = json.loads(probe.read_text()) if probe.exists() else {"runs": [], "groups": [], "cpu": {}}

@@ -103,16 +103,19 @@ def _key(run: wire.Run, feeds: dict[str, np.ndarray]) -> tuple | None:
 class EngineCore:
     """`backends`: model name → its loaded (and warmed) backend. `on_run(model, role, runs,
     rows, seconds)` is told of every device run, `on_drop(model, rows)` of rows dropped by
-    `Abort` before they ran."""
+    `Abort` before they ran, `on_exit(crash)` that the engine's thread has ended (`crash`: the
+    exception that ended it, None after stop())."""
 
     def __init__(self, backends: dict[str, Backend], address: str, *, max_batch_size: int, max_batch_tokens: int,
                  on_run: Callable[[str, str, int, int, float], None] | None = None,
-                 on_drop: Callable[[str, int], None] | None = None):
+                 on_drop: Callable[[str, int], None] | None = None,
+                 on_exit: Callable[[BaseException | None], None] | None = None):
         self.backends = backends
         self.address = address
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.on_run = on_run or (lambda *_: None)
         self.on_drop = on_drop or (lambda *_: None)
+        self.on_exit = on_exit or (lambda *_: None)
         self._ctx = zmq.Context()
         self._stopping = False
         self._bound = threading.Event()
@@ -155,6 +158,7 @@ class EngineCore:
         replies: dict[str, zmq.Socket] = {}  # reply_to → a PUSH socket connected there
         pending: deque[Pending] = deque()
         read_stopping = False  # once the socket has been read since stop(), it is not read again
+        crash: BaseException | None = None
         try:
             while True:
                 stopping = self._stopping  # read before the socket: what is read after it is refused
@@ -172,10 +176,15 @@ class EngineCore:
                         sock = replies[p.run.reply_to] = self._ctx.socket(zmq.PUSH)
                         sock.connect(p.run.reply_to)
                     sock.send_multipart(frames, copy=False)
+        except BaseException as e:  # a bug, or the context closed under a run that outlasted stop()
+            if not self._stopping:
+                crash = e
+                log.exception("engine: its thread failed; the engine process ends so that the server restarts")
         finally:
             for sock in replies.values():
                 sock.close(linger=1000)
             router.close(linger=200)
+            self.on_exit(crash)
 
     def _read(self, router, pending: deque[Pending]) -> None:
         while True:

@@ -2,7 +2,8 @@
 supervisor as `python -m headwise.service.server.engine_process`: it loads every package's
 sessions and warms them with the in-process start-up (`Engine.prepare`, the same code as
 `inproc`), then serves them to the front-ends through `EngineCore` until SIGTERM, when it
-finishes the runs it accepted and exits 0. A start-up that fails exits 3, saying why."""
+finishes the runs it accepted and exits 0. A start-up that fails exits 3, saying why, and so does
+an engine whose serving thread failed (a bug: it logs the traceback)."""
 
 from __future__ import annotations
 
@@ -70,8 +71,15 @@ def serve() -> int:
     def on_drop(model: str, rows: int) -> None:
         metrics.engine_dropped.labels(model=model).inc(rows)
 
+    crashed: list[BaseException] = []
+
+    def on_exit(crash: BaseException | None) -> None:
+        if crash is not None:  # the engine's thread is gone: nothing would answer the front-ends
+            crashed.append(crash)
+            stop.set()
+
     core = EngineCore(backends, settings.engine_address, max_batch_size=settings.max_batch_size,
-                      max_batch_tokens=batch_tokens, on_run=on_run, on_drop=on_drop)
+                      max_batch_tokens=batch_tokens, on_run=on_run, on_drop=on_drop, on_exit=on_exit)
     try:
         tracing.setup(settings.otel, "engine")  # the device runs' spans are written here
         core.start(os.getpid())
@@ -82,6 +90,9 @@ def serve() -> int:
     log.info("engine: serving %s at %s (loaded and warmed in %.1fs)", ", ".join(backends), settings.engine_address,
              time.perf_counter() - t0)
     stop.wait()
+    if crashed:
+        metrics.close()
+        return 3  # the supervisor sees the engine gone: 503 from every front-end, then exit 3
     log.info("engine: stopping; finishing the runs accepted")
     core.stop(timeout=max(1.0, settings.grace_seconds))
     metrics.close()

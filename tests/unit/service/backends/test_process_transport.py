@@ -290,3 +290,40 @@ def test_one_engine_thread_reads_the_socket_and_runs_the_device(engine):
     engines = [t.name for t in threading.enumerate() if t.name not in before
                and t.name.startswith("headwise-engine") and t.name != "headwise-engine-watch"]  # the link's
     assert engines == ["headwise-engine"]
+
+
+def test_an_engine_thread_that_fails_says_so(package, tmp_path):
+    """A bug that ends the engine's thread is told to `on_exit` (the engine process then exits 3,
+    and the supervisor restarts the server) instead of leaving a process that answers nobody."""
+    pkg = load_package(package)
+    ended = []
+
+    def on_run(*_):
+        raise RuntimeError("a bug")
+
+    core = EngineCore({pkg.name: Recording(pkg, Settings(models_dir=package.parent))}, f"ipc://{tmp_path}/e.sock",
+                      max_batch_size=64, max_batch_tokens=16384, on_run=on_run, on_exit=ended.append)
+    core.start(__import__("os").getpid())
+    link = EngineLink(core.address, connect_timeout_s=5)
+    try:
+        def ask():  # its answer never comes: the run ends when the link is marked lost
+            with pytest.raises(EngineGone):
+                link.run("tiny", "embed", feeds(1, 4), OUTPUTS)
+
+        asking = threading.Thread(target=ask, daemon=True)
+        asking.start()
+        deadline = time.monotonic() + 10
+        while not ended and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(ended) == 1 and isinstance(ended[0], RuntimeError)
+    finally:
+        link.lost = "the test is over"  # what the watchdog sets when the engine process dies
+        asking.join(5)
+        link.close()
+        core.stop(2)
+    stopped = []
+    core = EngineCore({pkg.name: Recording(pkg, Settings(models_dir=package.parent))}, f"ipc://{tmp_path}/f.sock",
+                      max_batch_size=64, max_batch_tokens=16384, on_exit=stopped.append)
+    core.start(__import__("os").getpid())
+    core.stop(2)
+    assert stopped == [None]
