@@ -94,10 +94,11 @@ class Pending:
         return full
 
 
-def _key(run: wire.Run, feeds: dict[str, np.ndarray]) -> tuple | None:
+def _key(run: wire.Run) -> tuple | None:
+    """From the run's header: its arrays' names, dtypes and shapes past the rows."""
     if run.role not in STACKED:
         return None
-    return (run.model, run.role, tuple(run.outputs), tuple((n, a.dtype.str, a.shape[1:]) for n, a in feeds.items()))
+    return (run.model, run.role, tuple(run.outputs), tuple((a.name, a.dtype, a.shape[1:]) for a in run.arrays))
 
 
 class EngineCore:
@@ -206,7 +207,7 @@ class EngineCore:
             refusal = self._refusal(msg)
             first = next(iter(arrays.values()), None)
             rows, length = (first.shape[0], first.shape[1]) if first is not None and first.ndim > 1 else (0, 0)
-            pending.append(Pending(msg, arrays, _key(msg, arrays), rows, length, refusal))
+            pending.append(Pending(msg, arrays, _key(msg), rows, length, refusal))
         elif isinstance(msg, wire.Abort):
             self._abort(pending, msg)
         elif isinstance(msg, wire.Ping):

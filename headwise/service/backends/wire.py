@@ -11,6 +11,8 @@ them (their rows come back as zeros), and one with no row left is dropped unansw
 
 from __future__ import annotations
 
+import functools
+
 import msgspec
 import numpy as np
 
@@ -106,9 +108,17 @@ def decode(frames: list) -> tuple[Message, dict[str, np.ndarray]]:
     listed = getattr(msg, "arrays", None) or []
     if len(listed) != len(frames) - 1:
         raise ValueError(f"{len(listed)} arrays announced, {len(frames) - 1} frames sent")
-    return msg, {spec.name: np.frombuffer(_buffer(frame), dtype=np.dtype(spec.dtype)).reshape(spec.shape)
+    return msg, {spec.name: np.frombuffer(_buffer(frame), dtype=_dtype(spec.dtype)).reshape(spec.shape)
                  for spec, frame in zip(listed, frames[1:], strict=True)}
 
 
+@functools.cache
+def _dtype(name: str) -> np.dtype:
+    return np.dtype(name)
+
+
+_PLAIN = (bytes, bytearray, memoryview)
+
+
 def _buffer(frame):
-    return frame if isinstance(frame, bytes | bytearray | memoryview) else frame.buffer
+    return frame if isinstance(frame, _PLAIN) else frame.buffer
