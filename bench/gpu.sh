@@ -319,8 +319,8 @@ EOF
   for layout in inproc2 process2 process3; do
     grep -q "^| $layout | 128 | 1 | 1 | [0-9]" "$pm" || die "gpu-process-mode-cpu.md has no $layout row at 128 tokens, 1 client"
   done
-  # the main table's rows: 13 columns, errors last
-  awk -F'|' 'NF == 15 && $2 ~ /^ (inproc|process)[0-9]+ $/ && $14 + 0 > 0 { bad = 1 } END { exit bad }' "$pm" \
+  # the main table's rows: 14 columns, errors last
+  awk -F'|' 'NF == 16 && $2 ~ /^ (inproc|process)[0-9]+ $/ && $15 + 0 > 0 { bad = 1 } END { exit bad }' "$pm" \
     || die "gpu-process-mode-cpu.md: requests failed (its errors column)"
   trap - EXIT
   echo

@@ -107,11 +107,14 @@ def device_stats(before: str, after: str, wall_s: float) -> dict:
     batches) and busy seconds, else the server's batches and onnxruntime time."""
     out = server_stats(before, after, wall_s)
     out["batch"], out["busy"] = out.get("mean_batch", math.nan), out.get("ort_busy", math.nan)
+    out["stacked"] = math.nan
     runs0, runs1 = (metric_total(x, "headwise_engine_stacked_runs_count") for x in (before, after))
     if not math.isnan(runs1) and runs1 > (0 if math.isnan(runs0) else runs0):
         runs = runs1 - (0 if math.isnan(runs0) else runs0)
         inputs = out.get("mean_batch", math.nan) * out.get("calls", math.nan)  # front-end batches' inputs
         out["batch"] = inputs / runs
+        s0, s1 = (metric_total(x, "headwise_engine_stacked_runs_sum") for x in (before, after))
+        out["stacked"] = (s1 - (0 if math.isnan(s0) else s0)) / runs  # front-end batches in a device run
         busy0, busy1 = (metric_total(x, "headwise_engine_busy_seconds_total") for x in (before, after))
         out["busy"] = (busy1 - (0 if math.isnan(busy0) else busy0)) / wall_s if wall_s > 0 else math.nan
     return out
@@ -231,12 +234,13 @@ def report(args, rows: list[dict], memory: dict) -> str:
              f"- {reps} of {args.reps} repetitions, configurations alternating; medians. Configurations: "
              + "; ".join(f"`{n}` ({','.join(f'{k}={v}' for k, v in env.items()) or 'defaults'})"
                          for n, env in args.config_list),
-             "- device batch and busy: the engine's runs in process mode (`headwise_engine_stacked_runs`, "
+             "- device batch, front-end batches a run and busy: the engine's runs in process mode "
+             "(`headwise_engine_stacked_runs`, "
              "`headwise_engine_busy_seconds_total`), else the server's batches and onnxruntime time "
              "(summed over workers: above 100% when they overlap); server CPU: every process of the server", "",
-             "| config | tokens | inputs/request | clients | inputs/s | p50 ms | p99 ms | device batch | busy "
-             "| server CPU µs/input | vs ceiling (batch) | vs best ceiling | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| config | tokens | inputs/request | clients | inputs/s | p50 ms | p99 ms | device batch "
+             "| front-end batches a run | busy | server CPU µs/input | vs ceiling (batch) | vs best ceiling | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     cells = list(dict.fromkeys((r["tokens"], r["inputs"], r["clients"]) for r in rows))
     med: dict = {}
     for name in names:
@@ -244,10 +248,12 @@ def report(args, rows: list[dict], memory: dict) -> str:
             rs = [r for r in rows if r["config"] == name and (r["tokens"], r["inputs"], r["clients"]) == c]
             if not rs:
                 continue
-            m = med[(name, c)] = {k: median(r[k] for r in rs) for k in ("rate", "p50", "p99", "batch", "busy",
-                                                                      "cpu_us", "vs_ceiling", "vs_best")}
+            m = med[(name, c)] = {k: median(r.get(k, math.nan) for r in rs)
+                                  for k in ("rate", "p50", "p99", "batch", "stacked", "busy", "cpu_us", "vs_ceiling",
+                                            "vs_best")}
             lines.append(f"| {name} | {c[0]} | {c[1]} | {c[2]} | {_f(m['rate'], ',.0f')} | {_f(m['p50'], '.2f')} | "
-                         f"{_f(m['p99'], '.2f')} | {_f(m['batch'], '.1f')} | {_f(m['busy'], '.0%')} | "
+                         f"{_f(m['p99'], '.2f')} | {_f(m['batch'], '.1f')} | {_f(m['stacked'], '.1f')} | "
+                         f"{_f(m['busy'], '.0%')} | "
                          f"{_f(m['cpu_us'], '.0f')} | {_f(m['vs_ceiling'], '.1%')} (b{rs[0]['ceiling_batch']}) | "
                          f"{_f(m['vs_best'], '.1%')} | {sum(r['errors'] for r in rs)} |")
     if len(names) > 1 and med:

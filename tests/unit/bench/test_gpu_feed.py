@@ -61,7 +61,7 @@ def scrape(inputs, calls, seconds, runs=None, busy=None):
 
 def test_device_stats_inproc_are_the_servers_batches():
     st = device_stats(scrape(10, 2, 0.5), scrape(170, 12, 1.5), wall_s=2.0)
-    assert st["batch"] == pytest.approx(16.0) and st["busy"] == pytest.approx(0.5)
+    assert st["batch"] == pytest.approx(16.0) and st["busy"] == pytest.approx(0.5) and math.isnan(st["stacked"])
 
 
 def test_device_stats_in_process_mode_are_the_engines_runs():
@@ -70,6 +70,7 @@ def test_device_stats_in_process_mode_are_the_engines_runs():
     before, after = scrape(10, 2, 0.5, runs=2, busy=0.3), scrape(170, 12, 3.5, runs=6, busy=1.5)
     st = device_stats(before, after, wall_s=2.0)
     assert st["batch"] == pytest.approx(40.0) and st["busy"] == pytest.approx(0.6)
+    assert st["stacked"] == pytest.approx(2.5)  # 10 front-end batches in 4 device runs
     # the engine's series appear with its first run: absent before counts as 0
     st = device_stats(scrape(0, 0, 0), scrape(64, 4, 1.0, runs=2, busy=0.5), wall_s=1.0)
     assert st["batch"] == pytest.approx(32.0) and st["busy"] == pytest.approx(0.5)
@@ -109,7 +110,7 @@ def test_report_side_by_side_and_memory(monkeypatch):
 
     def row(config, rep, rate, clients=256, errors=0):
         return {"config": config, "rep": rep, "tokens": 20, "inputs": 1, "clients": clients, "rate": rate, "p50": 5.0,
-                "p99": 9.0, "batch": 30.0, "busy": 0.5, "cpu_us": 100.0, "vs_ceiling": 0.4, "vs_best": 0.2,
+                "p99": 9.0, "batch": 30.0, "stacked": 3.0 if config.startswith("process") else math.nan, "busy": 0.5, "cpu_us": 100.0, "vs_ceiling": 0.4, "vs_best": 0.2,
                 "ceiling_batch": 8, "errors": errors}
 
     rows = [row("inproc8", 0, 1000.0), row("process8", 0, 2000.0), row("process8", 1, 3000.0, errors=2),
@@ -117,8 +118,8 @@ def test_report_side_by_side_and_memory(monkeypatch):
     memory = {"inproc8": [{"server_mib": 8000.0, "processes": 8, "device_mib": 8600.0}],
               "process8": [{"server_mib": 1500.0, "processes": 1, "device_mib": 2100.0}]}
     text = gpu_feed.report(args, rows, memory)
-    assert "| inproc8 | 20 | 1 | 256 | 1,100 | 5.00 | 9.00 | 30.0 | 50% | 100 | 40.0% (b8) | 20.0% | 0 |" in text
-    assert "| process8 | 20 | 1 | 256 | 2,500 |" in text and text.count("| 2 |\n") == 1  # errors summed
+    assert "| inproc8 | 20 | 1 | 256 | 1,100 | 5.00 | 9.00 | 30.0 | – | 50% | 100 | 40.0% (b8) | 20.0% | 0 |" in text
+    assert "| process8 | 20 | 1 | 256 | 2,500 | 5.00 | 9.00 | 30.0 | 3.0 | 50% |" in text and text.count("| 2 |\n") == 1  # errors summed
     assert "| 20 | 1 | 256 | 1,100 | 2,500 (2.27×) |" in text
     assert "| 20 | 1 | 1 | – | 50 |" in text  # a cell one layout lacks
     assert "| process8 | 1 | 1,500 | 2,100 |" in text and "2 of 2 repetitions" in text
