@@ -226,8 +226,8 @@ def load_settings(**overrides) -> Settings:
 
 
 def frontend_processes(settings: Settings, cores: int) -> int:
-    """HEADWISE_FRONTENDS as a number: `auto` is the usable cores less two (the engine's run and
-    IO threads), at least 1."""
+    """HEADWISE_FRONTENDS as a number: `auto` is the usable cores less two (the engine's thread,
+    and ZMQ's and the driver's threads beside it), at least 1."""
     return settings.frontends if isinstance(settings.frontends, int) else max(1, cores - 2)
 
 
