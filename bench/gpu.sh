@@ -28,7 +28,8 @@
 # (seconds per setup step, 300), REPS (3), SECONDS_PER_CELL (3), MAX_MINUTES (the bench stops
 # after the repetition that passes it; default: what BUDGET leaves, less 2 minutes), SENTENCES
 # (STS-B pairs for the checks, 0: all), STRICT (1: fail when the carried wrk does not run), CHECKS
-# (0: setup skips the checks). The process step: LAYOUTS (inproc:8,process:8,process:12), CELLS
+# (0: setup skips the checks). The process step: LAYOUTS (inproc:8,process:8,process:12; with a base
+# tree carried, BASE=REV bash bench/gpu-prepare.sh: inproc:8,process:12,process:12@$STAGE/base), CELLS
 # (20x1x256,20x32x64,128x1x256,128x32x64,128x1x1: tokens x inputs per request x clients), REPS,
 # SECONDS_PER_CELL (2 there), MAX_MINUTES (it starts no repetition that would end past it; default:
 # what BUDGET leaves, less 1 minute).
@@ -186,6 +187,13 @@ bench() {
   echo "results in $RESULTS"
 }
 
+# inproc:8 / process:8 / process:12; with a base tree carried (gpu-prepare.sh's BASE), process:12 of
+# this tree against process:12 of the base (an A/B in one sitting) instead of process:8
+default_layouts() {
+  if [ -d "$STAGE/base/headwise" ]; then echo "inproc:8,process:12,process:12@$STAGE/base"
+  else echo "inproc:8,process:8,process:12"; fi
+}
+
 # Process mode against whole-server workers (issue 37): bench/gpu_feed.py, the layouts alternating
 # per repetition, the fp16 ceiling measured in each; a report after every repetition, so one
 # ended at BUDGET keeps those done.
@@ -198,7 +206,7 @@ process() {
   [ "$left" -gt 60 ] || die "out of time: this command's BUDGET of $BUDGET s is spent"
   max=${MAX_MINUTES:-$(awk -v s="$left" 'BEGIN { m = (s - 60) / 60; printf "%.1f", m < 1 ? 1 : m }')}
   timeout -s INT -k 20 "$left" "$PY" -m bench.gpu_feed "$MODELS" --provider "$PROVIDER" --precision fp16 \
-    --layouts "${LAYOUTS:-inproc:8,process:8,process:12}" --cells "${CELLS:-20x1x256,20x32x64,128x1x256,128x32x64,128x1x1}" \
+    --layouts "${LAYOUTS:-$(default_layouts)}" --cells "${CELLS:-20x1x256,20x32x64,128x1x256,128x32x64,128x1x1}" \
     --reps "${REPS:-3}" --seconds "${SECONDS_PER_CELL:-2}" --warm 1 --ceiling-seconds 1 --max-minutes "$max" \
     --prefix gpu-process-mode --name "$name" --out "$RESULTS" "${@}" || rc=$?
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
@@ -274,7 +282,7 @@ EOF
 
   step="2. bench/gpu-prepare.sh for Python $here into $root/carry"
   log "check $step"
-  env -u PYTHON PYVER="$here" GPU_DIR="$root/carry" bash bench/gpu-prepare.sh
+  env -u PYTHON PYVER="$here" GPU_DIR="$root/carry" BASE="${CHECK_BASE:-HEAD}" bash bench/gpu-prepare.sh
 
   # a clean environment, as on the GPU machine: its Python first on PATH, no PYTHONPATH of ours
   local clean=(env -i HOME="$HOME" LANG=C.UTF-8 TMPDIR="${TMPDIR:-/tmp}"
@@ -306,7 +314,7 @@ EOF
     --seconds 1 --ceiling-seconds 0.3
   step="6. gpu.sh process (PROVIDER=cpu, short: 2 workers, 2 and 3 front-ends)"
   log "check $step"
-  "${clean[@]}" REPS=1 bash bench/gpu.sh process --layouts inproc:2,process:2,process:3 \
+  "${clean[@]}" REPS=1 bash bench/gpu.sh process --layouts "inproc:2,process:2,process:3,process:2@$PWD/$run/stage/base" \
     --cells 20x1x8,20x8x4,128x1x1 --seconds 1 --warm 0 --ceiling-seconds 0.3
   step="7. the results"
   ls "$run/out"
@@ -316,11 +324,11 @@ EOF
   grep -q "^| headwise | " "$run/out/gpu-cpu.md" || die "gpu-cpu.md has no headwise (HTTP) rows"
   local pm=$run/out/gpu-process-mode-cpu.md layout
   [ -s "$pm" ] || die "no gpu-process-mode-cpu.md in $run/out"
-  for layout in inproc2 process2 process3; do
+  for layout in inproc2 process2 process3 "process2@$(git rev-parse --short "${CHECK_BASE:-HEAD}")"; do
     grep -q "^| $layout | 128 | 1 | 1 | [0-9]" "$pm" || die "gpu-process-mode-cpu.md has no $layout row at 128 tokens, 1 client"
   done
   # the main table's rows: 14 columns, errors last
-  awk -F'|' 'NF == 16 && $2 ~ /^ (inproc|process)[0-9]+ $/ && $15 + 0 > 0 { bad = 1 } END { exit bad }' "$pm" \
+  awk -F'|' 'NF == 16 && $2 ~ /^ (inproc|process)[0-9]+(@[^ ]+)? $/ && $15 + 0 > 0 { bad = 1 } END { exit bad }' "$pm" \
     || die "gpu-process-mode-cpu.md: requests failed (its errors column)"
   trap - EXIT
   echo

@@ -46,6 +46,7 @@ from bench.stats import median
 from bench.workload import ROUTES, Workload
 
 CEILING_BATCHES = (1, 8, 32, 64)
+TREE = "@tree"  # in a configuration's settings: the checkout its server runs from (not a setting)
 MIB = 2**20
 
 
@@ -55,7 +56,17 @@ def parse_config(spec: str) -> tuple[str, dict]:
 
 
 def layout_config(spec: str) -> tuple[str, dict]:
-    """`inproc:8` → ("inproc8", 8 whole-server workers); `process:12` → ("process12", 12 front-ends)."""
+    """`inproc:8` → ("inproc8", 8 whole-server workers); `process:12` → ("process12", 12 front-ends).
+    `process:12@TREE`: the same from another checkout (`tree_of`), named "process12@" and the
+    tree's COMMIT file's first word, else its folder's name."""
+    spec, at, tree = spec.partition("@")
+    if at:
+        name, env = layout_config(spec)
+        if not tree:
+            raise ValueError(f"a layout's tree is a folder: {spec}@TREE")
+        commit = Path(tree) / "COMMIT"
+        label = commit.read_text().split()[0] if commit.is_file() and commit.read_text().split() else Path(tree).name
+        return f"{name}@{label}", {**env, TREE: str(Path(tree).resolve())}
     mode, _, n = spec.partition(":")
     if mode not in ("inproc", "process") or not n.isdigit() or int(n) < 1:
         raise ValueError(f"a layout is inproc:WORKERS or process:FRONTENDS, not {spec!r}")
@@ -193,7 +204,10 @@ def run(args, on_rep=None) -> tuple[list[dict], dict]:
             break
         ceiling = ceilings(w, args.provider, args.precision, tokens, args.ceiling_seconds)
         for name, env in order:
-            server = start_headwise(w.dir, args.precision, args.provider, Path(tempfile.mkdtemp()), env, name=name)
+            tree = env.get(TREE)
+            settings = {k: v for k, v in env.items() if k != TREE}
+            server = start_headwise(w.dir, args.precision, args.provider, Path(tempfile.mkdtemp()), settings,
+                                    tree=Path(tree) if tree else None, name=name)
             try:
                 server.wait_ready()
                 for t, n, clients in args.cell_list:

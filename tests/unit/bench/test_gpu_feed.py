@@ -31,6 +31,16 @@ def test_layouts_name_their_settings():
             layout_config(bad)
 
 
+def test_a_layout_from_another_tree_is_named_by_its_commit(tmp_path):
+    (tmp_path / "COMMIT").write_text("ae6c1ee\n")
+    name, env = layout_config(f"process:12@{tmp_path}")
+    assert name == "process12@ae6c1ee"
+    assert env == {"HEADWISE_ENGINE": "process", "HEADWISE_FRONTENDS": "12", gpu_feed.TREE: str(tmp_path.resolve())}
+    assert layout_config(f"inproc:8@{tmp_path / 'x'}")[0] == "inproc8@x"  # no COMMIT: the folder's name
+    with pytest.raises(ValueError):
+        layout_config("process:12@")
+
+
 def test_cells_are_tokens_inputs_clients():
     assert parse_cells("20x1x256, 128x32x64,128X1X1") == [(20, 1, 256), (128, 32, 64), (128, 1, 1)]
     for bad in ("20x1", "20x0x4", "axbxc"):
