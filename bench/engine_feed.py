@@ -39,6 +39,8 @@ import zmq
 from bench.alternate import turns
 from bench.args import key_values
 from bench.facts import machine_facts
+from bench.process_mode import counters
+from bench.standin_engine import COUNTERS
 from headwise.service.backends import wire
 
 MODEL, ROLE, OUTPUT = "m", "embed", "sentence_embedding"
@@ -92,7 +94,7 @@ def engine_child(address: str, hold_ms: float, per_row_us: float, ready, stop) -
     core.start(os.getpid())
     ctx = zmq.Context()
     rep = ctx.socket(zmq.REP)
-    rep.bind(address + ".counters")
+    rep.bind(address + COUNTERS)
     ready.set()
     while not stop.is_set():
         if rep.poll(100):
@@ -135,19 +137,6 @@ def feeder(address: str, inflight: int, rows: int, length: int, seconds: float, 
         one()
     out.put((done_rows, done_runs))
     ctx.destroy(linger=0)
-
-
-def counters(address: str) -> dict:
-    ctx = zmq.Context.instance()
-    s = ctx.socket(zmq.REQ)
-    s.connect(address + ".counters")
-    try:
-        s.send(b"?")
-        if not s.poll(5000):
-            raise RuntimeError("the engine did not answer its counters")
-        return json.loads(s.recv())
-    finally:
-        s.close(linger=0)
 
 
 def measure(env: dict, a) -> dict:
