@@ -6,7 +6,6 @@ flight over the real transport, stand in for the front-ends.
 
     python -m bench.engine_feed                                  # 8 feeders x 4 runs of 8 rows, 0.7 ms a run
     python -m bench.engine_feed --feeders 4 --inflight 16 --rows 1 --configs "base=;s02=PROBE_SWITCH_MS=0.2"
-    python -m bench.engine_feed --replay --inflight 4 --rows 1   # the engine's Python per message, no sockets
 
 For an A/B against another commit, run it from each tree's clone in turn (it serves the
 `EngineCore` of the tree it runs in). PROBE_SWITCH_MS in a configuration's environment sets the
@@ -23,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing as mp
 import os
 import statistics
@@ -182,39 +180,6 @@ def measure(env: dict, a) -> dict:
             "gap_ms": d["gap_s"] / runs * 1000, "cpu_us_per_row": d["cpu_s"] / max(d["rows"], 1) * 1e6}
 
 
-def replay(messages: int = 8000, per_run: int = 8, rows: int = 1, length: int = 22, rounds: int = 7) -> float:
-    """The engine's own Python per message, in this process and without sockets: each message's
-    frames decoded and filed (`EngineCore._receive`), then taken, run on a device that holds
-    nothing and answered in runs of `per_run` messages (`_take`, `_run`). Best of `rounds`, µs."""
-    from collections import deque
-
-    from headwise.service.backends.core import EngineCore
-
-    core = EngineCore({MODEL: HeldDevice(0.0, 0.0)}, "ipc://unused", max_batch_size=64, max_batch_tokens=64 * 512)
-    ids = np.full((rows, length), 1000, np.int64)
-    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-
-    def frames(seq: int) -> list:
-        run = wire.Run(seq, "ipc://reply", MODEL, ROLE, [OUTPUT], wire.specs(feeds), [])
-        return [zmq.Frame(b"front-end")] + [zmq.Frame(bytes(f)) for f in wire.encode(run, feeds)]
-
-    class Router:  # answers to Hello and Ping would go here; none are sent
-        def send_multipart(self, *_a, **_k):
-            pass
-
-    msgs, router, best = [frames(i) for i in range(messages)], Router(), math.inf
-    for _ in range(rounds):
-        pending: deque = deque()
-        t0 = time.perf_counter()
-        for i in range(0, messages, per_run):
-            for fr in msgs[i:i + per_run]:
-                core._receive(router, fr, pending)
-            while pending:
-                core._run(core._take(pending))
-        best = min(best, time.perf_counter() - t0)
-    return best / messages * 1e6
-
-
 COLUMNS = [("rows_per_s", "rows/s", ",.0f"), ("runs_per_s", "runs/s", ",.0f"), ("rows_per_run", "rows a run", ".1f"),
            ("busy", "device busy", ".0%"), ("late_ms", "run beyond its hold ms", ".3f"),
            ("gap_ms", "idle between runs ms", ".3f"), ("cpu_us_per_row", "engine CPU µs/row", ".1f")]
@@ -233,12 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--warm", type=float, default=1)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--replay", action="store_true", help="only the engine's Python per message, in this process")
     a = ap.parse_args(argv)
-    if a.replay:
-        print(f"{replay(per_run=a.inflight * 2, rows=a.rows, length=a.length):.2f} µs of the engine's Python per "
-              f"message ({a.inflight * 2} messages a run, {a.rows} rows each; best of 7 rounds of 8000)")
-        return
     configs = []
     for spec in a.configs.split(";"):
         name, _, rest = spec.partition("=")
