@@ -102,6 +102,12 @@ def engine_child(address: str, hold_ms: float, per_row_us: float, ready, stop) -
     core.stop(5)
 
 
+def run_feeds(rows: int, length: int) -> dict[str, np.ndarray]:
+    """A run's feeds, as a front-end sends them: `rows` rows of `length` token ids."""
+    ids = np.full((rows, length), 1000, np.int64)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+
+
 def feeder(address: str, inflight: int, rows: int, length: int, seconds: float, start, out) -> None:
     """One front-end's traffic: `inflight` runs of `rows` rows always in flight until `seconds`
     after `start` is set; puts (rows answered, runs answered) on `out`."""
@@ -111,8 +117,7 @@ def feeder(address: str, inflight: int, rows: int, length: int, seconds: float, 
     recv = ctx.socket(zmq.PULL)
     reply_to = f"ipc://{tempfile.mkdtemp()}/r.sock"
     recv.bind(reply_to)
-    ids = np.full((rows, length), 1000, np.int64)
-    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    feeds = run_feeds(rows, length)
     seq = 0
 
     def one() -> None:

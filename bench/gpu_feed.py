@@ -65,7 +65,8 @@ def layout_config(spec: str) -> tuple[str, dict]:
         if not tree:
             raise ValueError(f"a layout's tree is a folder: {spec}@TREE")
         commit = Path(tree) / "COMMIT"
-        label = commit.read_text().split()[0] if commit.is_file() and commit.read_text().split() else Path(tree).name
+        words = commit.read_text().split() if commit.is_file() else []
+        label = words[0] if words else Path(tree).name
         return f"{name}@{label}", {**env, TREE: str(Path(tree).resolve())}
     mode, _, n = spec.partition(":")
     if mode not in ("inproc", "process") or not n.isdigit() or int(n) < 1:

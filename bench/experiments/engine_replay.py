@@ -17,10 +17,9 @@ import math
 import time
 from collections import deque
 
-import numpy as np
 import zmq
 
-from bench.engine_feed import MODEL, OUTPUT, ROLE, HeldDevice
+from bench.engine_feed import MODEL, OUTPUT, ROLE, HeldDevice, run_feeds
 from headwise.service.backends import wire
 from headwise.service.backends.core import EngineCore
 
@@ -30,8 +29,7 @@ def replay(messages: int = 8000, per_run: int = 8, rows: int = 1, length: int = 
     frames decoded and filed (`EngineCore._receive`), then taken, run on a device that holds
     nothing and answered in runs of `per_run` messages (`_take`, `_run`). Best of `rounds`, µs."""
     core = EngineCore({MODEL: HeldDevice(0.0, 0.0)}, "ipc://unused", max_batch_size=64, max_batch_tokens=64 * 512)
-    ids = np.full((rows, length), 1000, np.int64)
-    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    feeds = run_feeds(rows, length)
 
     def frames(seq: int) -> list:
         run = wire.Run(seq, "ipc://reply", MODEL, ROLE, [OUTPUT], wire.specs(feeds), [])
