@@ -35,7 +35,8 @@ def test_settle_collects_then_freezes(thawed):
     kept = Node()
     frozen = heap.settle()
     assert gone() is None  # start-up's garbage went first
-    assert frozen == gc.get_freeze_count() > 0
+    # the suite's other threads may free frozen objects meanwhile: the count only falls
+    assert 0 < gc.get_freeze_count() <= frozen
     assert not any(o is kept for o in gc.get_objects())  # in no generation a collection walks
     assert gc.get_threshold() == heap.THRESHOLDS
 
