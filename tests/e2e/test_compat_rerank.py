@@ -63,6 +63,16 @@ def test_jina_body_equals_the_native_body_and_cross_encoder(srv, classifier_pack
                                   for x in jina["results"][:2]]
 
 
+def test_jina_body_answers_vllms_rerank_fields(srv):
+    """vLLM's /rerank takes Jina's body: its answer carries an id, and top_n 0 (vLLM's default)
+    returns every document, as vLLM does."""
+    full = ok(srv.post("/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCS}))
+    zero = ok(srv.post("/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCS, "top_n": 0}))
+    assert zero["results"] == full["results"] and len(zero["results"]) == len(DOCS)
+    assert zero["id"].startswith("rerank-") and zero["id"] != full["id"]
+    assert len(ok(srv.post("/rerank", {"model": MODEL, "query": QUERY, "documents": DOCS, "top_n": 0}))["results"]) == len(DOCS)
+
+
 def test_cohere_sdk_reranks_as_the_native_route(srv):
     own = native(srv)
     client = cohere.ClientV2(api_key="unused", base_url=srv.url)
@@ -123,7 +133,7 @@ def cohere_error(r: httpx.Response, status: int) -> str:
 @pytest.mark.parametrize("body, status, field", [
     ({"model": MODEL, "documents": ["a"]}, 422, "query"),
     ({"model": MODEL, "query": "q", "documents": ["a"], "texts": ["a"]}, 422, None),
-    ({"model": MODEL, "query": "q", "documents": ["a"], "top_n": 0}, 422, "top_n"),
+    ({"model": MODEL, "query": "q", "documents": ["a"], "top_n": -1}, 422, "top_n"),
     ({"model": MODEL, "query": "q", "documents": []}, 400, "'documents'"),
     ({"model": "nope", "query": "q", "documents": ["a"]}, 404, None),
     ({"model": "tiny", "query": "q", "documents": ["a"]}, 422, None),  # an embedding model asked to rerank

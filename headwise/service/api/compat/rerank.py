@@ -34,6 +34,7 @@ from headwise.service.errors import ServiceError
 
 OWN, JINA = "texts", "documents"  # the key that names each body, and its union tag
 BOTH = "both_bodies"
+ID_BYTES = 56  # the "id": "rerank-<32 hex>" vLLM's answer carries beside Jina's keys
 ITEM_BYTES = 48  # a relevance result's keys beyond the native {"index", "score"} (its text counted apart)
 SEARCH_UNIT_DOCUMENTS = 100  # Cohere bills one search unit per query of up to 100 documents
 COHERE_META_BYTES = 256  # Cohere's id and meta around the results
@@ -59,7 +60,7 @@ class JinaRerankRequest(BaseModel):
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
     query: StrictStr
     documents: Documents = Field(..., description="texts, or {\"text\": ...} objects")
-    top_n: StrictInt | None = Field(None, ge=1, description="return only the n best results")
+    top_n: StrictInt | None = Field(None, ge=0, description="return only the n best results; 0 (vLLM's default): all")
     return_documents: StrictBool = Field(True, description="echo each document as {\"text\"} (Jina's default: true)")
     truncate_prompt_tokens: StrictInt | None = Field(
         None, ge=-1, description="vLLM's (its /rerank takes this body): k cuts each pair to k tokens, special "
@@ -84,9 +85,11 @@ class JinaUsage(BaseModel):
 
 class JinaRerankResponse(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
-        "model": "ms-marco-minilm", "usage": {"prompt_tokens": 31, "total_tokens": 31},
+        "id": "rerank-1f0e4b0c2d5a4e7f9b3c6a8d2e1f4a5b", "model": "ms-marco-minilm",
+        "usage": {"prompt_tokens": 31, "total_tokens": 31},
         "results": [{"index": 0, "relevance_score": 0.998, "document": {"text": "Paris is the capital of France."}}]}]})
 
+    id: str = Field(description="vLLM's: rerank-<hex>, new for each answer (Jina's answer has none)")
     model: str
     usage: JinaUsage
     results: list[RelevanceResult]
@@ -226,10 +229,11 @@ def fields_named(names: dict[str, str]) -> Iterator[None]:
 
 # -- the answers ---------------------------------------------------------------------------------
 
-# Jina's answer: a Ranking and the documents' texts when they are echoed (else None)
-JINA_RERANK = Writer(ranked, lambda r, echo: {"model": r.result.model, "usage": r.result.usage,
-                                       "results": relevance_results(r.order, r.scores, echo)},
-              "ask for fewer documents, top_n, or return_documents: false")
+# Jina's answer (with vLLM's id): a Ranking and the documents' texts when they are echoed (else None)
+JINA_RERANK = Writer(ranked, lambda r, echo: {"id": f"rerank-{uuid.uuid4().hex}", "model": r.result.model,
+                                            "usage": r.result.usage,
+                                            "results": relevance_results(r.order, r.scores, echo)},
+                     "ask for fewer documents, top_n, or return_documents: false")
 
 
 class CohereRerank(NamedTuple):

@@ -163,7 +163,8 @@ async def jina_rerank(rt: Runtime, body: compat.JinaRerankRequest, engine: Engin
     with compat.fields_named({"texts": "documents"}):
         params = ClassifyParams(truncate=truncate(body.truncation_side), max_tokens=k)
         r = await rank(engine, rt, body.query, texts, params, probe, echo=texts if echo else None,
-                       top_n=body.top_n, envelope=ENVELOPE_BYTES, item_bytes=compat.ITEM_BYTES,
+                       top_n=body.top_n or None, envelope=ENVELOPE_BYTES + compat.ID_BYTES,
+                       item_bytes=compat.ITEM_BYTES,
                        too_large=compat.JINA_RERANK.advice)
     return await answer(engine, compat.JINA_RERANK, r, texts if echo else None)
 

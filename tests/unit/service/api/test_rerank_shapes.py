@@ -85,7 +85,7 @@ def test_keyed_body_picks_the_model_by_key():
     assert jina.return_documents is True and jina.top_n is None and jina.model is None  # Jina's defaults
     cases = {b'{"query": "q", "texts": ["a"], "documents": ["a"]}': [("both_bodies", ("documents",))],
              b'{"query": "q"}': [("missing", ("texts",))],  # neither: headwise's own body, naming what it misses
-             b'{"documents": ["a"], "top_n": 0}': [("missing", ("query",)), ("greater_than_equal", ("top_n",))],
+             b'{"documents": ["a"], "top_n": -1}': [("missing", ("query",)), ("greater_than_equal", ("top_n",))],
              b'[1]': [("model_type", ())]}
     for raw, want in cases.items():
         with pytest.raises(ValidationError) as e:
@@ -123,7 +123,7 @@ def test_jina_body_scores_equal_the_native_body(c):
     r = c.post("/v1/rerank", json={"model": "zrank", "query": QUERY, "documents": [DOCS[0], *({"text": d} for d in DOCS[1:])]})
     assert r.status_code == 200, r.text
     got = r.json()
-    assert list(got) == ["model", "usage", "results"] and got["model"] == "zrank" and got["usage"] == own["usage"]
+    assert list(got) == ["id", "model", "usage", "results"] and got["model"] == "zrank" and got["usage"] == own["usage"]
     assert [(x["index"], x["relevance_score"]) for x in got["results"]] == [(x["index"], x["score"]) for x in own["results"]]
     assert all(list(x) == ["index", "relevance_score", "document"] and x["document"] == {"text": DOCS[x["index"]]}
                for x in got["results"])  # Jina's default: return_documents true
@@ -144,7 +144,7 @@ def test_native_body_answers_as_before(c):
     ({"query": "q", "texts": ["a"], "documents": ["a"]}, 422, "documents: send 'texts'"),
     ({"query": "q"}, 422, "texts: Field required"),
     ({"documents": ["a"]}, 422, "query: Field required"),
-    ({"query": "q", "documents": ["a"], "top_n": 0}, 422, "top_n: "),
+    ({"query": "q", "documents": ["a"], "top_n": -1}, 422, "top_n: "),
     ({"query": "q", "documents": [{"txt": "a"}]}, 422, "documents.0"),
     ({"query": "q", "documents": []}, 400, "'documents' is empty"),
     ({"query": "q", "documents": ["a", "b" * 5001], "return_documents": False}, 413, "documents[1] has 5001"),
