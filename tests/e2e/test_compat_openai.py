@@ -1,6 +1,6 @@
 """OpenAI-compatible POST /v1/embeddings and GET /v1/models against a real `headwise serve`
 (fp32, CPU), driven by the real `openai` client: float, base64, dimensions and token-id inputs
-equal /v1/embed's; models.list() and models.retrieve() read OpenAI's model objects; mistakes
+equal /v1/embed's, vLLM's normalize, embed_dtype and endianness as vLLM answers them; models.list() and models.retrieve() read OpenAI's model objects; mistakes
 raise the client's errors with our message (issues 5, 21)."""
 
 from __future__ import annotations
@@ -47,6 +47,36 @@ def test_base64_explicit_and_client_default(client, server, model):
     assert np.array_equal(np.array([d.embedding for d in r.data], dtype=np.float32), ref)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
+def test_vllms_embed_dtype_and_endianness_write_torchs_bytes(client, server, model, dtype):
+    """vLLM's base64 extension (its tensor2binary): the vector rounded by torch's `.to(dtype)`,
+    in the byte order asked for."""
+    import torch
+
+    torch_dtype = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(dtype) or getattr(torch, dtype)
+    ref = torch.from_numpy(native(server, TEXTS)).to(torch_dtype)
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[ref.element_size()]
+    for endianness in ("native", "little", "big"):
+        r = client.embeddings.create(model=model, input=TEXTS, encoding_format="base64",
+                                     extra_body={"embed_dtype": dtype, "endianness": endianness})
+        want = ref.view(view).numpy()
+        want = want.byteswap() if endianness == "big" else want  # this host is little-endian
+        assert [base64.b64decode(d.embedding) for d in r.data] == [w.tobytes() for w in want], endianness
+
+
+def test_vllms_normalize_false_answers_the_unnormalised_vector(client, server, model):
+    r = client.embeddings.create(model=model, input=TEXTS, encoding_format="float", extra_body={"normalize": False})
+    got = np.array([d.embedding for d in r.data], dtype=np.float32)
+    raw = server.post("/v1/embed", {"inputs": TEXTS, "normalize": False}).json()["data"]
+    assert np.array_equal(got, np.array([d["embedding"] for d in raw], dtype=np.float32))
+    assert not np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)
+    same = client.embeddings.create(model=model, input=TEXTS, encoding_format="float", extra_body={"normalize": True})
+    assert np.array_equal(np.array([d.embedding for d in same.data], dtype=np.float32), native(server, TEXTS))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=model, input=TEXTS, extra_body={"priority": 1})
+    assert e.value.body["param"] == "priority"
+
+
 @pytest.mark.parametrize("n", [1, 64, 383, 384])
 def test_dimensions_truncate_and_renormalise(matryoshka_server, model, n):
     client = openai.OpenAI(base_url=matryoshka_server.url + "/v1", api_key="x", max_retries=0, timeout=120)
@@ -55,6 +85,11 @@ def test_dimensions_truncate_and_renormalise(matryoshka_server, model, n):
     got = np.array([d.embedding for d in r.data], dtype=np.float32)
     want = ref if n == 384 else np.stack([shortened(v, n) for v in ref])
     assert got.shape == (len(TEXTS), n) and np.array_equal(got, want)
+    raw = client.embeddings.create(model=model, input=TEXTS, dimensions=n, encoding_format="float",
+                                   extra_body={"normalize": False})  # vLLM cuts and does not normalise
+    whole = matryoshka_server.post("/v1/embed", {"inputs": TEXTS, "normalize": False}).json()["data"]
+    assert np.array_equal(np.array([d.embedding for d in raw.data], dtype=np.float32),
+                          np.array([d["embedding"][:n] for d in whole], dtype=np.float32))
 
 
 def test_dimensions_are_refused_for_a_model_not_declared_matryoshka(client, model):

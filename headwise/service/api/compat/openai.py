@@ -4,14 +4,23 @@ writer and its error body (also vLLM's), with OpenAPI examples."""
 from __future__ import annotations
 
 import base64
+import sys
 from typing import Literal, NamedTuple
 
+import ml_dtypes
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from headwise.service.api.compat.vllm import CUT_SIDE, SPECIALS, Side
 from headwise.service.api.schemas import Usage
 from headwise.service.api.writer import Writer, counted
+
+EmbedDType = Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
+Endianness = Literal["native", "big", "little"]
+# vLLM's embed_dtype → the numpy type its bytes are written in (bfloat16 and fp8 by ml_dtypes,
+# rounded to nearest even as torch's `.to` rounds them)
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
+          "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
 
 
 class EmbeddingsRequest(BaseModel):
@@ -27,9 +36,18 @@ class EmbeddingsRequest(BaseModel):
                          "/v1/tokenize's ids, which carry them)")
     model: StrictStr | None = Field(None, description="model name; optional when one model is served")
     encoding_format: Literal["float", "base64"] = Field(
-        "float", description="base64: little-endian float32 bytes")
+        "float", description="base64: the vector's bytes, float32 little-endian unless embed_dtype and "
+                             "endianness say otherwise")
     dimensions: StrictInt | None = Field(
-        None, description="keep the first n dimensions and re-normalise; 1..d_model")
+        None, description="keep the first n dimensions and re-normalise (not with normalize: false); 1..d_model")
+    normalize: StrictBool | None = Field(
+        None, description="vLLM's: false answers the pooled vector unnormalised (refused for a model that "
+                          "normalises inside its graph); null or true: normalised")
+    embed_dtype: EmbedDType = Field("float32", description="vLLM's: the number format of base64's bytes (the "
+                                                           "vector rounded to it); float answers ignore it")
+    endianness: Endianness = Field("native", description="vLLM's: the byte order of base64's bytes; native: "
+                                                         "the server's (" + sys.byteorder + ")")
+    priority: StrictInt = Field(0, description="vLLM's: 0 only (no priority scheduling)")
     user: StrictStr | None = Field(None, description="accepted and ignored")
     truncate_prompt_tokens: StrictInt | None = Field(
         None, ge=-1, description="vLLM's: k cuts each text to k tokens, special tokens included, as the "
@@ -66,12 +84,24 @@ class OpenAIError(BaseModel):
     error: OpenAIErrorBody
 
 
-def shorten(v: np.ndarray, n: int) -> np.ndarray:
-    """First n dimensions, re-normalised (what OpenAI's `dimensions` does)."""
+def shorten(v: np.ndarray, n: int, normalize: bool = True) -> np.ndarray:
+    """First n dimensions, re-normalised unless `normalize` is false (what OpenAI's `dimensions`
+    does, and vLLM's Matryoshka cut)."""
     if n >= len(v):
         return v
+    if not normalize:
+        return v[:n]
     w = np.asarray(v[:n], dtype=np.float64)
     return (w / max(np.linalg.norm(w), 1e-12)).astype(np.float32)
+
+
+def packed(v: np.ndarray, dtype: EmbedDType = "float32", endianness: Endianness = "little") -> bytes:
+    """The vector's bytes in vLLM's embed_dtype and byte order (its tensor2binary)."""
+    order = sys.byteorder if endianness == "native" else endianness
+    a = np.asarray(v, dtype=np.float32).astype(DTYPES[dtype])
+    if a.itemsize > 1 and order != sys.byteorder:
+        a = a.view(f"u{a.itemsize}").byteswap()
+    return a.tobytes()
 
 
 class Embeddings(NamedTuple):
@@ -79,6 +109,9 @@ class Embeddings(NamedTuple):
 
     cut: int | None  # `dimensions`, for a model with Matryoshka dimensions
     base64: bool  # encoding_format: base64
+    normalize: bool = True
+    dtype: EmbedDType = "float32"
+    endianness: Endianness = "little"
 
 
 def _embeddings(result, q: Embeddings) -> dict:
@@ -86,9 +119,9 @@ def _embeddings(result, q: Embeddings) -> dict:
     for i, e in enumerate(result.data):
         emb = e.sentence
         if q.cut is not None:
-            emb = shorten(emb, q.cut)
+            emb = shorten(emb, q.cut, q.normalize)
         if q.base64:
-            emb = base64.b64encode(np.asarray(emb, dtype="<f4").tobytes()).decode("ascii")
+            emb = base64.b64encode(packed(emb, q.dtype, q.endianness)).decode("ascii")
         data.append({"object": "embedding", "index": i, "embedding": emb})
     return {"object": "list", "data": data, "model": result.model, "usage": result.usage}
 

@@ -36,8 +36,11 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
                     engine: Engine = Depends(get_engine), probe=Depends(disconnect_probe)):
     """Embeddings in OpenAI's shape, after the default prompt (HEADWISE_DEFAULT_PROMPT_NAME, else
     the model's; OpenAI's body names none); `dimensions` truncates and re-normalises, for a
-    model with Matryoshka dimensions only (service.engine.matryoshka)."""
+    model with Matryoshka dimensions only (service.engine.matryoshka). vLLM's `normalize`,
+    `embed_dtype` and `endianness` are served as vLLM serves them."""
     rt = model_for(request, engine, body.model)
+    if body.priority != 0:
+        raise InvalidRequest("priority: there is no priority scheduling; send 0", field="priority")
     inputs = body.input
     if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
         inputs = [inputs]
@@ -47,7 +50,9 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
     cut = matryoshka.check(rt.package, engine.settings, body.dimensions)
     k = max_tokens(body.truncate_prompt_tokens, rt.tokenizer, ids=token_ids(inputs), special=body.add_special_tokens)
     inputs = prompts.apply(inputs, prompts.default(rt.package, engine.settings.default_prompt_name))
-    params = EmbedParams(truncate=truncate(body.truncation_side), max_tokens=k, special_tokens=body.add_special_tokens)
+    normalize = body.normalize is not False
+    params = EmbedParams(normalize=normalize, truncate=truncate(body.truncation_side), max_tokens=k,
+                         special_tokens=body.add_special_tokens)
     result = await engine.embed(rt, inputs, params, probe)
-
-    return await answer(engine, compat.EMBEDDINGS, result, compat.Embeddings(cut, body.encoding_format == "base64"))
+    return await answer(engine, compat.EMBEDDINGS, result, compat.Embeddings(
+        cut, body.encoding_format == "base64", normalize, body.embed_dtype, body.endianness))
