@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -52,6 +52,10 @@ log = logging.getLogger("headwise.service")
 # stacking stays within the attention budget each front-end cut its batch by.
 STACKED = ("embed", "analytics")
 IDLE_POLL_MS = 50  # how long an idle engine waits for a message before it looks whether it is stopping
+# Answer sockets kept open, the least recently used closed beyond it: each front-end thread has
+# its own address and a restarted front-end new ones, and a ZMQ context holds at most 1023 sockets.
+MAX_REPLY_SOCKETS = 256
+REPLY_LINGER_MS = 1000  # a closed answer socket still delivers what it queued, this long
 
 
 @dataclass(slots=True)
@@ -61,7 +65,6 @@ class Pending:
     key: tuple | None  # what a run must share to stack with it (None: it runs alone)
     rows: int
     length: int  # padded
-    refusal: wire.Failure | None = None  # an answer decided on receipt: sent, not run
     dropped: set[int] = field(default_factory=set)  # rows whose clients have gone (stacked roles)
 
     @property
@@ -118,7 +121,7 @@ class EngineCore:
         self.on_drop = on_drop or (lambda *_: None)
         self.on_exit = on_exit or (lambda *_: None)
         self._ctx = zmq.Context()
-        self._stopping = False
+        self._stopping = self._destroying = False
         self._bound = threading.Event()
         self._failed: BaseException | None = None
         self.welcome = wire.Welcome(pid=0, models={
@@ -126,6 +129,7 @@ class EngineCore:
         self.queues: QueueTable | None = None
         self.clock: RunClock | None = None
         self._thread = threading.Thread(target=self._serve, name="headwise-engine", daemon=True)
+        self._replies: OrderedDict[str, zmq.Socket] = OrderedDict()  # reply_to → a PUSH socket (the thread's own)
 
     def start(self, pid: int) -> None:
         """Bind and serve; returns once the socket is bound (raises what binding raised)."""
@@ -144,6 +148,7 @@ class EngineCore:
         """Runs already read are finished and answered; those read from now on get `not_ready`."""
         self._stopping = True
         self._thread.join(timeout)
+        self._destroying = True  # what the thread raises from now on is the context closing under it
         self._ctx.destroy(linger=0)
 
     # -- the engine's thread --------------------------------------------------------------------
@@ -156,7 +161,6 @@ class EngineCore:
             self._bound.set()
             return
         self._bound.set()
-        replies: dict[str, zmq.Socket] = {}  # reply_to → a PUSH socket connected there
         pending: deque[Pending] = deque()
         read_stopping = False  # once the socket has been read since stop(), it is not read again
         crash: BaseException | None = None
@@ -171,21 +175,36 @@ class EngineCore:
                         return
                     router.poll(IDLE_POLL_MS)  # waits in ZMQ, the GIL let go
                     continue
-                for p, frames in self._run(self._take(pending)):
-                    sock = replies.get(p.run.reply_to)
-                    if sock is None:
-                        sock = replies[p.run.reply_to] = self._ctx.socket(zmq.PUSH)
-                        sock.connect(p.run.reply_to)
-                    sock.send_multipart(frames, copy=False)
+                for p, frames in self._answers(self._take(pending)):
+                    self._send(p.run.seq, p.run.reply_to, frames)
         except BaseException as e:  # a bug, or the context closed under a run that outlasted stop()
-            if not self._stopping:
+            if not self._destroying:  # a failure while draining is one too: what was queued is lost
                 crash = e
                 log.exception("engine: its thread failed; the engine process ends so that the server restarts")
         finally:
-            for sock in replies.values():
-                sock.close(linger=1000)
+            for sock in self._replies.values():
+                sock.close(linger=REPLY_LINGER_MS)
             router.close(linger=200)
             self.on_exit(crash)
+
+    def _send(self, seq: int, reply_to: str, frames: list) -> None:
+        """Push an answer to the socket its run named; one that cannot be reached is logged and
+        dropped (nobody could read it), and the engine goes on."""
+        try:
+            sock = self._replies.pop(reply_to, None)
+            if sock is None:
+                sock = self._ctx.socket(zmq.PUSH)
+                try:
+                    sock.connect(reply_to)
+                except zmq.ZMQError:
+                    sock.close(linger=0)
+                    raise
+                while len(self._replies) >= MAX_REPLY_SOCKETS:
+                    self._replies.popitem(last=False)[1].close(linger=REPLY_LINGER_MS)
+            self._replies[reply_to] = sock  # the most recently used last
+            sock.send_multipart(frames, copy=False)
+        except zmq.ZMQError as e:
+            log.error("engine: the answer to run %d could not be sent to %r: %s", seq, reply_to, e)
 
     def _read(self, router, pending: deque[Pending]) -> None:
         while True:
@@ -201,13 +220,19 @@ class EngineCore:
             msg, arrays = wire.decode(frames[1:])
         except Exception as e:  # a front-end of another version: it is told, the engine goes on
             log.error("engine: undecodable message: %s", e)
-            router.send_multipart([ident, *wire.encode(wire.Failure(-1, "error", f"undecodable message: {e}"))])
+            failure = f"undecodable message: {e}"
+            if (run := wire.salvage(frames[1])) is not None:  # told where its answer is awaited
+                self._send(run[0], run[1], wire.encode(wire.Failure(run[0], "error", failure)))
+            else:
+                router.send_multipart([ident, *wire.encode(wire.Failure(-1, "error", failure))])
             return
         if isinstance(msg, wire.Run):
-            refusal = self._refusal(msg)
             first = next(iter(arrays.values()), None)
             rows, length = (first.shape[0], first.shape[1]) if first is not None and first.ndim > 1 else (0, 0)
-            pending.append(Pending(msg, arrays, _key(msg), rows, length, refusal))
+            if (refusal := self._refusal(msg, arrays, rows)) is not None:  # answered now, not queued
+                self._send(msg.seq, msg.reply_to, wire.encode(refusal))
+                return
+            pending.append(Pending(msg, arrays, _key(msg), rows, length))
         elif isinstance(msg, wire.Abort):
             self._abort(pending, msg)
         elif isinstance(msg, wire.Ping):
@@ -215,12 +240,14 @@ class EngineCore:
         elif isinstance(msg, wire.Hello):
             router.send_multipart([ident, *wire.encode(self.welcome)])
 
-    def _refusal(self, run: wire.Run) -> wire.Failure | None:
+    def _refusal(self, run: wire.Run, arrays: dict[str, np.ndarray], rows: int) -> wire.Failure | None:
         if self._stopping:
             return wire.Failure(run.seq, "not_ready", "the engine is stopping")
         backend = self.backends.get(run.model)
         if backend is None or run.role not in backend.variants:
             return wire.Failure(run.seq, "unknown", f"the engine serves no {run.role!r} of model {run.model!r}")
+        if run.role in STACKED and not all(a.ndim > 1 and a.shape[0] == rows for a in arrays.values()):
+            return wire.Failure(run.seq, "error", "a stacked run's arrays need rows on their first axis, as many each")
         return None
 
     def _abort(self, pending: deque[Pending], abort: wire.Abort) -> None:
@@ -228,7 +255,7 @@ class EngineCore:
         to its end: its answer is read by nobody). A run that does not stack is dropped only
         when all its rows have gone."""
         p = next((p for p in pending if p.run.seq == abort.seq and p.run.reply_to == abort.reply_to), None)
-        if p is None or p.refusal is not None:
+        if p is None:
             return
         rows = set(range(p.rows)) if abort.rows is None else {r for r in abort.rows if 0 <= r < p.rows}
         if p.key is None and len(rows) < p.rows:
@@ -241,15 +268,15 @@ class EngineCore:
             pending.remove(p)
 
     def _take(self, pending: deque[Pending]) -> list[Pending]:
-        """The next device run: a refusal alone, else the oldest plain run (else the oldest
-        analytics one) and the queued runs that stack with it, within the batch limits."""
-        first = next((p for p in pending if p.refusal is not None or p.run.role != "analytics"), pending[0])
+        """The next device run: the oldest plain run (else the oldest analytics one) and the
+        queued runs that stack with it, within the batch limits."""
+        first = next((p for p in pending if p.run.role != "analytics"), pending[0])
         pending.remove(first)
         group, rows, tokens = [first], first.live, first.tokens
-        if first.key is None or first.refusal is not None:
+        if first.key is None:
             return group
         for p in list(pending):
-            if (p.key == first.key and p.refusal is None and rows + p.live <= self.max_batch_size
+            if (p.key == first.key and rows + p.live <= self.max_batch_size
                     and tokens + p.tokens <= self.max_batch_tokens):
                 pending.remove(p)
                 group.append(p)
@@ -257,11 +284,18 @@ class EngineCore:
                 tokens += p.tokens
         return group
 
+    def _answers(self, group: list[Pending]) -> list[tuple[Pending, list]]:
+        """Each run's answer frames; a run that fails on the host (stacking its rows, cutting
+        them back out) or on the device fails its group alone."""
+        try:
+            return self._run(group)
+        except Exception as e:
+            run = group[0].run
+            log.exception("engine: %s run of model %s failed", run.role, run.model)
+            return [(p, wire.encode(wire.Failure(p.run.seq, "error", f"{type(e).__name__}: {e}"))) for p in group]
+
     def _run(self, group: list[Pending]) -> list[tuple[Pending, list]]:
-        """Each run's answer frames."""
         first = group[0]
-        if first.refusal is not None:
-            return [(first, wire.encode(first.refusal))]
         run = first.run
         lives = [p.live_feeds() for p in group]
         feeds = lives[0] if len(group) == 1 else {name: np.concatenate([f[name] for f in lives]) for name in first.feeds}
@@ -276,9 +310,6 @@ class EngineCore:
             self.clock.started()
         try:
             out = backend.run(run.role, feeds, run.outputs)
-        except Exception as e:
-            log.exception("engine: %s run of model %s failed", run.role, run.model)
-            return [(p, wire.encode(wire.Failure(p.run.seq, "error", f"{type(e).__name__}: {e}"))) for p in group]
         finally:
             if self.clock is not None:
                 self.clock.ended()

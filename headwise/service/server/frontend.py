@@ -26,7 +26,9 @@ from headwise.service.settings import load_settings
 def serve(fd: int, log_level: str, access_log: bool, slot: tuple[int, int] | None = None) -> int:
     settings = load_settings()
     try:
-        link = EngineLink(settings.engine_address, slot=slot)
+        # the engine answers hello between device runs (and lazy graph loads): wait as long as
+        # the supervisor lets a front-end start
+        link = EngineLink(settings.engine_address, slot=slot, connect_timeout_s=max(30.0, settings.frontend_start_s))
     except PackageError as e:
         say(f"error: {e}", who="headwise front-end")
         return 3

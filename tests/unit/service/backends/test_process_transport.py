@@ -19,6 +19,7 @@ from headwise.service.backends.remote import EngineGone, EngineLink
 from headwise.service.errors import Disconnected, NotReady
 from headwise.service.package import load_package
 from headwise.service.settings import Settings
+from tests.fixtures.engine_core import OUTPUTS, Recording, feeds
 from tests.unit.fakes import FakeBackend, client_for, wait_ready
 
 
@@ -35,56 +36,6 @@ def test_frames_that_do_not_match_their_header_are_refused():
     frames = wire.encode(wire.Result(1, [wire.Array("a", "<f4", (2,))]))
     with pytest.raises(ValueError, match="1 arrays announced, 0 frames"):
         wire.decode(frames)
-
-
-class Recording(FakeBackend):
-    """The fake backend, recording each run's role and rows, optionally slow."""
-
-    def __init__(self, package, settings, delay: float = 0.0):
-        super().__init__(package, settings)
-        self.variants = {**self.variants, "analytics": "fast"}
-        self.delay, self.order = delay, []
-
-    def run(self, role, feeds, outputs):
-        self.order.append((role, feeds["input_ids"].shape[0]))
-        if role == "fail":
-            raise ValueError("the device said no")
-        return super().run(role, feeds, outputs)
-
-
-@pytest.fixture
-def engine(package, tmp_path):
-    """→ start(delay=0.0) → (core, link, backend): an EngineCore on the fake backend and a
-    front-end's link to it; both closed after the test."""
-    made = []
-
-    def start(delay: float = 0.0, pid: int | None = None, **limits):
-        pkg = load_package(package)
-        backend = Recording(pkg, Settings(models_dir=package.parent), delay)
-        backend.variants["fail"] = "fast"
-        runs, drops = [], []
-        core = EngineCore({pkg.name: backend}, f"ipc://{tmp_path}/engine-{len(made)}.sock",
-                          max_batch_size=limits.get("max_batch_size", 64),
-                          max_batch_tokens=limits.get("max_batch_tokens", 16384),
-                          on_run=lambda *a: runs.append(a), on_drop=lambda _model, rows: drops.append(rows))
-        core.start(pid or __import__("os").getpid())
-        link = EngineLink(core.address, connect_timeout_s=5)
-        made.append((core, link))
-        core.runs, core.drops = runs, drops
-        return core, link, backend
-
-    yield start
-    for core, link in made:
-        link.close()
-        core.stop(2)
-
-
-def feeds(rows: int, length: int, seed: int = 0) -> dict[str, np.ndarray]:
-    ids = np.random.default_rng(seed).integers(5, 90, (rows, length)).astype(np.int64)
-    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-
-
-OUTPUTS = ["sentence_embedding", "last_hidden_state"]
 
 
 def test_a_run_answers_what_the_backend_answers(engine):
@@ -298,11 +249,12 @@ def test_an_engine_thread_that_fails_says_so(package, tmp_path):
     pkg = load_package(package)
     ended = []
 
-    def on_run(*_):
+    def take(_pending):  # outside any run: a failing run fails its group alone (test_engine_faults.py)
         raise RuntimeError("a bug")
 
     core = EngineCore({pkg.name: Recording(pkg, Settings(models_dir=package.parent))}, f"ipc://{tmp_path}/e.sock",
-                      max_batch_size=64, max_batch_tokens=16384, on_run=on_run, on_exit=ended.append)
+                      max_batch_size=64, max_batch_tokens=16384, on_exit=ended.append)
+    core._take = take
     core.start(__import__("os").getpid())
     link = EngineLink(core.address, connect_timeout_s=5)
     try:
