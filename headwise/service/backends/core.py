@@ -229,7 +229,7 @@ class EngineCore:
         if isinstance(msg, wire.Run):
             first = next(iter(arrays.values()), None)
             rows, length = (first.shape[0], first.shape[1]) if first is not None and first.ndim > 1 else (0, 0)
-            if (refusal := self._refusal(msg, arrays, rows)) is not None:  # answered now, not queued
+            if (refusal := self._refusal(msg, rows)) is not None:  # answered now, not queued
                 self._send(msg.seq, msg.reply_to, wire.encode(refusal))
                 return
             pending.append(Pending(msg, arrays, _key(msg), rows, length))
@@ -240,14 +240,17 @@ class EngineCore:
         elif isinstance(msg, wire.Hello):
             router.send_multipart([ident, *wire.encode(self.welcome)])
 
-    def _refusal(self, run: wire.Run, arrays: dict[str, np.ndarray], rows: int) -> wire.Failure | None:
+    def _refusal(self, run: wire.Run, rows: int) -> wire.Failure | None:
         if self._stopping:
             return wire.Failure(run.seq, "not_ready", "the engine is stopping")
         backend = self.backends.get(run.model)
         if backend is None or run.role not in backend.variants:
             return wire.Failure(run.seq, "unknown", f"the engine serves no {run.role!r} of model {run.model!r}")
-        if run.role in STACKED and not all(a.ndim > 1 and a.shape[0] == rows for a in arrays.values()):
-            return wire.Failure(run.seq, "error", "a stacked run's arrays need rows on their first axis, as many each")
+        if run.role in STACKED:  # rows are counted and cut back out by the first array's
+            for a in run.arrays:  # (the header's shapes are the arrays')
+                if len(a.shape) < 2 or a.shape[0] != rows:
+                    return wire.Failure(run.seq, "error", "a stacked run's arrays need rows on their first axis, "
+                                                          "as many each")
         return None
 
     def _abort(self, pending: deque[Pending], abort: wire.Abort) -> None:
