@@ -127,20 +127,44 @@ def test_api_key(package):
         assert c.get("/health/live").status_code == 200 and c.get("/metrics").status_code == 200
 
 
-class SlowBackend(FakeBackend):
-    delay = 0.3
+class HeldBackend(FakeBackend):
+    """Once `held`, each run says it `started` and waits for `release`."""
+
+    held, started, release = False, threading.Event(), threading.Event()
+
+    def run(self, role, feeds, outputs):
+        if self.held:
+            self.started.set()
+            assert self.release.wait(10), "the test never released the device"
+        return super().run(role, feeds, outputs)
+
+
+def plain_queue_depth(c) -> float:
+    families = text_string_to_metric_families(c.get("/metrics").text)
+    return sum(s.value for f in families if f.name == "headwise_queue_depth" for s in f.samples
+               if s.labels.get("priority") == "plain")
 
 
 def test_queue_full_is_429(package):
-    with client_for(package, backend=SlowBackend, max_queue=2, max_client_batch=2) as c, ThreadPoolExecutor(4) as pool:
+    HeldBackend.held = False
+    HeldBackend.started.clear()
+    HeldBackend.release.clear()
+    with client_for(package, backend=HeldBackend, max_queue=2, max_client_batch=2) as c, ThreadPoolExecutor(4) as pool:
         wait_ready(c)
-        first = pool.submit(embed, c, inputs="a")  # running
-        time.sleep(0.1)
-        second = pool.submit(embed, c, inputs=["a", "b"])  # queued: 2 inputs
-        time.sleep(0.1)
-        r = embed(c, inputs="c")
-        assert_error(r, 429, "overloaded")
-        assert int(r.headers["retry-after"]) >= 1
+        HeldBackend.held = True
+        try:
+            first = pool.submit(embed, c, inputs="a")
+            assert HeldBackend.started.wait(10)  # running, and held
+            second = pool.submit(embed, c, inputs=["a", "b"])
+            deadline = time.monotonic() + 10
+            while plain_queue_depth(c) < 2 and time.monotonic() < deadline:  # queued: 2 inputs
+                time.sleep(0.01)
+            r = embed(c, inputs="c")
+            assert_error(r, 429, "overloaded")
+            assert int(r.headers["retry-after"]) >= 1
+        finally:
+            HeldBackend.release.set()
+            HeldBackend.held = False
         assert first.result().status_code == 200 and second.result().status_code == 200
 
 

@@ -93,8 +93,21 @@ def test_runs_stack_only_alike_and_within_the_batch_limits(engine):
 
 
 def test_plain_runs_go_before_queued_analytics_rows(engine):
-    _core, link, backend = engine(delay=0.2)
-    _concurrently(link, [("embed", feeds(1, 8)), ("analytics", feeds(2, 8, 1)), ("embed", feeds(3, 8, 2))])
+    _core, link, backend = engine()
+    backend.gate = threading.Event()  # the first run holds the device until the others wait
+    first = threading.Thread(target=link.run, args=("tiny", "embed", feeds(1, 8), OUTPUTS))
+    first.start()
+    deadline = time.monotonic() + 10
+    while not backend.order and time.monotonic() < deadline:
+        time.sleep(0.005)
+    later = [threading.Thread(target=link.run, args=("tiny", role, f, OUTPUTS))
+             for role, f in (("analytics", feeds(2, 8, 1)), ("embed", feeds(3, 8, 2)))]
+    for t in later:
+        t.start()
+    time.sleep(0.5)  # both reach the engine's socket (ZMQ's I/O thread takes them meanwhile)
+    backend.gate.set()
+    for t in (first, *later):
+        t.join(30)
     assert [role for role, _ in backend.order] == ["embed", "embed", "analytics"]
 
 
@@ -235,10 +248,10 @@ def test_numbered_front_ends_share_the_engines_queue_table(engine):
 def test_one_engine_thread_reads_the_socket_and_runs_the_device(engine):
     """No Python thread beside the one that runs the device: one that read messages took the GIL
     from it for milliseconds after each run (bench/results/engine-feed-1129.md)."""
-    before = {t.name for t in threading.enumerate()}
+    before = set(threading.enumerate())  # threads, not names: an earlier test's may linger
     _core, link, _backend = engine()
     assert np.isfinite(link.run("tiny", "embed", feeds(2, 5), OUTPUTS)["sentence_embedding"]).all()
-    engines = [t.name for t in threading.enumerate() if t.name not in before
+    engines = [t.name for t in threading.enumerate() if t not in before
                and t.name.startswith("headwise-engine") and t.name != "headwise-engine-watch"]  # the link's
     assert engines == ["headwise-engine"]
 

@@ -17,16 +17,20 @@ BUCKETS = [8, 16, 32, 64]
 
 
 class SlowDevice:
-    """The inference thread's run: holds each batch `delay` seconds, answers (job tag, index)."""
+    """The inference thread's run: holds each batch `delay` seconds (or, with `hold`, until that
+    Event is set), answers (job tag, index); `started` is set once a run has begun."""
 
-    def __init__(self, delay=0.02):
-        self.delay = delay
+    def __init__(self, delay=0.02, hold: threading.Event | None = None):
+        self.delay, self.hold, self.started = delay, hold, threading.Event()
         self.spans = []  # (start, end) of each run
         self.threads = set()
 
     def __call__(self, entries, padded):
         t0 = time.perf_counter()
         self.threads.add(threading.current_thread().name)
+        self.started.set()
+        if self.hold is not None:
+            assert self.hold.wait(10), "the test never let the device go"
         time.sleep(self.delay)
         self.spans.append((t0, time.perf_counter()))
         return [(e.job.params, e.index, int(e.ids[0])) for e in entries]
@@ -67,14 +71,19 @@ def job(tag, inputs, is_disconnected=None):
 
 
 def test_requests_arriving_during_a_batch_are_tokenised_beside_it():
-    device, tok = SlowDevice(0.05), Tokenizer()
+    device, tok = SlowDevice(0.0, hold=threading.Event()), Tokenizer()
 
     async def main():
         b = pipeline(device, tok, max_size=64)
         b.start()
         first = b.submit(job("a", [1, 2]))
-        await asyncio.sleep(0.02)  # a's batch is on the device now
+        assert await asyncio.to_thread(device.started.wait, 10)  # a's batch is on the device now
         later = [b.submit(job(t, list(range(n, n + 16)))) for t, n in (("b", 3), ("c", 40))]  # 32 inputs
+        for _ in range(500):  # the device is held until they are tokenised (or 5 s have passed)
+            if any(c[3] == ["b", "c"] for c in tok.calls):
+                break
+            await asyncio.sleep(0.01)
+        device.hold.set()
         out = await asyncio.gather(first, *later)
         await b.close()
         return out

@@ -38,8 +38,8 @@ def test_a_serving_front_end_beats_in_its_slot_and_rests_once_it_stops(tmp_path)
     thread.start()
     try:
         _wait(lambda: beats.silent_for(2) > 0)
-        time.sleep(0.5)
-        assert beats.silent_for(2) < 0.4  # it keeps beating (every 0.1 s)
+        time.sleep(1.5)
+        assert beats.silent_for(2) < 1.0  # it keeps beating (every 0.1 s): not the first beat's age
         assert beats.silent_for(1) == 0.0  # only its own slot
     finally:
         server.should_exit = True

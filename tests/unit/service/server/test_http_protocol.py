@@ -1,6 +1,7 @@
 """CoalescingTransport: a response's head and body leave in one write."""
 
 import asyncio
+from types import SimpleNamespace
 
 from headwise.service.server.http_protocol import CoalescingTransport
 
@@ -189,6 +190,32 @@ def test_the_protocol_runs_requests_on_its_cycle():
     assert started == [Cycle] and type(cycle) is Cycle
 
 
+class ManualLoop:
+    """The two calls the connection's timer makes of its loop (time, call_at), on a clock that
+    moves only when told: a loaded machine's late wake-ups cannot reorder what a test arms."""
+
+    def __init__(self):
+        self.now, self.timers = 0.0, []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when, callback):
+        handle = SimpleNamespace(when=when, callback=callback, cancelled=False)
+        handle.cancel = lambda: setattr(handle, "cancelled", True)
+        self.timers.append(handle)
+        return handle
+
+    def advance(self, to: float) -> None:
+        """Fire each timer due by `to`, in order, at its own time."""
+        while due := [t for t in self.timers if not t.cancelled and t.when <= to]:
+            t = min(due, key=lambda t: t.when)
+            self.timers.remove(t)
+            self.now = max(self.now, t.when)
+            t.callback()
+        self.now = to
+
+
 def test_a_deadline_moved_or_disarmed_is_kept_by_one_lazy_timer():
     from headwise.service.server.http_protocol import HttpProtocol
 
@@ -201,30 +228,27 @@ def test_a_deadline_moved_or_disarmed_is_kept_by_one_lazy_timer():
             self._disarm()
             self.refused.append((status, message, round(self.loop.time() - self.t0, 2)))
 
-    async def main():
-        loop = asyncio.get_running_loop()
-        p = Probe(loop)
-        p._arm(0.05, "head")
-        first = p._timer
-        await asyncio.sleep(0.03)
-        p._arm(0.1, "body")  # due at 0.13: the timer set for 0.05 stays, and waits on
-        assert p._timer is first
-        await asyncio.sleep(0.07)
-        assert p.refused == [] and p._timer is not None and p._timer is not first
-        await asyncio.sleep(0.1)
-        assert [(s, m) for s, m, _ in p.refused] == [(408, "body")] and p.refused[0][2] >= 0.12
-        early = Probe(loop)
-        early._arm(0.5, "body")
-        early._arm(0.02, "sooner")  # due before the timer: the timer moves
-        await asyncio.sleep(0.06)
-        assert [(s, m) for s, m, _ in early.refused] == [(408, "sooner")]
-        q = Probe(loop)
-        q._arm(0.02, "head")
-        q._disarm()
-        await asyncio.sleep(0.05)
-        assert q.refused == [] and q._timer is None  # it fired, found nothing due, and is gone
-
-    asyncio.run(main())
+    loop = ManualLoop()
+    p = Probe(loop)
+    p._arm(0.05, "head")
+    first = p._timer
+    loop.advance(0.03)
+    p._arm(0.1, "body")  # due at 0.13: the timer set for 0.05 stays, and waits on
+    assert p._timer is first and len(loop.timers) == 1
+    loop.advance(0.10)
+    assert p.refused == [] and p._timer is not None and p._timer is not first and p._timer.when == 0.13
+    loop.advance(0.20)
+    assert p.refused == [(408, "body", 0.13)]
+    early = Probe(loop)
+    early._arm(0.5, "body")
+    early._arm(0.02, "sooner")  # due before the timer: the timer moves
+    loop.advance(0.26)
+    assert [(s, m) for s, m, _ in early.refused] == [(408, "sooner")] and early.refused[0][2] == 0.02
+    q = Probe(loop)
+    q._arm(0.02, "head")
+    q._disarm()
+    loop.advance(0.5)
+    assert q.refused == [] and q._timer is None  # it fired, found nothing due, and is gone
 
 
 def test_keep_alive_is_kept_on_the_same_timer_and_closes_an_idle_connection_without_an_answer():
