@@ -221,7 +221,7 @@ class EngineCore:
         except Exception as e:  # a front-end of another version: it is told, the engine goes on
             log.error("engine: undecodable message: %s", e)
             failure = f"undecodable message: {e}"
-            if (run := wire.salvage(frames[1])) is not None:  # told where its answer is awaited
+            if (run := wire.salvage(frames[1]) if len(frames) > 1 else None) is not None:  # told where it waits
                 self._send(run[0], run[1], wire.encode(wire.Failure(run[0], "error", failure)))
             else:
                 router.send_multipart([ident, *wire.encode(wire.Failure(-1, "error", failure))])

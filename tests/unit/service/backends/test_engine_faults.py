@@ -82,6 +82,8 @@ def test_a_run_it_cannot_decode_is_answered_where_its_answer_is_awaited(raw):
     send(None, None, frames[:-1])  # an array announced and not sent
     msg, _ = answer(sock)
     assert isinstance(msg, wire.Failure) and msg.seq == 3 and "undecodable" in msg.message
+    send(None, None, [b""])  # no header at all: nobody to tell
+    send(None, None, [b"\x93\x01", b"junk"])
     assert healthy(link)
 
 
