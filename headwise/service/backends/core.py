@@ -25,9 +25,10 @@ the core stacks the batches that F front-ends sent while the device was busy int
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -52,10 +53,11 @@ log = logging.getLogger("headwise.service")
 # stacking stays within the attention budget each front-end cut its batch by.
 STACKED = ("embed", "analytics")
 IDLE_POLL_MS = 50  # how long an idle engine waits for a message before it looks whether it is stopping
-# Answer sockets kept open, the least recently used closed beyond it: each front-end thread has
-# its own address and a restarted front-end new ones, and a ZMQ context holds at most 1023 sockets.
-MAX_REPLY_SOCKETS = 256
-REPLY_LINGER_MS = 1000  # a closed answer socket still delivers what it queued, this long
+# Each front-end thread and event loop has an answer address of its own, and a restarted
+# front-end new ones; a ZMQ context holds at most 1023 sockets. So once this many more answer
+# sockets are open than after the last look, those of front-ends that have gone are closed.
+SWEEP_EVERY = 32
+REPLY_LINGER_MS = 1000  # at stop, an answer socket still delivers what it queued, this long
 
 
 @dataclass(slots=True)
@@ -97,6 +99,16 @@ class Pending:
         return full
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it runs
+        pass
+    return True
+
+
 def _key(run: wire.Run) -> tuple | None:
     """From the run's header: its arrays' names, dtypes and shapes past the rows."""
     if run.role not in STACKED:
@@ -129,7 +141,8 @@ class EngineCore:
         self.queues: QueueTable | None = None
         self.clock: RunClock | None = None
         self._thread = threading.Thread(target=self._serve, name="headwise-engine", daemon=True)
-        self._replies: OrderedDict[str, zmq.Socket] = OrderedDict()  # reply_to → a PUSH socket (the thread's own)
+        self._replies: dict[str, zmq.Socket] = {}  # reply_to → a PUSH socket (the thread's own)
+        self._sweep_at = SWEEP_EVERY
 
     def start(self, pid: int) -> None:
         """Bind and serve; returns once the socket is bound (raises what binding raised)."""
@@ -188,23 +201,31 @@ class EngineCore:
             self.on_exit(crash)
 
     def _send(self, seq: int, reply_to: str, frames: list) -> None:
-        """Push an answer to the socket its run named; one that cannot be reached is logged and
+        """Queue an answer on the socket its run named, never waiting (no high-water mark: a
+        front-end reads what it asked for); an address ZMQ refuses is logged and its answer
         dropped (nobody could read it), and the engine goes on."""
         try:
-            sock = self._replies.pop(reply_to, None)
+            sock = self._replies.get(reply_to)
             if sock is None:
+                if len(self._replies) >= self._sweep_at:
+                    self._sweep()
                 sock = self._ctx.socket(zmq.PUSH)
+                sock.sndhwm = 0
                 try:
                     sock.connect(reply_to)
                 except zmq.ZMQError:
                     sock.close(linger=0)
                     raise
-                while len(self._replies) >= MAX_REPLY_SOCKETS:
-                    self._replies.popitem(last=False)[1].close(linger=REPLY_LINGER_MS)
-            self._replies[reply_to] = sock  # the most recently used last
-            sock.send_multipart(frames, copy=False)
+                self._replies[reply_to] = sock
+            sock.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
         except zmq.ZMQError as e:
             log.error("engine: the answer to run %d could not be sent to %r: %s", seq, reply_to, e)
+
+    def _sweep(self) -> None:
+        """Close the answer sockets of front-ends that have gone (what they queued: nobody reads it)."""
+        for address in [a for a in self._replies if (pid := wire.owner(a)) is not None and not _alive(pid)]:
+            self._replies.pop(address).close(linger=0)
+        self._sweep_at = len(self._replies) + SWEEP_EVERY
 
     def _read(self, router, pending: deque[Pending]) -> None:
         while True:

@@ -109,7 +109,7 @@ class EngineLink:
             send.connect(self.address)
             recv = self._ctx.socket(zmq.PULL)
             recv.RCVTIMEO = POLL_MS
-            address = f"ipc://{self._dir}/r-{os.getpid()}-{next(self._n)}.sock"
+            address = wire.answer_address(self._dir, "r", next(self._n))
             recv.bind(address)
             mine = self._local.mine = (send, recv, address)
             with self._lock:
@@ -196,7 +196,7 @@ class _LoopSockets:
         self.send = ctx.socket(zmq.DEALER)
         self.send.connect(link.address)
         self.recv = ctx.socket(zmq.PULL)
-        self.address = f"ipc://{link._dir}/a-{os.getpid()}-{next(link._n)}.sock"
+        self.address = wire.answer_address(link._dir, "a", next(link._n))
         self.recv.bind(self.address)
         self.waiting: dict[int, asyncio.Future] = {}
         self.reader = loop.create_task(self._read())

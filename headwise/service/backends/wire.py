@@ -12,6 +12,8 @@ them (their rows come back as zeros), and one with no row left is dropped unansw
 from __future__ import annotations
 
 import functools
+import os
+import re
 
 import msgspec
 import numpy as np
@@ -110,6 +112,21 @@ def decode(frames: list) -> tuple[Message, dict[str, np.ndarray]]:
         raise ValueError(f"{len(listed)} arrays announced, {len(frames) - 1} frames sent")
     return msg, {spec.name: np.frombuffer(_buffer(frame), dtype=_dtype(spec.dtype)).reshape(spec.shape)
                  for spec, frame in zip(listed, frames[1:], strict=True)}
+
+
+_OWNER = re.compile(r"/[ra]-(\d+)-\d+\.sock$")
+
+
+def answer_address(directory: str, kind: str, n: int) -> str:
+    """Where a front-end thread (`kind` "r") or event loop ("a") binds the PULL its answers
+    come to: its pid is in it, so that the engine can close the sockets of a front-end gone."""
+    return f"ipc://{directory}/{kind}-{os.getpid()}-{n}.sock"
+
+
+def owner(address: str) -> int | None:
+    """The pid of the process an `answer_address` is of (None for another address)."""
+    m = _OWNER.search(address)
+    return int(m.group(1)) if m else None
 
 
 def salvage(header) -> tuple[int, str] | None:

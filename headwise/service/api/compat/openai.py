@@ -19,6 +19,7 @@ EmbedDType = Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
 Endianness = Literal["native", "big", "little"]
 # vLLM's embed_dtype → the numpy type its bytes are written in (bfloat16 and fp8 by ml_dtypes,
 # rounded to nearest even as torch's `.to` rounds them)
+E4M3_MAX = 448.0
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
           "fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
 
@@ -98,7 +99,11 @@ def shorten(v: np.ndarray, n: int, normalize: bool = True) -> np.ndarray:
 def packed(v: np.ndarray, dtype: EmbedDType = "float32", endianness: Endianness = "little") -> bytes:
     """The vector's bytes in vLLM's embed_dtype and byte order (its tensor2binary)."""
     order = sys.byteorder if endianness == "native" else endianness
-    a = np.asarray(v, dtype=np.float32).astype(DTYPES[dtype])
+    a = np.asarray(v, dtype=np.float32)
+    if dtype == "fp8_e4m3":  # it has no infinity: torch saturates at its largest finite value
+        a = np.clip(a, -E4M3_MAX, E4M3_MAX)  # (NaN stays NaN); ml_dtypes would answer NaN
+    with np.errstate(over="ignore"):  # a value past float16's range is its infinity, as torch's
+        a = a.astype(DTYPES[dtype])
     if a.itemsize > 1 and order != sys.byteorder:
         a = a.view(f"u{a.itemsize}").byteswap()
     return a.tobytes()

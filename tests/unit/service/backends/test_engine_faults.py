@@ -94,14 +94,23 @@ def test_an_answer_address_it_cannot_reach_is_dropped_and_the_engine_goes_on(raw
     assert healthy(link)
 
 
-def test_answer_sockets_beyond_the_limit_are_closed_oldest_first(raw, monkeypatch):
+def test_the_answer_sockets_of_front_ends_that_have_gone_are_closed(raw, monkeypatch, tmp_path):
+    """A restarted front-end binds new answer addresses (its pid is in them): the engine closes
+    the sockets of pids that no longer run, once SWEEP_EVERY more are open than after its last
+    look, where it kept them all and ran out of ZMQ's 1023 sockets."""
+    import subprocess
+
     core, link, send, answer_socket = raw
-    monkeypatch.setattr(core_module, "MAX_REPLY_SOCKETS", 2)
-    for i in range(5):  # front-ends that came and went, each with an address of its own
-        address, sock = answer_socket(f"gone-{os.getpid()}-{i}")
-        f = feeds(1 + i, 4, seed=i)
-        send(run_of(i, address, f), f)
-        msg, arrays = answer(sock)
-        assert isinstance(msg, wire.Result) and msg.seq == i and arrays["sentence_embedding"].shape[0] == 1 + i
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    monkeypatch.setattr(core_module, "SWEEP_EVERY", 2)
+    core._sweep_at = 2
+    addresses = [answer_socket(f"r-{os.getpid()}-90")] + [answer_socket(f"r-{gone.pid}-{i}") for i in range(4)]
+    for seq, (address, sock) in enumerate(addresses):
+        f = feeds(1 + seq, 4, seed=seq)
+        send(run_of(seq, address, f), f)
+        msg, arrays = answer(sock)  # every answer comes, the sweeps notwithstanding
+        assert isinstance(msg, wire.Result) and msg.seq == seq and arrays["sentence_embedding"].shape[0] == 1 + seq
+    assert set(core._replies) == {addresses[0][0], addresses[-1][0]}  # the live one, and the last one made
+    assert wire.owner(addresses[1][0]) == gone.pid and wire.owner(core.address) is None
     assert healthy(link)
-    assert len(core._replies) == 2  # the link's socket and the last one
