@@ -114,9 +114,9 @@ class Embeddings(NamedTuple):
 
     cut: int | None  # `dimensions`, for a model with Matryoshka dimensions
     base64: bool  # encoding_format: base64
-    normalize: bool = True
-    dtype: EmbedDType = "float32"
-    endianness: Endianness = "little"
+    normalize: bool  # false: `cut` is not normalised again
+    dtype: EmbedDType  # base64's bytes
+    endianness: Endianness
 
 
 def _embeddings(result, q: Embeddings) -> dict:

@@ -249,11 +249,16 @@ def truncate(side: Side) -> Truncate:
     return LEFT if side == "left" else True
 
 
+def check_priority(priority: int) -> None:
+    """vLLM's `priority`: 0 only, as vLLM without priority scheduling answers."""
+    if priority != 0:
+        raise InvalidRequest("priority: there is no priority scheduling; send 0", field="priority")
+
+
 def check_options(body: VllmBody) -> bool:
     """The priority asked for, checked; returns whether scores are activated (use_activation,
     or its older names, which must agree)."""
-    if body.priority != 0:
-        raise InvalidRequest("priority: there is no priority scheduling; send 0", field="priority")
+    check_priority(body.priority)
     flags = {name: v for name in ("use_activation", "activation", "softmax") if (v := getattr(body, name)) is not None}
     if len(set(flags.values())) > 1:
         raise Validation(f"{' and '.join(flags)} disagree; send use_activation alone", field="use_activation")

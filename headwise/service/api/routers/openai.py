@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from headwise.service.api.body import Json
 from headwise.service.api.compat import openai as compat
 from headwise.service.api.compat.openai import EmbeddingsRequest, EmbeddingsResponse, OpenAIError
-from headwise.service.api.compat.vllm import max_tokens, truncate
+from headwise.service.api.compat.vllm import check_priority, max_tokens, truncate
 from headwise.service.api.dependencies import (
     disconnect_probe,
     get_engine,
@@ -39,8 +39,7 @@ async def embeddings(request: Request, body: Json[EmbeddingsRequest],
     model with Matryoshka dimensions only (service.engine.matryoshka). vLLM's `normalize`,
     `embed_dtype` and `endianness` are served as vLLM serves them."""
     rt = model_for(request, engine, body.model)
-    if body.priority != 0:
-        raise InvalidRequest("priority: there is no priority scheduling; send 0", field="priority")
+    check_priority(body.priority)
     inputs = body.input
     if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
         inputs = [inputs]
